@@ -1,0 +1,61 @@
+//! The one interface every rate-limiting algorithm implements.
+//!
+//! An algorithm is configuration plus rules; the state it decides on is separate
+//! ([`Algorithm::State`]) so one configuration can serve one limiter ([`crate::Limiter`]) or a
+//! million keys ([`crate::Keyed`]) without copying itself per key.
+
+use crate::decision::Meta;
+
+/// A rate-limiting algorithm: how a state answers "may `n` permits go now?".
+///
+/// Implementations must be exact: the same sequence of calls with the same times gives the same
+/// decisions, whatever the thread interleaving (each call is linearizable).
+pub trait Algorithm: Send + Sync + 'static {
+    /// Per-limiter (or per-key) state.
+    type State: Send + Sync + 'static;
+    /// What [`Algorithm::set_config`] changes: a [`crate::Quota`] for rate limits, a permit count
+    /// for concurrency.
+    type Config: Copy + Send + Sync + std::fmt::Debug + 'static;
+
+    /// A fresh state (full capacity) at time `now`.
+    fn new_state(&self, now: u64) -> Self::State;
+
+    /// The most permits one request can ever be granted; more is rejected with
+    /// [`crate::Reason::ExceedsCapacity`].
+    fn capacity(&self) -> u64;
+
+    /// Decides whether `n` permits may be taken at `now`; takes them if `commit` and admitted.
+    /// `n == 0` reports the state and never takes anything. Callers guarantee
+    /// `n <= self.capacity()`.
+    fn decide(&self, state: &Self::State, now: u64, n: u64, commit: bool) -> Result<Meta, Meta>;
+
+    /// Returns `n` permits taken at `acquired_at` (a cancelled waiter, a chain's rollback, the end
+    /// of a concurrency lease). Rate algorithms give back only what still counts at `now`.
+    fn give_back(&self, state: &Self::State, now: u64, n: u64, acquired_at: u64);
+
+    /// True when the state holds no information: it is back at full capacity and a fresh state
+    /// would decide identically. Keyed limiters evict such keys.
+    fn is_idle(&self, state: &Self::State, now: u64) -> bool;
+
+    /// Nanoseconds from `now` until `permits` permits (possibly more than the capacity, as when
+    /// several waiters are queued) will have become available one request after another; `None`
+    /// when only a release, not time, frees permits.
+    fn wait_estimate(&self, state: &Self::State, now: u64, permits: u64) -> Option<u64>;
+
+    /// The current configuration.
+    fn config(&self) -> Self::Config;
+
+    /// Replaces the configuration, returning the old one. The caller then calls
+    /// [`Algorithm::carry_over`] on every state.
+    fn set_config(&self, config: Self::Config) -> Self::Config;
+
+    /// Rewrites a state decided under `old` so that it keeps its meaning under the current
+    /// configuration (each algorithm documents its rule).
+    fn carry_over(&self, state: &Self::State, now: u64, old: Self::Config);
+
+    /// True when permits come back only through [`Algorithm::give_back`] (a concurrency limit), so a
+    /// [`crate::Lease`] must release them on drop.
+    fn releases_on_drop(&self) -> bool {
+        false
+    }
+}

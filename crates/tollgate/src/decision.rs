@@ -1,0 +1,241 @@
+//! Decisions as data: a [`Lease`] when admitted, a [`Rejected`] when not; both carry the metadata a
+//! caller needs to tell its own client what happened (limit, remaining, reset, retry-after).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a decision came out the way it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// Admitted: the permits were taken.
+    Granted,
+    /// A probe (`n == 0`): nothing was taken, the metadata reports the current state.
+    Probe,
+    /// Not enough permits right now; `retry_after` says when there will be.
+    Exhausted,
+    /// More permits were asked for than the limiter can ever grant at once; retrying cannot help.
+    ExceedsCapacity,
+    /// The wait queue's permit limit was reached.
+    QueueFull,
+    /// Pushed out of a newest-first (LIFO) queue by a newer waiter when the queue was full.
+    Evicted,
+    /// The wait would have been longer than the configured `max_wait`.
+    MaxWait,
+    /// The limiter was closed or dropped.
+    Closed,
+    /// A keyed limiter is at its `max_keys` cap and no idle key could make room.
+    KeyLimit,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reason::Granted => "granted",
+            Reason::Probe => "probe",
+            Reason::Exhausted => "rate limit exhausted",
+            Reason::ExceedsCapacity => "request exceeds the limiter's capacity and can never be granted",
+            Reason::QueueFull => "wait queue is full",
+            Reason::Evicted => "evicted from the wait queue by a newer request",
+            Reason::MaxWait => "wait would exceed max_wait",
+            Reason::Closed => "limiter closed",
+            Reason::KeyLimit => "too many keys",
+        })
+    }
+}
+
+/// Limiter state attached to a decision, in integer nanoseconds (no rounding to seconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Meta {
+    /// Most permits the limiter grants at once (a token bucket's burst, a window's limit).
+    pub limit: u64,
+    /// Permits available right after this decision.
+    pub remaining: u64,
+    /// Nanoseconds until the limiter is back to full capacity.
+    pub reset_ns: u64,
+    /// Nanoseconds until a retry of the same request can succeed; `None` when waiting alone cannot
+    /// make it succeed (the reason says why).
+    pub retry_ns: Option<u64>,
+}
+
+/// Returns permits to the limiter they came from (concurrency limits).
+pub(crate) trait PermitPool: Send + Sync {
+    fn release(self: Arc<Self>, n: u64);
+}
+
+enum Hold {
+    None,
+    Permits(Arc<dyn PermitPool>),
+    Many(Vec<Lease>),
+}
+
+/// Permits that were granted, with the limiter's state at the time.
+///
+/// For concurrency limiters the permits go back when the lease is dropped or
+/// [released](Lease::release); for rate limiters they were spent and dropping changes nothing.
+#[must_use = "a Lease holds its permits until dropped; bind it to a variable for as long as the work runs"]
+pub struct Lease {
+    meta: Meta,
+    permits: u64,
+    reason: Reason,
+    pub(crate) acquired_at: u64,
+    hold: Hold,
+}
+
+impl Lease {
+    pub(crate) fn new(meta: Meta, permits: u64, acquired_at: u64) -> Lease {
+        let reason = if permits == 0 { Reason::Probe } else { Reason::Granted };
+        Lease { meta, permits, reason, acquired_at, hold: Hold::None }
+    }
+
+    pub(crate) fn holding(mut self, pool: Arc<dyn PermitPool>) -> Lease {
+        if self.permits > 0 {
+            self.hold = Hold::Permits(pool);
+        }
+        self
+    }
+
+    pub(crate) fn combine(meta: Meta, permits: u64, acquired_at: u64, leases: Vec<Lease>) -> Lease {
+        let mut lease = Lease::new(meta, permits, acquired_at);
+        lease.hold = Hold::Many(leases);
+        lease
+    }
+
+    pub(crate) fn take_parts(mut self) -> Vec<Lease> {
+        match std::mem::replace(&mut self.hold, Hold::None) {
+            Hold::Many(v) => v,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Permits this lease holds (0 for a probe).
+    pub fn permits(&self) -> u64 {
+        self.permits
+    }
+    /// Most permits the limiter grants at once.
+    pub fn limit(&self) -> u64 {
+        self.meta.limit
+    }
+    /// Permits still available right after this lease was granted.
+    pub fn remaining(&self) -> u64 {
+        self.meta.remaining
+    }
+    /// Time until the limiter is back to full capacity.
+    pub fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.meta.reset_ns)
+    }
+    /// Time until one more permit is available (zero while `remaining > 0`); `None` when only a
+    /// release can free one (concurrency limits).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.meta.retry_ns.map(Duration::from_nanos)
+    }
+    /// [`Reason::Granted`], or [`Reason::Probe`] for `n == 0`.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+    /// All metadata at once.
+    pub fn meta(&self) -> Meta {
+        self.meta
+    }
+    /// Gives concurrency permits back now rather than at the end of scope.
+    pub fn release(self) {}
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Hold::Permits(pool) = std::mem::replace(&mut self.hold, Hold::None) {
+            pool.release(self.permits);
+        }
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("permits", &self.permits)
+            .field("reason", &self.reason)
+            .field("meta", &self.meta)
+            .finish()
+    }
+}
+
+/// A request the limiter did not admit. Nothing was taken.
+///
+/// ```
+/// use tollgate::{Limiter, Quota, Reason, TokenBucket};
+/// let limiter = Limiter::new(TokenBucket::new(Quota::per_second(2)?));
+/// let _a = limiter.try_acquire(2).unwrap();
+/// let no = limiter.try_acquire(1).unwrap_err();
+/// assert_eq!(no.reason(), Reason::Exhausted);
+/// assert!(no.retry_after().unwrap() > std::time::Duration::ZERO);
+/// let never = limiter.try_acquire(3).unwrap_err();
+/// assert_eq!(never.reason(), Reason::ExceedsCapacity);
+/// assert_eq!(never.retry_after(), None);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("rejected {permits} permit(s): {reason} (limit {}, remaining {}, retry after {:?})", meta.limit, meta.remaining, self.retry_after())]
+pub struct Rejected {
+    meta: Meta,
+    permits: u64,
+    reason: Reason,
+}
+
+impl Rejected {
+    pub(crate) fn new(meta: Meta, permits: u64, reason: Reason) -> Rejected {
+        Rejected { meta, permits, reason }
+    }
+
+    pub(crate) fn with_reason(mut self, reason: Reason, retry_ns: Option<u64>) -> Rejected {
+        self.reason = reason;
+        self.meta.retry_ns = retry_ns;
+        self
+    }
+
+    pub(crate) fn with_meta(mut self, meta: Meta) -> Rejected {
+        self.meta = meta;
+        self
+    }
+
+    /// Permits that were asked for.
+    pub fn permits(&self) -> u64 {
+        self.permits
+    }
+    /// Most permits the limiter grants at once.
+    pub fn limit(&self) -> u64 {
+        self.meta.limit
+    }
+    /// Permits available now (fewer than were asked for).
+    pub fn remaining(&self) -> u64 {
+        self.meta.remaining
+    }
+    /// Time until the limiter is back to full capacity.
+    pub fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.meta.reset_ns)
+    }
+    /// Time until the same request can succeed, exact to the nanosecond; `None` when waiting
+    /// alone cannot make it succeed (see [`Rejected::reason`]).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.meta.retry_ns.map(Duration::from_nanos)
+    }
+    /// Why the request was rejected.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+    /// All metadata at once.
+    pub fn meta(&self) -> Meta {
+        self.meta
+    }
+}
+
+impl fmt::Debug for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rejected")
+            .field("permits", &self.permits)
+            .field("reason", &self.reason)
+            .field("meta", &self.meta)
+            .finish()
+    }
+}
+

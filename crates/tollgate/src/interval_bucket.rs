@@ -1,0 +1,164 @@
+//! Token bucket with interval replenishment (.NET's `TokenBucketRateLimiter`): `limit` tokens are
+//! added every `period` (at multiples of the period since the clock's origin), up to `burst`;
+//! or, in manual mode, only when [`crate::Limiter::replenish`] is called.
+
+use std::sync::Mutex;
+
+use crate::algorithm::Algorithm;
+use crate::decision::Meta;
+use crate::quota::Quota;
+use crate::seqlock::SeqCell;
+
+/// Token bucket refilled in steps.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{IntervalBucket, Limiter, ManualClock, Quota};
+/// let clock = ManualClock::new();
+/// // 5 tokens every 100 ms, at most 10 stored.
+/// let quota = Quota::per(Duration::from_millis(100), 5)?.with_burst(10)?;
+/// let limiter = Limiter::builder(IntervalBucket::new(quota)).clock(clock.clone()).build();
+/// let _ = limiter.try_acquire(10).unwrap();
+/// assert_eq!(limiter.try_acquire(6).unwrap_err().retry_after(), Some(Duration::from_millis(200)));
+/// clock.advance(Duration::from_millis(100));
+/// assert_eq!(limiter.try_acquire(0).unwrap().remaining(), 5);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+///
+/// Quota changes keep the tokens already spent: a bucket `k` short of its old burst is `k` short
+/// of its new one.
+pub struct IntervalBucket {
+    quota: SeqCell<Quota>,
+    auto: bool,
+}
+
+/// The state of one [`IntervalBucket`].
+#[derive(Debug)]
+pub struct IntervalBucketState(Mutex<Tokens>);
+
+#[derive(Debug, Clone, Copy)]
+struct Tokens {
+    tokens: u64,
+    tick: u64,
+}
+
+impl IntervalBucket {
+    /// Adds `quota.limit()` tokens every `quota.period()`, up to `quota.burst()`.
+    pub fn new(quota: Quota) -> IntervalBucket {
+        IntervalBucket { quota: SeqCell::new(quota), auto: true }
+    }
+
+    /// Like [`IntervalBucket::new`], but tokens are only added by
+    /// [`crate::Limiter::replenish`] (e.g. driven by an external timer or signal).
+    pub fn manual(quota: Quota) -> IntervalBucket {
+        IntervalBucket { quota: SeqCell::new(quota), auto: false }
+    }
+
+    /// True unless built with [`IntervalBucket::manual`].
+    pub fn is_auto(&self) -> bool {
+        self.auto
+    }
+
+    /// Adds one period's tokens now (the manual mode's replenishment).
+    pub(crate) fn replenish(&self, state: &IntervalBucketState, now: u64) {
+        let q = self.quota.load();
+        let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.refreshed(*guard, now, &q);
+        t.tokens = t.tokens.saturating_add(q.limit()).min(q.burst());
+        *guard = t;
+    }
+
+    fn refreshed(&self, t: Tokens, now: u64, q: &Quota) -> Tokens {
+        if !self.auto {
+            return t;
+        }
+        let tick = now / q.period_ns();
+        let ticks = tick.saturating_sub(t.tick);
+        Tokens { tokens: t.tokens.saturating_add(ticks.saturating_mul(q.limit())).min(q.burst()), tick: tick.max(t.tick) }
+    }
+
+    /// Nanoseconds until `permits` tokens will have been available in total.
+    fn wait_for(&self, t: Tokens, now: u64, q: &Quota, permits: u64) -> Option<u64> {
+        if permits <= t.tokens {
+            return Some(0);
+        }
+        if !self.auto {
+            return None;
+        }
+        let ticks = (permits - t.tokens).div_ceil(q.limit());
+        let at = (t.tick as u128 + ticks as u128) * q.period_ns() as u128;
+        Some(u64::try_from(at.saturating_sub(now as u128)).unwrap_or(u64::MAX))
+    }
+
+    fn meta(&self, t: Tokens, now: u64, q: &Quota) -> Meta {
+        let reset_ns = if self.auto { self.wait_for(t, now, q, q.burst()).unwrap_or(0) } else { 0 };
+        Meta { limit: q.burst(), remaining: t.tokens, reset_ns, retry_ns: self.wait_for(t, now, q, 1) }
+    }
+}
+
+impl Algorithm for IntervalBucket {
+    type State = IntervalBucketState;
+    type Config = Quota;
+
+    fn new_state(&self, now: u64) -> IntervalBucketState {
+        let q = self.quota.load();
+        IntervalBucketState(Mutex::new(Tokens { tokens: q.burst(), tick: now / q.period_ns() }))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.load().burst()
+    }
+
+    fn decide(&self, state: &IntervalBucketState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
+        let q = self.quota.load();
+        let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.refreshed(*guard, now, &q);
+        *guard = t;
+        if n > t.tokens {
+            let mut m = self.meta(t, now, &q);
+            m.retry_ns = self.wait_for(t, now, &q, n);
+            return Err(m);
+        }
+        if commit {
+            t.tokens -= n;
+            *guard = t;
+        }
+        Ok(self.meta(t, now, &q))
+    }
+
+    fn give_back(&self, state: &IntervalBucketState, now: u64, n: u64, _acquired_at: u64) {
+        let q = self.quota.load();
+        let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.refreshed(*guard, now, &q);
+        t.tokens = t.tokens.saturating_add(n).min(q.burst());
+        *guard = t;
+    }
+
+    fn is_idle(&self, state: &IntervalBucketState, now: u64) -> bool {
+        let q = self.quota.load();
+        let t = self.refreshed(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, &q);
+        t.tokens >= q.burst()
+    }
+
+    fn wait_estimate(&self, state: &IntervalBucketState, now: u64, permits: u64) -> Option<u64> {
+        let q = self.quota.load();
+        let t = self.refreshed(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, &q);
+        self.wait_for(t, now, &q, permits)
+    }
+
+    fn config(&self) -> Quota {
+        self.quota.load()
+    }
+
+    fn set_config(&self, quota: Quota) -> Quota {
+        self.quota.store(quota)
+    }
+
+    fn carry_over(&self, state: &IntervalBucketState, now: u64, old: Quota) {
+        let q = self.quota.load();
+        let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        let t = self.refreshed(*guard, now, &old);
+        let used = old.burst().saturating_sub(t.tokens);
+        *guard = Tokens { tokens: q.burst().saturating_sub(used), tick: now / q.period_ns() };
+    }
+}

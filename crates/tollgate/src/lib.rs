@@ -1,0 +1,92 @@
+//! # Tollgate: rate limiting that is correct to the permit
+//!
+//! In-process limiters behind one trait, with decisions as data:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Limiter, ManualClock, Quota, Reason, TokenBucket};
+//!
+//! let clock = ManualClock::new(); // or leave it out for the system clock
+//! let limiter = Limiter::builder(TokenBucket::new(Quota::per_second(5)?)).clock(clock.clone()).build();
+//!
+//! let lease = limiter.try_acquire(5).expect("a full bucket admits its burst");
+//! assert_eq!(lease.remaining(), 0);
+//!
+//! let no = limiter.try_acquire(1).unwrap_err();            // being limited is data, not an error
+//! assert_eq!(no.reason(), Reason::Exhausted);
+//! assert_eq!(no.retry_after(), Some(Duration::from_millis(200)));
+//!
+//! clock.advance(Duration::from_millis(200));
+//! assert!(limiter.try_acquire(1).is_ok());
+//! # Ok::<(), tollgate::QuotaError>(())
+//! ```
+//!
+//! ## Algorithms
+//!
+//! | algorithm | bursts | exact? | state per key |
+//! | --- | --- | --- | --- |
+//! | [`TokenBucket`] (GCRA, lock-free) | up to `burst`, then smooth | exact for its model | 8 bytes |
+//! | [`IntervalBucket`] | up to `burst`, refilled in steps | exact for its model | 16 bytes + lock |
+//! | [`FixedWindow`] | up to 2× limit across a boundary | no | 16 bytes + lock |
+//! | [`SlidingWindow`] (N segments) | about limit/N over | approximately | 8·N bytes + lock |
+//! | [`WeightedWindow`] | small | approximation | 24 bytes + lock |
+//! | [`SlidingLog`] | never over `limit` in any window | exact | 16 bytes per admission time |
+//! | [`Concurrency`] | — (permits held, not spent) | exact | 8 bytes |
+//!
+//! ## Waiting
+//!
+//! `acquire(n).await` waits in a queue, FIFO (strict) or LIFO, bounded in permits, with an
+//! optional `max_wait`:
+//!
+//! ```
+//! use tollgate::{Concurrency, Limiter, QueueOrder};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limiter = Limiter::builder(Concurrency::new(2)?).queue_order(QueueOrder::Fifo).queue_limit(100).build();
+//! let lease = limiter.acquire(2).await?;   // released when dropped
+//! assert_eq!(limiter.held(), 2);
+//! drop(lease);
+//! assert_eq!(limiter.held(), 0);
+//! # Ok(()) }
+//! ```
+//!
+//! [`Keyed`] keeps one state per key with bounded memory; [`Chain`] combines limits
+//! all-or-nothing.
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod algorithm;
+mod chain;
+mod clock;
+mod concurrency;
+mod decision;
+mod fixed_window;
+mod interval_bucket;
+mod keyed;
+mod limiter;
+mod queue;
+mod quota;
+mod rate_limiter;
+mod seqlock;
+mod sliding_log;
+mod sliding_window;
+mod stats;
+mod sync;
+mod token_bucket;
+mod weighted_window;
+
+pub use algorithm::Algorithm;
+pub use chain::Chain;
+pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use concurrency::{Concurrency, ConcurrencyState};
+pub use decision::{Lease, Meta, Reason, Rejected};
+pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use interval_bucket::{IntervalBucket, IntervalBucketState};
+pub use keyed::{Keyed, KeyedBuilder, KeyedStatistics};
+pub use limiter::{Builder, Limiter, QueueOrder};
+pub use quota::{Quota, QuotaError};
+pub use rate_limiter::RateLimiter;
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use stats::Statistics;
+pub use token_bucket::{TokenBucket, TokenBucketState};
+pub use weighted_window::{WeightedWindow, WeightedWindowState};

@@ -1,0 +1,312 @@
+//! [`Limiter`]: one algorithm, one state, a clock, and a wait queue for `acquire(n).await`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::algorithm::Algorithm;
+use crate::clock::{Clock, SystemClock, nanos};
+use crate::concurrency::Concurrency;
+use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
+use crate::interval_bucket::IntervalBucket;
+use crate::queue::Queue;
+use crate::quota::Quota;
+use crate::stats::Statistics;
+
+/// Which waiter is served first when permits become available.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QueueOrder {
+    /// Oldest first, strictly: a request never overtakes an older one, even a smaller one, and
+    /// `try_acquire` fails while anyone is queued.
+    #[default]
+    Fifo,
+    /// Newest first; when the queue limit is hit, the oldest waiters are rejected
+    /// ([`Reason::Evicted`]) to make room.
+    Lifo,
+}
+
+/// A rate or concurrency limiter: an [`Algorithm`] with its state, a [`Clock`] and a wait queue.
+///
+/// Dropping the limiter (or calling [`Limiter::close`]) completes every waiter with
+/// [`Reason::Closed`]. Share it between tasks with an `Arc`.
+///
+/// ```
+/// use tollgate::{Limiter, Quota, TokenBucket};
+/// let limiter = Limiter::new(TokenBucket::new(Quota::per_second(100)?));
+/// match limiter.try_acquire(1) {
+///     Ok(lease) => println!("go ({} left)", lease.remaining()),
+///     Err(no) => println!("slow down, retry in {:?}", no.retry_after()),
+/// }
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub struct Limiter<A: Algorithm, C: Clock = SystemClock> {
+    pub(crate) shared: Arc<Shared<A, C>>,
+}
+
+pub(crate) struct Shared<A: Algorithm, C: Clock> {
+    pub(crate) algo: A,
+    pub(crate) state: A::State,
+    pub(crate) clock: C,
+    pub(crate) order: QueueOrder,
+    pub(crate) queue_limit: u64,
+    pub(crate) max_wait: Option<u64>,
+    /// Permits waiting in the queue; read without the lock on the fast path.
+    pub(crate) queued: AtomicU64,
+    pub(crate) admitted: AtomicU64,
+    pub(crate) rejected: AtomicU64,
+    pub(crate) closed: AtomicBool,
+    pub(crate) queue: Mutex<Queue>,
+}
+
+/// Builds a [`Limiter`]: clock, queue order, queue limit and maximum wait.
+pub struct Builder<A: Algorithm, C: Clock> {
+    algo: A,
+    clock: C,
+    order: QueueOrder,
+    queue_limit: u64,
+    max_wait: Option<u64>,
+}
+
+impl<A: Algorithm, C: Clock> Builder<A, C> {
+    /// Uses `clock` instead of the system clock (e.g. a [`crate::ManualClock`] in tests).
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<A, C2> {
+        Builder { algo: self.algo, clock, order: self.order, queue_limit: self.queue_limit, max_wait: self.max_wait }
+    }
+
+    /// Order in which waiters are served (default [`QueueOrder::Fifo`]).
+    pub fn queue_order(mut self, order: QueueOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// Most permits that may wait in the queue at once (default: unbounded). `0` disables waiting:
+    /// `acquire` then behaves like `try_acquire`.
+    pub fn queue_limit(mut self, permits: u64) -> Self {
+        self.queue_limit = permits;
+        self
+    }
+
+    /// Rejects a waiter ([`Reason::MaxWait`]) whose wait would exceed `max_wait`: at once, taking
+    /// nothing, when the algorithm can tell the wait in advance (the time-based ones); otherwise
+    /// (concurrency) when `max_wait` has elapsed.
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(nanos(max_wait));
+        self
+    }
+
+    /// The limiter.
+    pub fn build(self) -> Limiter<A, C> {
+        let now = self.clock.now();
+        Limiter {
+            shared: Arc::new(Shared {
+                state: self.algo.new_state(now),
+                algo: self.algo,
+                clock: self.clock,
+                order: self.order,
+                queue_limit: self.queue_limit,
+                max_wait: self.max_wait,
+                queued: AtomicU64::new(0),
+                admitted: AtomicU64::new(0),
+                rejected: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+                queue: Mutex::new(Queue::default()),
+            }),
+        }
+    }
+}
+
+impl<A: Algorithm> Limiter<A, SystemClock> {
+    /// A limiter on the system clock with a FIFO, unbounded wait queue.
+    pub fn new(algo: A) -> Self {
+        Self::builder(algo).build()
+    }
+
+    /// Starts building a limiter.
+    pub fn builder(algo: A) -> Builder<A, SystemClock> {
+        Builder { algo, clock: SystemClock::new(), order: QueueOrder::Fifo, queue_limit: u64::MAX, max_wait: None }
+    }
+}
+
+impl<A: Algorithm, C: Clock> Limiter<A, C> {
+    /// Takes `n` permits now or rejects; never waits. `n == 0` reports the state and takes nothing.
+    #[inline]
+    pub fn try_acquire(&self, n: u64) -> Result<Lease, Rejected> {
+        self.shared.try_acquire(n)
+    }
+
+    /// Waits in the queue for `n` permits. Dropping the future leaves the queue and gives back
+    /// anything already granted to it. `n == 0` returns a probe at once.
+    ///
+    /// With the system clock this needs a tokio runtime with time enabled.
+    pub async fn acquire(&self, n: u64) -> Result<Lease, Rejected> {
+        self.shared.acquire(n).await
+    }
+
+    /// Would `n` permits be granted now? Takes nothing.
+    pub fn check(&self, n: u64) -> Result<Meta, Rejected> {
+        self.shared.check(n)
+    }
+
+    /// Gives a lease's permits back as if they had never been taken (rate limits refund what still
+    /// counts; concurrency permits are released).
+    pub fn give_back(&self, lease: Lease) {
+        self.shared.give_back(lease)
+    }
+
+    /// Cheap counters: available permits, queued permits, admitted and rejected requests.
+    pub fn statistics(&self) -> Statistics {
+        let s = &self.shared;
+        let available = s.algo.decide(&s.state, s.clock.now(), 0, false).unwrap_or_else(|m| m).remaining;
+        Statistics {
+            available,
+            queued: s.queued.load(Ordering::Relaxed),
+            admitted: s.admitted.load(Ordering::Relaxed),
+            rejected: s.rejected.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Most permits one request can be granted.
+    pub fn capacity(&self) -> u64 {
+        self.shared.algo.capacity()
+    }
+
+    /// Replaces the configuration; the state keeps its meaning by the algorithm's documented rule,
+    /// and waiters that now fit are served.
+    pub fn set_config(&self, config: A::Config) {
+        let s = &self.shared;
+        let old = s.algo.set_config(config);
+        s.algo.carry_over(&s.state, s.clock.now(), old);
+        s.drive(None);
+    }
+
+    /// The algorithm's configuration.
+    pub fn config(&self) -> A::Config {
+        self.shared.algo.config()
+    }
+
+    /// Completes every waiter with [`Reason::Closed`]; later requests are rejected the same way.
+    pub fn close(&self) {
+        self.shared.close()
+    }
+
+    /// The clock this limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.shared.clock
+    }
+}
+
+impl<A: Algorithm<Config = Quota>, C: Clock> Limiter<A, C> {
+    /// Changes the quota at run time (see each algorithm for how its state carries over).
+    pub fn set_quota(&self, quota: Quota) {
+        self.set_config(quota)
+    }
+}
+
+impl<C: Clock> Limiter<IntervalBucket, C> {
+    /// Adds one period's tokens now (for [`IntervalBucket::manual`]; also works in auto mode).
+    pub fn replenish(&self) {
+        let s = &self.shared;
+        s.algo.replenish(&s.state, s.clock.now());
+        s.drive(None);
+    }
+}
+
+impl<C: Clock> Limiter<Concurrency, C> {
+    /// Permits currently held by leases.
+    pub fn held(&self) -> u64 {
+        self.shared.state.held()
+    }
+}
+
+impl<A: Algorithm, C: Clock> Drop for Limiter<A, C> {
+    fn drop(&mut self) {
+        self.shared.close();
+    }
+}
+
+impl<A: Algorithm, C: Clock> Shared<A, C> {
+    pub(crate) fn closed_rejection(&self, n: u64) -> Rejected {
+        let meta = self.algo.decide(&self.state, self.clock.now(), 0, false).unwrap_or_else(|m| m);
+        Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::Closed)
+    }
+
+    pub(crate) fn over_capacity(&self, now: u64, n: u64) -> Rejected {
+        let meta = self.algo.decide(&self.state, now, 0, false).unwrap_or_else(|m| m);
+        Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::ExceedsCapacity)
+    }
+
+    pub(crate) fn reject(&self, meta: Meta, n: u64, reason: Reason) -> Rejected {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        Rejected::new(meta, n, reason)
+    }
+
+    pub(crate) fn lease(self: &Arc<Self>, meta: Meta, n: u64, now: u64) -> Lease {
+        let lease = Lease::new(meta, n, now);
+        if n == 0 {
+            return lease;
+        }
+        self.admitted.fetch_add(1, Ordering::Relaxed);
+        if self.algo.releases_on_drop() { lease.holding(self.clone() as Arc<dyn PermitPool>) } else { lease }
+    }
+
+    #[inline]
+    fn try_acquire(self: &Arc<Self>, n: u64) -> Result<Lease, Rejected> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(self.reject_closed(n));
+        }
+        let now = self.clock.now();
+        if n > self.algo.capacity() {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(self.over_capacity(now, n));
+        }
+        let queued = self.queued.load(Ordering::Acquire);
+        if queued > 0 && n > 0 && self.order == QueueOrder::Fifo {
+            // Strict FIFO: taking permits now would overtake the waiters.
+            let meta = self.algo.decide(&self.state, now, n, false).unwrap_or_else(|m| m);
+            let retry = self.algo.wait_estimate(&self.state, now, queued + n);
+            return Err(self.reject(Meta { remaining: 0, retry_ns: retry, ..meta }, n, Reason::Exhausted));
+        }
+        match self.algo.decide(&self.state, now, n, true) {
+            Ok(meta) => Ok(self.lease(meta, n, now)),
+            Err(meta) => Err(self.reject(meta, n, Reason::Exhausted)),
+        }
+    }
+
+    fn reject_closed(&self, n: u64) -> Rejected {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        self.closed_rejection(n)
+    }
+
+    fn check(&self, n: u64) -> Result<Meta, Rejected> {
+        let now = self.clock.now();
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(self.closed_rejection(n));
+        }
+        if n > self.algo.capacity() {
+            return Err(self.over_capacity(now, n));
+        }
+        self.algo.decide(&self.state, now, n, false).map_err(|m| Rejected::new(m, n, Reason::Exhausted))
+    }
+
+    pub(crate) fn give_back(self: &Arc<Self>, lease: Lease) {
+        if lease.permits() == 0 {
+            return;
+        }
+        self.admitted.fetch_sub(1, Ordering::Relaxed);
+        if self.algo.releases_on_drop() {
+            drop(lease); // its drop releases through `PermitPool`
+        } else {
+            self.algo.give_back(&self.state, self.clock.now(), lease.permits(), lease.acquired_at);
+            self.drive(None);
+        }
+    }
+}
+
+impl<A: Algorithm, C: Clock> PermitPool for Shared<A, C> {
+    fn release(self: Arc<Self>, n: u64) {
+        self.algo.give_back(&self.state, self.clock.now(), n, 0);
+        if self.queued.load(Ordering::Acquire) > 0 {
+            self.drive(None);
+        }
+    }
+}

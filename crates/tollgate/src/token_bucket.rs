@@ -1,0 +1,128 @@
+//! Token bucket with continuous refill, as GCRA: the whole state is one atomic word, the
+//! theoretical arrival time (TAT) of the next permit, and a decision is one compare-and-swap.
+//!
+//! A bucket of `burst` permits refills one permit every `emission_interval`. The state records
+//! the time at which the bucket would be full again (`tat`); `n` permits fit when
+//! `max(tat, now) + n·T <= now + burst·T`.
+
+use crate::algorithm::Algorithm;
+use crate::decision::Meta;
+use crate::quota::Quota;
+use crate::seqlock::SeqCell;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Token bucket with continuous refill (GCRA), lock-free.
+///
+/// Allows bursts of up to `quota.burst()`, then one permit per `quota.emission_interval()`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Limiter, ManualClock, Quota, TokenBucket};
+/// let clock = ManualClock::new();
+/// let limiter = Limiter::builder(TokenBucket::new(Quota::per_second(10)?)).clock(clock.clone()).build();
+/// assert!(limiter.try_acquire(10).is_ok());                 // the whole burst at once
+/// let no = limiter.try_acquire(1).unwrap_err();
+/// assert_eq!(no.retry_after(), Some(Duration::from_millis(100)));
+/// clock.advance(Duration::from_millis(100));
+/// assert!(limiter.try_acquire(1).is_ok());                  // one more permit per 100 ms
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+///
+/// Quota changes ([`crate::Limiter::set_quota`]) keep the permits already taken: a bucket that
+/// was short of `k` permits is short of `k` permits under the new quota.
+pub struct TokenBucket {
+    quota: SeqCell<Quota>,
+}
+
+/// The state of one [`TokenBucket`]: the theoretical arrival time, in clock nanoseconds.
+#[derive(Debug, Default)]
+pub struct TokenBucketState(AtomicU64);
+
+impl TokenBucket {
+    /// A bucket for `quota`.
+    pub fn new(quota: Quota) -> TokenBucket {
+        TokenBucket { quota: SeqCell::new(quota) }
+    }
+}
+
+#[inline]
+fn admitted_meta(q: &Quota, now: u64, tat: u64) -> Meta {
+    let t = q.emission_ns();
+    let horizon = now.saturating_add(q.tau_ns());
+    let remaining = horizon.saturating_sub(tat) / t;
+    let retry = if remaining > 0 { 0 } else { tat.saturating_add(t).saturating_sub(horizon) };
+    Meta { limit: q.burst(), remaining, reset_ns: tat.saturating_sub(now), retry_ns: Some(retry) }
+}
+
+impl Algorithm for TokenBucket {
+    type State = TokenBucketState;
+    type Config = Quota;
+
+    fn new_state(&self, _now: u64) -> TokenBucketState {
+        TokenBucketState(AtomicU64::new(0))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.load().burst()
+    }
+
+    #[inline]
+    fn decide(&self, state: &TokenBucketState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
+        let q = self.quota.load();
+        let horizon = now.saturating_add(q.tau_ns());
+        // n <= burst, so n * T <= tau, which was checked not to overflow.
+        let cost = n * q.emission_ns();
+        let mut tat = state.0.load(Ordering::Relaxed);
+        loop {
+            let base = tat.max(now);
+            let new_tat = base.saturating_add(cost);
+            if new_tat > horizon {
+                let mut meta = admitted_meta(&q, now, base);
+                meta.retry_ns = Some(new_tat - horizon);
+                return Err(meta);
+            }
+            if n == 0 || !commit {
+                return Ok(admitted_meta(&q, now, base));
+            }
+            match state.0.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(admitted_meta(&q, now, new_tat)),
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    fn give_back(&self, state: &TokenBucketState, now: u64, n: u64, _acquired_at: u64) {
+        let cost = n.saturating_mul(self.quota.load().emission_ns());
+        let _ = state.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tat| {
+            (tat > now).then(|| tat.saturating_sub(cost).max(now))
+        });
+    }
+
+    fn is_idle(&self, state: &TokenBucketState, now: u64) -> bool {
+        state.0.load(Ordering::Relaxed) <= now
+    }
+
+    fn wait_estimate(&self, state: &TokenBucketState, now: u64, permits: u64) -> Option<u64> {
+        let q = self.quota.load();
+        let base = state.0.load(Ordering::Relaxed).max(now) as u128;
+        let ready = base + permits as u128 * q.emission_ns() as u128;
+        let horizon = now as u128 + q.tau_ns() as u128;
+        Some(u64::try_from(ready.saturating_sub(horizon)).unwrap_or(u64::MAX))
+    }
+
+    fn config(&self) -> Quota {
+        self.quota.load()
+    }
+
+    fn set_config(&self, quota: Quota) -> Quota {
+        self.quota.store(quota)
+    }
+
+    fn carry_over(&self, state: &TokenBucketState, now: u64, old: Quota) {
+        let new_t = self.quota.load().emission_ns();
+        let _ = state.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tat| {
+            let used = tat.saturating_sub(now).div_ceil(old.emission_ns());
+            Some(now.saturating_add(used.saturating_mul(new_t)))
+        });
+    }
+}
