@@ -56,7 +56,7 @@ pub(crate) fn tightest(a: Meta, b: Meta) -> Meta {
 }
 
 fn merge_rejection(r: Rejected, other: Result<Meta, Rejected>) -> Rejected {
-    let other = other.map_or_else(|o| o.meta(), |m| m);
+    let other = other.unwrap_or_else(|o| o.meta());
     let mut meta = tightest(r.meta(), other);
     if r.retry_after().is_none() {
         // Waiting cannot help this limiter, so it cannot help the chain.
@@ -125,6 +125,6 @@ impl<A: RateLimiter, B: RateLimiter> RateLimiter for Chain<A, B> {
 
 fn combine(a: Lease, b: Lease, n: u64) -> Lease {
     let meta = tightest(a.meta(), b.meta());
-    let at = a.acquired_at;
+    let at = a.acquired_at.max(b.acquired_at);
     Lease::combine(meta, n, at, vec![a, b])
 }

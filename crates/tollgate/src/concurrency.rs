@@ -71,7 +71,8 @@ impl Algorithm for Concurrency {
         let mut held = state.0.load(Ordering::Relaxed);
         loop {
             if held.saturating_add(n) > max {
-                return Err(meta(max, held));
+                // Only a release can make this request fit: no retry time.
+                return Err(Meta { retry_ns: None, ..meta(max, held) });
             }
             if n == 0 || !commit {
                 return Ok(meta(max, held));

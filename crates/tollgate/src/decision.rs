@@ -109,6 +109,10 @@ impl Lease {
         }
     }
 
+    /// When the permits were granted, in nanoseconds of the limiter's [`crate::Clock`].
+    pub fn granted_at(&self) -> u64 {
+        self.acquired_at
+    }
     /// Permits this lease holds (0 for a probe).
     pub fn permits(&self) -> u64 {
         self.permits
@@ -238,4 +242,3 @@ impl fmt::Debug for Rejected {
             .finish()
     }
 }
-

@@ -46,7 +46,9 @@ impl FixedWindow {
 }
 
 fn current(w: Window, now: u64, period: u64) -> Window {
-    if now >= w.start.saturating_add(period) { Window { start: now, count: 0 } } else { w }
+    // An empty window is no window: the next admitted request opens one (also the first window,
+    // which must not start when the state was created).
+    if w.count == 0 || now >= w.start.saturating_add(period) { Window { start: now, count: 0 } } else { w }
 }
 
 fn meta(q: &Quota, w: Window, now: u64) -> Meta {

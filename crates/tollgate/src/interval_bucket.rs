@@ -74,7 +74,10 @@ impl IntervalBucket {
         }
         let tick = now / q.period_ns();
         let ticks = tick.saturating_sub(t.tick);
-        Tokens { tokens: t.tokens.saturating_add(ticks.saturating_mul(q.limit())).min(q.burst()), tick: tick.max(t.tick) }
+        Tokens {
+            tokens: t.tokens.saturating_add(ticks.saturating_mul(q.limit())).min(q.burst()),
+            tick: tick.max(t.tick),
+        }
     }
 
     /// Nanoseconds until `permits` tokens will have been available in total.

@@ -11,6 +11,7 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
+use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -66,17 +67,18 @@ pub struct KeyedStatistics {
 }
 
 /// Builds a [`Keyed`] limiter.
-pub struct KeyedBuilder<A: Algorithm, C: Clock> {
+pub struct KeyedBuilder<K, A: Algorithm, C: Clock> {
     algo: A,
     clock: C,
     max_keys: usize,
     shards: usize,
+    _key: PhantomData<fn() -> K>,
 }
 
-impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
+impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
     /// Uses `clock` instead of the system clock.
-    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<A, C2> {
-        KeyedBuilder { algo: self.algo, clock, max_keys: self.max_keys, shards: self.shards }
+    pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, A, C2> {
+        KeyedBuilder { algo: self.algo, clock, max_keys: self.max_keys, shards: self.shards, _key: PhantomData }
     }
 
     /// Hard cap on stored keys (default: 10 million). Rounded up to a multiple of the shard count.
@@ -93,9 +95,13 @@ impl<A: Algorithm, C: Clock> KeyedBuilder<A, C> {
     }
 
     /// The keyed limiter.
-    pub fn build<K>(self) -> Keyed<K, A, C> {
+    pub fn build(self) -> Keyed<K, A, C> {
         let shards: Box<[_]> = (0..self.shards)
-            .map(|_| Shard { table: RwLock::new(HashTable::new()), admitted: AtomicU64::new(0), rejected: AtomicU64::new(0) })
+            .map(|_| Shard {
+                table: RwLock::new(HashTable::new()),
+                admitted: AtomicU64::new(0),
+                rejected: AtomicU64::new(0),
+            })
             .collect();
         let bits = self.shards.trailing_zeros();
         Keyed {
@@ -122,8 +128,8 @@ impl<K, A: Algorithm> Keyed<K, A, SystemClock> {
     }
 
     /// Starts building a keyed limiter.
-    pub fn builder(algo: A) -> KeyedBuilder<A, SystemClock> {
-        KeyedBuilder { algo, clock: SystemClock::new(), max_keys: 10_000_000, shards: 64 }
+    pub fn builder(algo: A) -> KeyedBuilder<K, A, SystemClock> {
+        KeyedBuilder { algo, clock: SystemClock::new(), max_keys: 10_000_000, shards: 64, _key: PhantomData }
     }
 }
 

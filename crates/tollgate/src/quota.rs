@@ -110,10 +110,9 @@ impl Quota {
     fn checked(self) -> Result<Quota, QuotaError> {
         match self.burst.checked_mul(self.emission_ns) {
             Some(_) => Ok(self),
-            None => Err(QuotaError::BurstOverflow {
-                burst: self.burst,
-                emission: Duration::from_nanos(self.emission_ns),
-            }),
+            None => {
+                Err(QuotaError::BurstOverflow { burst: self.burst, emission: Duration::from_nanos(self.emission_ns) })
+            }
         }
     }
 
@@ -161,4 +160,3 @@ impl std::fmt::Display for Quota {
         write!(f, "{} per {:?} (burst {})", self.limit, self.period(), self.burst)
     }
 }
-

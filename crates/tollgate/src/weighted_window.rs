@@ -73,10 +73,10 @@ impl TwoWindows {
             Some(p - keep)
         };
         match earliest(self.prev, self.curr) {
-            Some(e) => (start + e).saturating_sub(now),
+            Some(e) => start.saturating_add(e).saturating_sub(now),
             None => {
                 let e = earliest(self.curr, 0).unwrap_or(p);
-                (start + p + e).saturating_sub(now)
+                start.saturating_add(p).saturating_add(e).saturating_sub(now)
             }
         }
     }
@@ -90,13 +90,16 @@ impl TwoWindows {
         let p = q.period_ns();
         let cap = q.limit() as u128 * p as u128;
         let remaining = (cap.saturating_sub(self.weighted(now, p)) / p as u128) as u64;
+        // Window ends may lie past the end of the clock's range: saturate rather than overflow.
+        let end_of = |windows: u64| (self.index as u128 + windows as u128) * p as u128 - now as u128;
         let reset_ns = if self.curr > 0 {
-            (self.index + 2) * p - now
+            end_of(2)
         } else if self.prev > 0 {
-            (self.index + 1) * p - now
+            end_of(1)
         } else {
             0
         };
+        let reset_ns = u64::try_from(reset_ns).unwrap_or(u64::MAX);
         Meta { limit: q.limit(), remaining, reset_ns, retry_ns: Some(self.wait_for(now, p, q.limit(), 1)) }
     }
 }
