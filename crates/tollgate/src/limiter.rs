@@ -305,7 +305,9 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
 impl<A: Algorithm, C: Clock> PermitPool for Shared<A, C> {
     fn release(self: Arc<Self>, n: u64) {
         self.algo.give_back(&self.state, self.clock.now(), n, 0);
-        if self.queued.load(Ordering::Acquire) > 0 {
+        // See `drive_for`: a waiter that enqueued after our check has seen our release.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.queued.load(Ordering::Relaxed) > 0 {
             self.drive(None);
         }
     }

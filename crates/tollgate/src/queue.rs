@@ -156,6 +156,9 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     /// Grants queued waiters while the head fits, expires `me` if its deadline passed, and tells
     /// `me` when to look again. Wakers are called after the lock is released.
     fn drive_for(self: &Arc<Self>, me: Option<u64>) -> Next {
+        // Pairs with the fence in `PermitPool::release`: either the releaser sees our queued
+        // permits and drives, or we see its released permits here (no lost wakeup).
+        std::sync::atomic::fence(Ordering::SeqCst);
         let now = self.clock.now();
         let mut wake: Vec<Waker> = Vec::new();
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
