@@ -53,6 +53,12 @@ pub trait Algorithm: Send + Sync + 'static {
     /// configuration (each algorithm documents its rule).
     fn carry_over(&self, state: &Self::State, now: u64, old: Self::Config);
 
+    /// The period a quota is counted over (what HTTP's `RateLimit-Policy` calls the window);
+    /// `None` for limits that are not counted over time (concurrency).
+    fn window(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// True when permits come back only through [`Algorithm::give_back`] (a concurrency limit), so a
     /// [`crate::Lease`] must release them on drop.
     fn releases_on_drop(&self) -> bool {

@@ -142,6 +142,16 @@ impl Lease {
     pub fn meta(&self) -> Meta {
         self.meta
     }
+    /// True when dropping this lease gives permits back (a concurrency limit, or a chain with one),
+    /// so it must be kept for as long as the work runs.
+    pub fn releases_on_drop(&self) -> bool {
+        match &self.hold {
+            Hold::None => false,
+            Hold::Permits(_) => true,
+            Hold::Many(parts) => parts.iter().any(Lease::releases_on_drop),
+        }
+    }
+
     /// Gives concurrency permits back now rather than at the end of scope.
     pub fn release(self) {}
 }

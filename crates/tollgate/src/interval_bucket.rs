@@ -153,6 +153,10 @@ impl Algorithm for IntervalBucket {
         self.quota.load()
     }
 
+    fn window(&self) -> Option<std::time::Duration> {
+        Some(self.quota.load().period())
+    }
+
     fn set_config(&self, quota: Quota) -> Quota {
         self.quota.store(quota)
     }

@@ -362,6 +362,11 @@ where
         self.inner.algo.capacity()
     }
 
+    /// The period the quota is counted over; `None` for concurrency limits.
+    pub fn window(&self) -> Option<Duration> {
+        self.inner.algo.window()
+    }
+
     /// The clock this limiter reads.
     pub fn clock(&self) -> &C {
         &self.inner.clock

@@ -179,6 +179,11 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         s.drive(None);
     }
 
+    /// The period the quota is counted over; `None` for concurrency limits.
+    pub fn window(&self) -> Option<Duration> {
+        self.shared.algo.window()
+    }
+
     /// The algorithm's configuration.
     pub fn config(&self) -> A::Config {
         self.shared.algo.config()

@@ -38,6 +38,11 @@ pub trait RateLimiter: Send + Sync {
 
     /// Most permits one request can be granted.
     fn capacity(&self) -> u64;
+
+    /// The period the quota is counted over; `None` when not counted over time.
+    fn window(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 impl<A: Algorithm, C: Clock> RateLimiter for Limiter<A, C> {
@@ -60,6 +65,9 @@ impl<A: Algorithm, C: Clock> RateLimiter for Limiter<A, C> {
     fn capacity(&self) -> u64 {
         Limiter::capacity(self)
     }
+    fn window(&self) -> Option<std::time::Duration> {
+        Limiter::window(self)
+    }
 }
 
 impl<L: RateLimiter> RateLimiter for Arc<L> {
@@ -80,5 +88,8 @@ impl<L: RateLimiter> RateLimiter for Arc<L> {
     }
     fn capacity(&self) -> u64 {
         (**self).capacity()
+    }
+    fn window(&self) -> Option<std::time::Duration> {
+        (**self).window()
     }
 }

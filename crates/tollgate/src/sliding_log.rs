@@ -151,6 +151,10 @@ impl Algorithm for SlidingLog {
         self.quota.load()
     }
 
+    fn window(&self) -> Option<std::time::Duration> {
+        Some(self.quota.load().period())
+    }
+
     fn set_config(&self, quota: Quota) -> Quota {
         self.quota.store(quota)
     }

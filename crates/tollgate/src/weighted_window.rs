@@ -166,6 +166,10 @@ impl Algorithm for WeightedWindow {
         self.quota.load()
     }
 
+    fn window(&self) -> Option<std::time::Duration> {
+        Some(self.quota.load().period())
+    }
+
     fn set_config(&self, quota: Quota) -> Quota {
         self.quota.store(quota)
     }

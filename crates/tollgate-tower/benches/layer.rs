@@ -1,0 +1,75 @@
+//! Overhead of the layer per request over a no-op service, side by side with `tower_governor`
+//! on the same quota and key (peer IP), in-process `oneshot` calls.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use futures::executor::block_on;
+use http::{Request, Response};
+use http_body_util::Empty;
+use tollgate::{Keyed, Quota, TokenBucket};
+use tollgate_tower::{ClientIp, Policy, RateLimitLayer};
+use tower::{Layer, Service, ServiceExt, service_fn};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::PeerIpKeyExtractor;
+
+fn request(ip: u32) -> Request<Empty<Bytes>> {
+    let mut req = Request::new(Empty::new());
+    let addr = SocketAddr::from((std::net::Ipv4Addr::from(ip), 4000));
+    req.extensions_mut().insert(ConnectInfo(addr));
+    req
+}
+
+fn noop() -> impl Service<Request<Empty<Bytes>>, Response = Response<Body>, Error = Infallible> + Clone {
+    service_fn(|_req: Request<Empty<Bytes>>| async { Ok::<_, Infallible>(Response::new(Body::empty())) })
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("layer_overhead");
+    g.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3)).sample_size(30);
+
+    // One permit per nanosecond, a huge burst: every request is admitted, so we time the path
+    // every request takes.
+    let quota = Quota::per_second(1_000_000_000).unwrap().with_burst(1_000_000_000).unwrap();
+    let ours =
+        RateLimitLayer::new(Policy::new("per-ip", ClientIp::new(), Keyed::new(TokenBucket::new(quota)))).layer(noop());
+    let config = GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(1_000_000_000)
+        .key_extractor(PeerIpKeyExtractor)
+        .finish()
+        .unwrap();
+    let theirs = tower_governor::GovernorLayer::new(config).layer(noop());
+    let base = noop();
+
+    for (name, keys) in [("one_ip", 1u32), ("1000_ips", 1000)] {
+        let mut i = 0u32;
+        g.bench_function(format!("noop/{name}"), |b| {
+            b.iter(|| {
+                i = (i + 1) % keys;
+                block_on(base.clone().oneshot(request(i))).unwrap()
+            })
+        });
+        g.bench_function(format!("tollgate/{name}"), |b| {
+            b.iter(|| {
+                i = (i + 1) % keys;
+                block_on(ours.clone().oneshot(request(i))).unwrap()
+            })
+        });
+        g.bench_function(format!("tower_governor/{name}"), |b| {
+            b.iter(|| {
+                i = (i + 1) % keys;
+                block_on(theirs.clone().oneshot(request(i))).unwrap()
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,59 @@
+//! # tollgate-tower: rate limiting as a tower layer
+//!
+//! Put any Tollgate limiter (local, keyed, chained) in front of tower services and axum routers,
+//! with the answers clients need:
+//!
+//! - 429 by default (configurable status and body, e.g. RFC 9457 problem JSON);
+//! - `Retry-After` in whole seconds rounded **up** — never `0` while still limited;
+//! - the IETF `RateLimit-Policy` / `RateLimit` fields, on rejections and optionally on every
+//!   response;
+//! - keys from the client IP (forwarding headers only from trusted proxies), a header, the matched
+//!   route, an extension set by your auth layer, or any function; a missing key is your decision;
+//! - a cost per request; several policies all-or-nothing;
+//! - concurrency limits whose permits are held until the response body has been sent (or the
+//!   client went away), not just until the headers were written.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use axum::{Router, routing::get};
+//! use tollgate::{Concurrency, Keyed, Quota, TokenBucket};
+//! use tollgate_tower::{ClientIp, Policy, RateLimitLayer};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let per_ip = Policy::new("per-ip", ClientIp::new(), Keyed::new(TokenBucket::new(Quota::per_second(5)?)));
+//! let in_flight = Policy::new("in-flight", ClientIp::new(), Keyed::new(Concurrency::new(2)?));
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(per_ip).and(in_flight).headers_on_success(true));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! // The peer address is what `ClientIp` keys on.
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod body;
+pub mod headers;
+mod key;
+mod limit;
+mod policy;
+mod proxy;
+mod service;
+
+pub use body::RateLimitBody;
+#[cfg(feature = "axum")]
+pub use key::Route;
+pub use key::{ClientIp, Extension, Global, Header, KeyExtractor, KeyFn, RequestInfo};
+pub use limit::Limit;
+pub use policy::{Both, CostFn, Denied, MissingKey, Policies, Policy, PolicyPermit, PolicyState};
+pub use service::{RateLimit, RateLimitLayer, RejectBody, ResponseFuture, problem_json};
+
+/// A configuration mistake, naming the offending value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A trusted-proxy entry is neither a CIDR network nor an IP address.
+    #[error("trusted proxy {0:?} is neither a network (10.0.0.0/8) nor an address")]
+    BadProxyNetwork(String),
+}
