@@ -27,6 +27,12 @@ pub enum Reason {
     Closed,
     /// A keyed limiter is at its `max_keys` cap and no idle key could make room.
     KeyLimit,
+    /// A distributed backend could not decide in time and its failure policy is to deny.
+    Unavailable,
+    /// Admitted without a decision: the backend failed and its failure policy is to allow.
+    FailOpen,
+    /// Decided by a local fallback limiter because the distributed backend failed.
+    Fallback,
 }
 
 impl fmt::Display for Reason {
@@ -41,6 +47,9 @@ impl fmt::Display for Reason {
             Reason::MaxWait => "wait would exceed max_wait",
             Reason::Closed => "limiter closed",
             Reason::KeyLimit => "too many keys",
+            Reason::Unavailable => "rate-limit backend unavailable (failure policy: deny)",
+            Reason::FailOpen => "rate-limit backend unavailable (failure policy: allow)",
+            Reason::Fallback => "decided by the local fallback limiter (backend unavailable)",
         })
     }
 }
@@ -84,9 +93,17 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(meta: Meta, permits: u64, acquired_at: u64) -> Lease {
+    /// A lease for `permits` granted at `granted_at` (clock nanoseconds), for limiters outside
+    /// this crate (e.g. a Redis backend). Nothing is released on drop.
+    pub fn new(meta: Meta, permits: u64, granted_at: u64) -> Lease {
         let reason = if permits == 0 { Reason::Probe } else { Reason::Granted };
-        Lease { meta, permits, reason, acquired_at, hold: Hold::None }
+        Lease { meta, permits, reason, acquired_at: granted_at, hold: Hold::None }
+    }
+
+    /// The same lease with another reason ([`Reason::FailOpen`], [`Reason::Fallback`]).
+    pub fn with_reason(mut self, reason: Reason) -> Lease {
+        self.reason = reason;
+        self
     }
 
     pub(crate) fn holding(mut self, pool: Arc<dyn PermitPool>) -> Lease {
@@ -197,13 +214,20 @@ pub struct Rejected {
 }
 
 impl Rejected {
-    pub(crate) fn new(meta: Meta, permits: u64, reason: Reason) -> Rejected {
+    /// A rejection of `permits`, for limiters outside this crate.
+    pub fn new(meta: Meta, permits: u64, reason: Reason) -> Rejected {
         Rejected { meta, permits, reason }
     }
 
     pub(crate) fn with_reason(mut self, reason: Reason, retry_ns: Option<u64>) -> Rejected {
         self.reason = reason;
         self.meta.retry_ns = retry_ns;
+        self
+    }
+
+    /// The same rejection with another reason.
+    pub fn because(mut self, reason: Reason) -> Rejected {
+        self.reason = reason;
         self
     }
 

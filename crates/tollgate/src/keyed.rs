@@ -252,16 +252,23 @@ where
                 Err(Rejected::new(meta, n, reason))
             }
         };
-        if n > inner.algo.capacity() {
-            let fresh = inner.algo.new_state(now);
-            let meta = inner.algo.decide(&fresh, now, 0, false).unwrap_or_else(|m| m);
-            return count(Err(Meta { retry_ns: None, ..meta }), Reason::ExceedsCapacity);
-        }
+        let over = n > inner.algo.capacity();
+        // Over capacity: report the key's state (as a probe would), never take anything.
+        let over_capacity = |state: &A::State| {
+            let meta = inner.algo.decide(state, now, 0, false).unwrap_or_else(|m| m);
+            count(Err(Meta { retry_ns: None, ..meta }), Reason::ExceedsCapacity)
+        };
         {
             let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
             if let Some((_, state)) = table.find(hash, |(k, _)| k.borrow() == key) {
+                if over {
+                    return over_capacity(state);
+                }
                 return count(inner.algo.decide(state, now, n, commit), Reason::Exhausted);
             }
+        }
+        if over {
+            return over_capacity(&inner.algo.new_state(now));
         }
         if n == 0 || !commit {
             // Nothing to take: answer from a fresh state without storing the key.

@@ -1,0 +1,75 @@
+-- sliding_log.lua: exact sliding logs (one sorted-set member per permit, scored by the time it
+-- was taken), one or more decided together, all-or-nothing. Never more than `limit` permits in
+-- any window of `period`.
+--
+-- KEYS[i]   log i: a sorted set; member "<time>:<j>", score = time in µs.
+-- ARGV[1]   now in microseconds, or '' to read the server's TIME.
+-- ARGV[2]   n: permits asked for (0 = probe).
+-- ARGV[3]   mode: 0 = check (take nothing), 1 = take.
+-- ARGV[4]   unused.
+-- ARGV[5]   minimum key TTL in milliseconds.
+-- ARGV[6 + 2(i-1)]  log i: limit.
+-- ARGV[7 + 2(i-1)]  log i: period in microseconds.
+--
+-- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting log}.
+-- A key lives until its newest member leaves the window.
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local n = tonumber(ARGV[2])
+local mode = tonumber(ARGV[3])
+local min_ttl = tonumber(ARGV[5])
+
+-- Microseconds until `k` more fit: the (total + k - lim)-th oldest member must have left.
+local function wait_for(key, total, lim, p, k)
+  if total + k <= lim then return 0 end
+  local oldest = redis.call('ZRANGE', key, total + k - lim - 1, total + k - lim - 1, 'WITHSCORES')
+  return math.max(tonumber(oldest[2]) + p - now, 0)
+end
+
+local admitted, limiting = 1, 0
+local totals = {}
+for i, key in ipairs(KEYS) do
+  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
+  local p = tonumber(ARGV[7 + 2 * (i - 1)])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p))
+  local total = redis.call('ZCARD', key)
+  totals[i] = total
+  if total + n > lim and admitted == 1 then admitted, limiting = 0, i end
+end
+
+local take = admitted == 1 and n > 0 and mode ~= 0
+local limit, remaining, reset, retry = nil, nil, 0, 0
+for i, key in ipairs(KEYS) do
+  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
+  local p = tonumber(ARGV[7 + 2 * (i - 1)])
+  local total = totals[i]
+  if take then
+    local stamp = string.format('%.0f', now)
+    -- Members taken in the same microsecond are numbered after the ones already there.
+    local first = redis.call('ZCOUNT', key, stamp, stamp)
+    for j = 1, n do
+      redis.call('ZADD', key, stamp, stamp .. ':' .. (first + j))
+    end
+    total = total + n
+    redis.call('PEXPIRE', key, math.max(math.ceil(p / 1000), 1, min_ttl))
+  end
+  local rem = math.max(lim - total, 0)
+  local rst = 0
+  if total > 0 then
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    rst = math.max(tonumber(newest[2]) + p - now, 0)
+  end
+  local k = 1
+  if admitted == 0 and i == limiting then k = n end
+  local rty = wait_for(key, total, lim, p, k)
+  if remaining == nil or rem < remaining then remaining, limit = rem, lim end
+  reset = math.max(reset, rst)
+  retry = math.max(retry, rty)
+end
+return {admitted, limit, remaining, reset, retry, 0, limiting}

@@ -1,0 +1,100 @@
+-- sliding_window.lua: weighted two-window sliding counters (previous window's count weighted by
+-- its overlap with the sliding window, plus the current window's), all-or-nothing.
+-- Windows are aligned to multiples of the period since the clock's origin.
+--
+-- KEYS[i]   counter i: a hash {i = window index, p = previous count, c = current count}.
+-- ARGV[1]   now in microseconds, or '' to read the server's TIME.
+-- ARGV[2]   n: permits asked for (0 = probe).
+-- ARGV[3]   mode: 0 = check (take nothing), 1 = take.
+-- ARGV[4]   unused.
+-- ARGV[5]   minimum key TTL in milliseconds.
+-- ARGV[6 + 2(i-1)]  counter i: limit.
+-- ARGV[7 + 2(i-1)]  counter i: period in microseconds.
+--
+-- Admits when prev * (P - elapsed) + (curr + n) * P <= limit * P, in exact integers.
+-- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting counter}.
+-- A key lives until both of its counts have left the sliding window.
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local n = tonumber(ARGV[2])
+local mode = tonumber(ARGV[3])
+local min_ttl = tonumber(ARGV[5])
+
+-- floor(a / b) for non-negative integers held in doubles, corrected for rounding.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 end
+  if (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
+-- Microseconds from now until `k` more fit, given counts (prev, curr) of window `index`.
+local function wait_for(index, prev, curr, lim, p, k)
+  local start = index * p
+  local function earliest(pv, cu)
+    if cu + k > lim then return nil end
+    if pv == 0 then return 0 end
+    return p - math.min(idiv((lim - cu - k) * p, pv), p)
+  end
+  local e = earliest(prev, curr)
+  if e ~= nil then return math.max(start + e - now, 0) end
+  e = earliest(curr, 0) or p
+  return math.max(start + p + e - now, 0)
+end
+
+local function state(key, p)
+  local stored = redis.call('HMGET', key, 'i', 'p', 'c')
+  local index = math.floor(now / p)
+  local w, prev, curr = tonumber(stored[1]), tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+  if w == nil or index - w >= 2 then
+    prev, curr = 0, 0
+  elseif index - w == 1 then
+    prev, curr = curr, 0
+  end
+  return index, prev, curr
+end
+
+local function meta(index, prev, curr, lim, p)
+  local elapsed = now - index * p
+  local weighted = prev * (p - elapsed) + curr * p
+  local rem = idiv(math.max(lim * p - weighted, 0), p)
+  local rst = 0
+  if curr > 0 then rst = (index + 2) * p - now elseif prev > 0 then rst = (index + 1) * p - now end
+  return rem, rst, wait_for(index, prev, curr, lim, p, 1)
+end
+
+local admitted, limiting = 1, 0
+local states = {}
+for i, key in ipairs(KEYS) do
+  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
+  local p = tonumber(ARGV[7 + 2 * (i - 1)])
+  local index, prev, curr = state(key, p)
+  states[i] = {index, prev, curr, lim, p}
+  local elapsed = now - index * p
+  if prev * (p - elapsed) + (curr + n) * p > lim * p and admitted == 1 then
+    admitted, limiting = 0, i
+  end
+end
+
+local take = admitted == 1 and n > 0 and mode ~= 0
+local limit, remaining, reset, retry = nil, nil, 0, 0
+for i, key in ipairs(KEYS) do
+  local index, prev, curr, lim, p = unpack(states[i])
+  if take then
+    curr = curr + n
+    redis.call('HSET', key, 'i', index, 'p', prev, 'c', curr)
+    redis.call('PEXPIRE', key, math.max(math.ceil(((index + 2) * p - now) / 1000), 1, min_ttl))
+  end
+  local rem, rst, rty = meta(index, prev, curr, lim, p)
+  if admitted == 0 and i == limiting then rty = wait_for(index, prev, curr, lim, p, n) end
+  if remaining == nil or rem < remaining then remaining, limit = rem, lim end
+  reset = math.max(reset, rst)
+  retry = math.max(retry, rty)
+end
+return {admitted, limit, remaining, reset, retry, 0, limiting}

@@ -1,0 +1,237 @@
+//! [`Redis`]: the connection every distributed limiter shares, with a deadline on every call and a
+//! back-off after failures so a dead server is not asked again on every request.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Script, Value};
+
+use crate::error::BackendError;
+
+/// Connection settings.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    /// Longest a decision may wait for Redis before the failure policy decides (default 50 ms).
+    pub deadline: Duration,
+    /// Longest `connect` may take (default 2 s).
+    pub connect_timeout: Duration,
+    /// First back-off after a failure (default 25 ms); doubles per consecutive failure.
+    pub backoff_min: Duration,
+    /// Longest back-off (default 500 ms): a restarted server is used again within this.
+    pub backoff_max: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            deadline: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(2),
+            backoff_min: Duration::from_millis(25),
+            backoff_max: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// A shared Redis connection (single server or cluster). Cheap to clone.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+/// let redis = tollgate_redis::Redis::connect("redis://127.0.0.1:6379/").await?;
+/// # let _ = redis; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Redis {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Conn,
+    client: Option<redis::Client>,
+    url: String,
+    options: RedisOptions,
+    health: Mutex<Health>,
+}
+
+#[derive(Default)]
+struct Health {
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+}
+
+impl Redis {
+    /// Connects to one server with the default options (50 ms deadline per decision).
+    pub async fn connect(url: &str) -> Result<Redis, BackendError> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connects to one server.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Redis, BackendError> {
+        let client = redis::Client::open(url)
+            .map_err(|e| BackendError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.connect_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(options.backoff_max);
+        let manager =
+            tokio::time::timeout(options.connect_timeout, ConnectionManager::new_with_config(client.clone(), config))
+                .await
+                .map_err(|_| BackendError::Timeout(options.connect_timeout))?
+                .map_err(|e| match BackendError::classify(e, url, None) {
+                    BackendError::Redis(e) => BackendError::Connect { url: url.to_owned(), source: e },
+                    other => other,
+                })?;
+        let redis = Redis::from_parts(Conn::Single(manager), Some(client), url, options);
+        redis.ping().await?;
+        Ok(redis)
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes.
+    pub async fn connect_cluster(urls: &[&str], options: RedisOptions) -> Result<Redis, BackendError> {
+        let joined = urls.join(",");
+        let client = redis::cluster::ClusterClient::builder(urls.iter().copied())
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.connect_timeout)
+            .build()
+            .map_err(|e| BackendError::InvalidUrl { url: joined.clone(), reason: e.to_string() })?;
+        let conn = tokio::time::timeout(options.connect_timeout, client.get_async_connection())
+            .await
+            .map_err(|_| BackendError::Timeout(options.connect_timeout))?
+            .map_err(|e| BackendError::Connect { url: joined.clone(), source: e })?;
+        let redis = Redis::from_parts(Conn::Cluster(conn), None, &joined, options);
+        redis.ping().await?;
+        Ok(redis)
+    }
+
+    fn from_parts(conn: Conn, client: Option<redis::Client>, url: &str, options: RedisOptions) -> Redis {
+        Redis {
+            inner: Arc::new(Inner {
+                conn,
+                client,
+                url: url.to_owned(),
+                options,
+                health: Mutex::new(Health::default()),
+            }),
+        }
+    }
+
+    async fn ping(&self) -> Result<(), BackendError> {
+        let mut cmd = redis::cmd("PING");
+        let url = &self.inner.url;
+        let timeout = self.inner.options.connect_timeout;
+        let fut = async {
+            match self.inner.conn.clone() {
+                Conn::Single(mut c) => cmd.query_async::<Value>(&mut c).await,
+                Conn::Cluster(mut c) => {
+                    cmd = redis::cmd("PING");
+                    cmd.query_async::<Value>(&mut c).await
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Err(_) => Err(BackendError::Timeout(timeout)),
+            Ok(Err(e)) => Err(match BackendError::classify(e, url, None) {
+                BackendError::Redis(e) => BackendError::Connect { url: url.clone(), source: e },
+                other => other,
+            }),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
+    /// Where this connects to.
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// The settings in use.
+    pub fn options(&self) -> &RedisOptions {
+        &self.inner.options
+    }
+
+    /// The client of a single-server connection (for dedicated blocking connections); `None` on
+    /// a cluster.
+    pub fn client(&self) -> Option<&redis::Client> {
+        self.inner.client.as_ref()
+    }
+
+    /// The last error seen, while Redis is considered down; `None` when healthy.
+    pub fn last_error(&self) -> Option<String> {
+        let h = self.inner.health.lock().unwrap_or_else(|e| e.into_inner());
+        h.retry_at.is_some().then(|| h.last_error.clone()).flatten()
+    }
+
+    /// Runs `script` with `keys` and `args` (EVALSHA; the script is loaded only on NOSCRIPT, then
+    /// retried once) within the deadline. While backing off after failures, fails at once.
+    pub async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<T, BackendError> {
+        self.check_backoff()?;
+        let mut invocation = script.prepare_invoke();
+        for k in keys {
+            invocation.key(k);
+        }
+        for a in args {
+            invocation.arg(a);
+        }
+        let deadline = self.inner.options.deadline;
+        let call = async {
+            match self.inner.conn.clone() {
+                Conn::Single(mut c) => invocation.invoke_async::<T>(&mut c).await,
+                Conn::Cluster(mut c) => invocation.invoke_async::<T>(&mut c).await,
+            }
+        };
+        let outcome = match tokio::time::timeout(deadline, call).await {
+            Err(_) => Err(BackendError::Timeout(deadline)),
+            Ok(Err(e)) => Err(BackendError::classify(e, &self.inner.url, keys.first().map(String::as_str))),
+            Ok(Ok(v)) => Ok(v),
+        };
+        self.record(&outcome);
+        outcome
+    }
+
+    fn check_backoff(&self) -> Result<(), BackendError> {
+        let h = self.inner.health.lock().unwrap_or_else(|e| e.into_inner());
+        match h.retry_at {
+            Some(at) if Instant::now() < at => {
+                Err(BackendError::BackingOff { last_error: h.last_error.clone().unwrap_or_default() })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn record<T>(&self, outcome: &Result<T, BackendError>) {
+        let mut h = self.inner.health.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok(_) => {
+                if h.retry_at.take().is_some() {
+                    tracing::info!(url = %self.inner.url, "redis is answering again");
+                }
+                h.failures = 0;
+            }
+            // A wrong key type is the caller's data, not the server's health.
+            Err(BackendError::WrongType { .. }) => {}
+            Err(e) => {
+                h.failures = h.failures.saturating_add(1);
+                let o = &self.inner.options;
+                let backoff = o.backoff_min.saturating_mul(1 << (h.failures - 1).min(16)).min(o.backoff_max);
+                if h.retry_at.is_none() {
+                    tracing::warn!(url = %self.inner.url, error = %e, "redis failed; failure policy decides until it answers");
+                }
+                h.retry_at = Some(Instant::now() + backoff);
+                h.last_error = Some(e.to_string());
+            }
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! # tollgate-redis: limits shared by every replica
+//!
+//! The same decisions as the in-memory [`tollgate`] limiters, with the state in Redis:
+//!
+//! - one round trip per decision: a Lua script per algorithm (in `scripts/*.lua`, each with its
+//!   KEYS/ARGV/return contract on top), run with `EVALSHA` and loaded only on `NOSCRIPT`;
+//! - time from Redis `TIME`, never from the client;
+//! - several limits (per user, per tenant) decided together, all-or-nothing;
+//! - keys that expire as soon as they stop mattering;
+//! - hash-tagged keys, so it works on Redis Cluster;
+//! - a deadline on every call, and a [`FailurePolicy`] (deny, allow, or a local limiter) that
+//!   decides when Redis cannot — reported with its own [`tollgate::Reason`], never as "limited".
+//!
+//! Going from local to distributed is one line:
+//!
+//! ```no_run
+//! use tollgate::{Keyed, Quota, TokenBucket};
+//! use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! let quota = Quota::per_second(10)?;
+//! // let per_user = Keyed::new(TokenBucket::new(quota));                     // one process
+//! let redis = Redis::connect("redis://127.0.0.1/").await?;
+//! let per_user = RedisLimiter::builder(&redis, "api", RedisAlgorithm::TokenBucket).limit("user", quota).build()?;
+//! let lease = per_user.try_acquire("alice", 1).await;
+//! # let _ = (lease, Keyed::<String, _>::new(TokenBucket::new(quota))); Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod backend;
+mod error;
+mod failure;
+mod limiter;
+mod scripts;
+mod semaphore;
+
+pub use backend::{Redis, RedisOptions};
+pub use error::BackendError;
+pub use failure::FailurePolicy;
+pub use limiter::{RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
+pub use semaphore::{RedisSemaphore, RedisSemaphoreBuilder, SemaphoreConfigError, SemaphoreGuard, SemaphoreState};
+
+use std::future::Future;
+
+use tollgate::{Algorithm, Clock, Keyed, Lease, Meta, Rejected};
+
+/// A misconfigured limiter, naming what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A limiter needs at least one limit.
+    #[error("redis limiter {prefix:?} has no limits: add one with .limit(name, quota)")]
+    NoLimits {
+        /// The limiter's key prefix.
+        prefix: String,
+    },
+}
+
+/// A limiter keyed by strings that may live in this process or in Redis: code written against
+/// this trait swaps one for the other without changing call sites.
+pub trait AsyncKeyed: Send + Sync {
+    /// Takes `n` permits for `key` now or rejects.
+    fn try_acquire(&self, key: &str, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send;
+    /// Would `n` permits for `key` be granted now? Takes nothing.
+    fn check(&self, key: &str, n: u64) -> impl Future<Output = Result<Meta, Rejected>> + Send;
+}
+
+impl<A: Algorithm, C: Clock> AsyncKeyed for Keyed<String, A, C> {
+    fn try_acquire(&self, key: &str, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
+        std::future::ready(Keyed::try_acquire(self, key, n))
+    }
+    fn check(&self, key: &str, n: u64) -> impl Future<Output = Result<Meta, Rejected>> + Send {
+        std::future::ready(Keyed::check(self, key, n))
+    }
+}
+
+impl AsyncKeyed for RedisLimiter {
+    fn try_acquire(&self, key: &str, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
+        RedisLimiter::try_acquire(self, key, n)
+    }
+    fn check(&self, key: &str, n: u64) -> impl Future<Output = Result<Meta, Rejected>> + Send {
+        RedisLimiter::check(self, key, n)
+    }
+}

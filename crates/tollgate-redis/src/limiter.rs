@@ -1,0 +1,368 @@
+//! [`RedisLimiter`]: one decision per round trip, time from Redis, several limits at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Script;
+use tollgate::{Clock, Lease, Meta, Quota, Reason, Rejected};
+
+use crate::backend::Redis;
+use crate::error::BackendError;
+use crate::failure::FailurePolicy;
+use crate::scripts;
+
+/// Which algorithm the script runs (the same rules as the in-memory limiters of the same name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedisAlgorithm {
+    /// GCRA token bucket ([`tollgate::TokenBucket`]); supports reserving a slot for `acquire`.
+    TokenBucket,
+    /// Fixed window opened by the first request ([`tollgate::FixedWindow`]).
+    FixedWindow,
+    /// Weighted two-window sliding counter ([`tollgate::WeightedWindow`]).
+    SlidingWindow,
+    /// Exact sliding log ([`tollgate::SlidingLog`]).
+    SlidingLog,
+}
+
+impl RedisAlgorithm {
+    fn script(self) -> &'static Script {
+        match self {
+            RedisAlgorithm::TokenBucket => &scripts::TOKEN_BUCKET,
+            RedisAlgorithm::FixedWindow => &scripts::FIXED_WINDOW,
+            RedisAlgorithm::SlidingWindow => &scripts::SLIDING_WINDOW,
+            RedisAlgorithm::SlidingLog => &scripts::SLIDING_LOG,
+        }
+    }
+
+    /// The two per-limit numbers the script takes, and the limit's capacity.
+    fn params(self, q: &Quota) -> ([u64; 2], u64) {
+        let us = |ns: u64| ns.div_ceil(1000);
+        match self {
+            RedisAlgorithm::TokenBucket => ([us(q.emission_interval().as_nanos() as u64), q.burst()], q.burst()),
+            _ => ([q.limit(), us(q.period().as_nanos() as u64)], q.limit()),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct LimitSpec {
+    name: String,
+    params: [u64; 2],
+}
+
+/// Reads "now" for scripts in tests (a [`tollgate::ManualClock`]); production reads Redis TIME.
+type NowFn = Arc<dyn Fn() -> u64 + Send + Sync>;
+/// Sleeps until a time of that clock.
+type SleepFn = Arc<dyn Fn(u64) -> tollgate::Sleep + Send + Sync>;
+
+/// Builds a [`RedisLimiter`].
+pub struct RedisLimiterBuilder {
+    redis: Redis,
+    prefix: String,
+    algorithm: RedisAlgorithm,
+    limits: Vec<(String, Quota)>,
+    failure: FailurePolicy,
+    clock: Option<(NowFn, SleepFn)>,
+    max_wait: Option<Duration>,
+}
+
+impl RedisLimiterBuilder {
+    /// Adds a limit named `name` (part of its Redis key). Several limits are decided together,
+    /// all-or-nothing, in one script call.
+    pub fn limit(mut self, name: &str, quota: Quota) -> Self {
+        self.limits.push((name.to_owned(), quota));
+        self
+    }
+
+    /// What to answer when Redis fails (default [`FailurePolicy::Deny`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure = policy;
+        self
+    }
+
+    /// Longest `acquire` may wait (default: unbounded). A token bucket rejects at once, taking
+    /// nothing, when its earliest slot is further away than this.
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// Takes time from `clock` instead of Redis `TIME` — for tests on a
+    /// [`tollgate::ManualClock`] only: processes with different clocks would disagree.
+    pub fn clock<C: Clock>(mut self, clock: C) -> Self {
+        let sleeper = clock.clone();
+        self.clock = Some((Arc::new(move || clock.now()), Arc::new(move |at| sleeper.sleep_until(at))));
+        self
+    }
+
+    /// The limiter; at least one limit is required.
+    pub fn build(self) -> Result<RedisLimiter, crate::ConfigError> {
+        if self.limits.is_empty() {
+            return Err(crate::ConfigError::NoLimits { prefix: self.prefix });
+        }
+        let mut capacity = u64::MAX;
+        let mut specs = Vec::with_capacity(self.limits.len());
+        for (name, quota) in &self.limits {
+            let (params, cap) = self.algorithm.params(quota);
+            capacity = capacity.min(cap);
+            specs.push(LimitSpec { name: name.clone(), params });
+        }
+        let window = self.limits.iter().map(|(_, q)| q.period()).max();
+        Ok(RedisLimiter {
+            inner: Arc::new(LimiterInner {
+                redis: self.redis,
+                prefix: self.prefix,
+                algorithm: self.algorithm,
+                limits: specs,
+                capacity,
+                window,
+                failure: self.failure,
+                clock: self.clock,
+                system: tollgate::SystemClock::new(),
+                max_wait: self.max_wait,
+            }),
+        })
+    }
+}
+
+/// A limiter whose state lives in Redis, shared by every process that uses the same prefix and
+/// limit names. Decisions take one round trip; the time is Redis's own.
+///
+/// ```no_run
+/// use tollgate::Quota;
+/// use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = Redis::connect("redis://127.0.0.1/").await?;
+/// let api = RedisLimiter::builder(&redis, "api", RedisAlgorithm::TokenBucket)
+///     .limit("per-user", Quota::per_second(10)?)
+///     .build()?;
+/// match api.try_acquire("user:42", 1).await {
+///     Ok(lease) => println!("go, {} left", lease.remaining()),
+///     Err(no) => println!("{} — retry in {:?}", no.reason(), no.retry_after()),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisLimiter {
+    inner: Arc<LimiterInner>,
+}
+
+struct LimiterInner {
+    redis: Redis,
+    prefix: String,
+    algorithm: RedisAlgorithm,
+    limits: Vec<LimitSpec>,
+    capacity: u64,
+    window: Option<Duration>,
+    failure: FailurePolicy,
+    clock: Option<(NowFn, SleepFn)>,
+    system: tollgate::SystemClock,
+    max_wait: Option<Duration>,
+}
+
+enum Mode {
+    Check = 0,
+    Take = 1,
+    Reserve = 2,
+}
+
+/// The script's answer.
+struct Answer {
+    admitted: bool,
+    meta: Meta,
+    wait_us: u64,
+}
+
+impl RedisLimiter {
+    /// Starts a limiter whose keys start with `prefix`.
+    pub fn builder(redis: &Redis, prefix: &str, algorithm: RedisAlgorithm) -> RedisLimiterBuilder {
+        RedisLimiterBuilder {
+            redis: redis.clone(),
+            prefix: prefix.to_owned(),
+            algorithm,
+            limits: Vec::new(),
+            failure: FailurePolicy::Deny,
+            clock: None,
+            max_wait: None,
+        }
+    }
+
+    /// Most permits one request can be granted (the smallest of the limits).
+    pub fn capacity(&self) -> u64 {
+        self.inner.capacity
+    }
+
+    /// The longest period among the limits.
+    pub fn window(&self) -> Option<Duration> {
+        self.inner.window
+    }
+
+    /// The Redis keys of a decision on `key`: `{prefix}:{<key>}:<limit name>` — the key is the
+    /// hash tag, so all limits of one decision land on one cluster slot.
+    pub fn redis_keys(&self, key: &str) -> Vec<String> {
+        self.keys_for(key, &vec![key; self.inner.limits.len()])
+    }
+
+    fn keys_for(&self, tag: &str, keys: &[&str]) -> Vec<String> {
+        let i = &self.inner;
+        i.limits
+            .iter()
+            .zip(keys)
+            .map(|(l, k)| {
+                if *k == tag {
+                    format!("{}:{{{tag}}}:{}", i.prefix, l.name)
+                } else {
+                    format!("{}:{{{tag}}}:{}:{k}", i.prefix, l.name)
+                }
+            })
+            .collect()
+    }
+
+    fn now_ns(&self) -> u64 {
+        match &self.inner.clock {
+            Some((now, _)) => now(),
+            None => tollgate::Clock::now(&self.inner.system),
+        }
+    }
+
+    /// Takes `n` permits for `key` from every limit, or from none.
+    pub async fn try_acquire(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
+        self.decide_keys(key, &vec![key; self.inner.limits.len()], n, Mode::Take).await
+    }
+
+    /// Several limits on different keys in one atomic decision: `keys[i]` is the key for the
+    /// i-th limit (e.g. `["user:42", "tenant:acme"]`). All keys are stored under the hash tag
+    /// `tag`; on Redis Cluster choose the coarsest key (the tenant), so that a tenant's counter is
+    /// one key shared by all its users.
+    pub async fn try_acquire_keys(&self, tag: &str, keys: &[&str], n: u64) -> Result<Lease, Rejected> {
+        self.decide_keys(tag, keys, n, Mode::Take).await
+    }
+
+    /// Like [`RedisLimiter::try_acquire`], but a Redis failure is returned as the error it is
+    /// instead of being decided by the failure policy.
+    pub async fn try_acquire_or_error(&self, key: &str, n: u64) -> Result<Result<Lease, Rejected>, BackendError> {
+        let keys = vec![key; self.inner.limits.len()];
+        if n > self.inner.capacity {
+            return Ok(self.decide_keys(key, &keys, n, Mode::Take).await);
+        }
+        let answer = self.call(key, &keys, n, Mode::Take, 0).await?;
+        Ok(self.outcome(answer, n, false))
+    }
+
+    /// Would `n` permits for `key` be granted now? Takes nothing.
+    pub async fn check(&self, key: &str, n: u64) -> Result<Meta, Rejected> {
+        self.decide_keys(key, &vec![key; self.inner.limits.len()], n, Mode::Check).await.map(|l| l.meta())
+    }
+
+    /// Waits for `n` permits for `key`. A token bucket reserves the earliest slot in the same
+    /// round trip and sleeps until it (first come, first served across processes); the window
+    /// algorithms retry at each `retry_after` (not ordered). Rejects with [`Reason::MaxWait`],
+    /// taking nothing, when the wait would exceed `max_wait`.
+    pub async fn acquire(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
+        let keys = vec![key; self.inner.limits.len()];
+        let max_wait_us = self.inner.max_wait.map_or(u64::MAX / 4, |d| d.as_micros() as u64);
+        if self.inner.algorithm == RedisAlgorithm::TokenBucket {
+            let lease = self.decide_with(key, &keys, n, Mode::Reserve, max_wait_us).await?;
+            let wait = lease.granted_at();
+            let now = self.now_ns();
+            if wait > now {
+                self.sleep_until(wait).await;
+            }
+            return Ok(lease);
+        }
+        let start = self.now_ns();
+        loop {
+            let rejected = match self.decide_keys(key, &keys, n, Mode::Take).await {
+                Ok(lease) => return Ok(lease),
+                Err(r) if r.reason() == Reason::Exhausted => r,
+                Err(r) => return Err(r),
+            };
+            let retry = rejected.retry_after().unwrap_or_default().max(Duration::from_micros(1));
+            let at = self.now_ns().saturating_add(retry.as_nanos() as u64);
+            if at.saturating_sub(start) / 1000 > max_wait_us {
+                return Err(rejected.because(Reason::MaxWait));
+            }
+            self.sleep_until(at).await;
+        }
+    }
+
+    async fn sleep_until(&self, at: u64) {
+        match &self.inner.clock {
+            Some((_, sleep)) => sleep(at).await,
+            None => tollgate::Clock::sleep_until(&self.inner.system, at).await,
+        }
+    }
+
+    async fn decide_keys(&self, tag: &str, keys: &[&str], n: u64, mode: Mode) -> Result<Lease, Rejected> {
+        self.decide_with(tag, keys, n, mode, 0).await
+    }
+
+    async fn decide_with(
+        &self,
+        tag: &str,
+        keys: &[&str],
+        n: u64,
+        mode: Mode,
+        max_wait_us: u64,
+    ) -> Result<Lease, Rejected> {
+        let i = &self.inner;
+        assert_eq!(keys.len(), i.limits.len(), "one key per limit");
+        if n > i.capacity {
+            // Report the key's state, as the in-memory limiters do; waiting cannot help.
+            let meta = match self.call(tag, keys, 0, Mode::Check, 0).await {
+                Ok(answer) => answer.meta,
+                Err(_) => Meta { limit: i.capacity, remaining: 0, reset_ns: 0, retry_ns: None },
+            };
+            return Err(Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::ExceedsCapacity));
+        }
+        let reserve = matches!(mode, Mode::Reserve);
+        match self.call(tag, keys, n, mode, max_wait_us).await {
+            Ok(answer) => self.outcome(answer, n, reserve),
+            Err(error) => {
+                tracing::debug!(%error, prefix = %i.prefix, key = tag, "redis decision failed; failure policy decides");
+                i.failure.decide(tag, n, i.capacity)
+            }
+        }
+    }
+
+    fn outcome(&self, answer: Answer, n: u64, reserve: bool) -> Result<Lease, Rejected> {
+        if answer.admitted {
+            // A reservation's lease is granted when its slot comes.
+            let at = self.now_ns().saturating_add(answer.wait_us.saturating_mul(1000));
+            Ok(Lease::new(answer.meta, n, at))
+        } else if reserve {
+            Err(Rejected::new(answer.meta, n, Reason::MaxWait))
+        } else {
+            Err(Rejected::new(answer.meta, n, Reason::Exhausted))
+        }
+    }
+
+    async fn call(
+        &self,
+        tag: &str,
+        keys: &[&str],
+        n: u64,
+        mode: Mode,
+        max_wait_us: u64,
+    ) -> Result<Answer, BackendError> {
+        let i = &self.inner;
+        let redis_keys = self.keys_for(tag, keys);
+        let (now_arg, min_ttl) = match &i.clock {
+            // A manual clock runs at its own pace: keep keys for a minute of real time at least.
+            Some((now, _)) => ((now() / 1000).to_string(), 60_000),
+            None => (String::new(), 0),
+        };
+        let mut args = Vec::with_capacity(5 + 2 * i.limits.len());
+        args.extend([now_arg, n.to_string(), (mode as u8).to_string(), max_wait_us.to_string(), min_ttl.to_string()]);
+        for l in &i.limits {
+            args.extend(l.params.iter().map(u64::to_string));
+        }
+        let reply: Vec<i64> = i.redis.invoke(i.algorithm.script(), &redis_keys, &args).await?;
+        let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
+        Ok(Answer {
+            admitted: get(0) == 1,
+            meta: Meta { limit: get(1), remaining: get(2), reset_ns: get(3) * 1000, retry_ns: Some(get(4) * 1000) },
+            wait_us: get(5),
+        })
+    }
+}

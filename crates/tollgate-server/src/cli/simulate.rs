@@ -1,0 +1,149 @@
+//! `tollgate simulate`: parse the arguments, validate them into a [`Scenario`], run it, print the
+//! table on stdout and write the plot.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use tollgate_server::simulate::{
+    AlgorithmKind, DEFAULT_DURATION, Mode, Scenario, SimError, Traffic, parse_duration, parse_quota, plot, simulate,
+};
+
+/// Arguments of `tollgate simulate`.
+#[derive(Debug, Args)]
+#[command(after_long_help = AFTER_HELP)]
+pub(crate) struct SimulateArgs {
+    /// The quota every algorithm enforces: LIMIT/PERIOD, e.g. 100/s, 10/100ms, 600/m.
+    #[arg(long, value_name = "LIMIT/PERIOD")]
+    quota: String,
+
+    /// Most permits a token bucket holds at once (token_bucket, interval_bucket) [default: the limit].
+    #[arg(long)]
+    burst: Option<u64>,
+
+    // The help is an attribute, not a doc comment: its brackets are not links.
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        help = "When requests arrive: steady[:RATE], bursts[:N/EVERY], boundary[:N[,SPREAD]], poisson[:RATE], \
+                ramp[:FROM..TO], replay:FILE (see --help for each)"
+    )]
+    traffic: String,
+
+    /// `all`, or a comma-separated list of token_bucket, interval_bucket, fixed_window,
+    /// sliding_window, weighted_window, sliding_log.
+    #[arg(long, default_value = "all")]
+    algorithms: String,
+
+    /// Simulated time, e.g. 60s, 10m [default: 60s; for replay, up to the last timestamp plus one
+    /// period].
+    #[arg(long)]
+    duration: Option<String>,
+
+    /// Segments of the sliding window.
+    #[arg(long, default_value_t = tollgate_server::simulate::DEFAULT_SEGMENTS)]
+    segments: u64,
+
+    /// Seed of the random patterns (poisson): the same seed gives the same output.
+    #[arg(long, default_value_t = tollgate_server::simulate::DEFAULT_SEED)]
+    seed: u64,
+
+    /// Requests wait in the limiter's FIFO queue (acquire) instead of being rejected (try_acquire).
+    #[arg(long)]
+    acquire: bool,
+
+    /// With --acquire: reject a request at once when its wait would be longer than this.
+    #[arg(long, requires = "acquire")]
+    max_wait: Option<String>,
+
+    /// Width of the plot's time buckets [default: a tenth of the quota's period, at most 1000 buckets].
+    #[arg(long)]
+    bucket: Option<String>,
+
+    /// Write the plot here: .svg or .png.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+const AFTER_HELP: &str = "\
+Traffic patterns (L = the quota's limit, P = its period; parameters left out take the default):
+  steady[:RATE]           evenly spaced arrivals, e.g. steady:150/s            [2L/P]
+  bursts[:N/EVERY]        N requests at once, every EVERY, e.g. bursts:50/2s   [2L/2P]
+  boundary[:N[,SPREAD]]   every 2 periods: 1 request at the start (it opens a fixed window there),
+                          N over the last SPREAD of the window, N over the first SPREAD of the next,
+                          e.g. boundary:100,50ms                               [L, P/20]
+  poisson[:RATE]          random (exponential) gaps at RATE on average, from --seed   [2L/P]
+  ramp[:FROM..TO]         rate rising linearly from FROM to TO, e.g. ramp:0/s..300/s  [0..3L/P]
+  replay:FILE             one arrival per line: seconds from the start (1.25) or RFC 3339
+                          (2024-05-01T12:00:00.250Z); blank lines and # comments are skipped
+
+The table: admitted, rejected, worst window / limit (the most admissions in any window of one
+period, sliding over every admission), max retry-after (or, with --acquire, the longest wait from
+arrival to grant), and memory per key (size of the algorithm's state plus its heap).
+
+Example:
+  tollgate simulate --quota 100/s --burst 20 --traffic boundary --duration 10s --out sim.svg";
+
+pub(crate) fn main(args: SimulateArgs) -> ExitCode {
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(if e.is_usage() { 2 } else { 1 })
+        }
+    }
+}
+
+/// The arguments, checked: what to simulate and where to draw it.
+struct Validated {
+    scenario: Scenario,
+    out: Option<PathBuf>,
+    bucket: Option<Duration>,
+}
+
+fn run(args: SimulateArgs) -> Result<(), SimError> {
+    let Validated { scenario, out, bucket } = validate(args)?;
+    let sim = simulate(&scenario)?;
+    println!("{}", sim.report());
+    if let Some(path) = out {
+        plot::write(&sim, &path, bucket)?;
+        eprintln!("plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Everything the user typed, checked and turned into a scenario before anything runs.
+fn validate(args: SimulateArgs) -> Result<Validated, SimError> {
+    let quota = parse_quota(&args.quota, args.burst)?;
+    if let Some(out) = &args.out {
+        plot::Format::from_path(out)?;
+    }
+    let traffic = Traffic::parse(&args.traffic, &quota)?;
+    let duration = match (&args.duration, &traffic) {
+        (Some(d), _) => parse_duration("--duration", d)?,
+        // A replay runs to its last timestamp plus one period, so its last window is complete.
+        (None, Traffic::Replay { times, .. }) => {
+            Duration::from_nanos(times.last().copied().unwrap_or(0)).saturating_add(quota.period())
+        }
+        (None, _) => DEFAULT_DURATION,
+    };
+    let mode = if args.acquire {
+        Mode::Acquire { max_wait: args.max_wait.as_deref().map(|m| parse_duration("--max-wait", m)).transpose()? }
+    } else {
+        Mode::Try
+    };
+    let bucket = args.bucket.as_deref().map(|b| parse_duration("--bucket", b)).transpose()?;
+    if let Some(b) = bucket {
+        plot::check_bucket(duration, b)?;
+    }
+    let scenario = Scenario {
+        algorithms: AlgorithmKind::parse_list(&args.algorithms)?,
+        duration,
+        segments: args.segments,
+        seed: args.seed,
+        mode,
+        ..Scenario::new(quota, traffic)
+    };
+    Ok(Validated { scenario, out: args.out, bucket })
+}

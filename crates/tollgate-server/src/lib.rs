@@ -1,0 +1,10 @@
+//! The library behind the `tollgate` binary.
+//!
+//! - [`simulate`]: run the same request arrivals through each of the core crate's rate-limiting
+//!   algorithms on a manual clock and compare them, as a table and a plot (`tollgate simulate`).
+//!
+//! The server (`tollgate serve`) lands here next.
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+pub mod simulate;

@@ -1,0 +1,138 @@
+//! `tollgate simulate`: run one request-arrival sequence through each rate-limiting algorithm on
+//! a manual clock and compare what they admit, as numbers and as a plot.
+//!
+//! Data flows one way: user input is parsed ([`parse_quota`], [`Traffic::parse`],
+//! [`AlgorithmKind::parse_list`]) into a [`Scenario`]; [`simulate`] turns its traffic into
+//! arrival times (seeded, so the same seed gives the same run) and runs them through a
+//! [`tollgate::Limiter`] per algorithm, each on its own [`tollgate::ManualClock`]; the resulting
+//! [`Simulation`] prints as a table ([`Simulation::report`]) and draws as a plot ([`plot`]).
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate_server::simulate::{AlgorithmKind, Scenario, Traffic, parse_quota, simulate};
+//!
+//! let quota = parse_quota("100/s", None)?;
+//! let mut scenario = Scenario::new(quota, Traffic::parse("boundary", &quota)?);
+//! scenario.duration = Duration::from_secs(10);
+//! let sim = simulate(&scenario)?;
+//!
+//! let fixed = sim.run(AlgorithmKind::FixedWindow).unwrap();
+//! assert!(fixed.worst.count > 190);                 // nearly 2x the limit across a boundary
+//! let log = sim.run(AlgorithmKind::SlidingLog).unwrap();
+//! assert!(log.worst.count <= 100);                  // never more than the limit
+//! println!("{}", sim.report());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod algorithm;
+mod error;
+pub mod plot;
+mod report;
+mod run;
+mod traffic;
+mod units;
+mod window;
+
+use std::time::Duration;
+
+use tollgate::Quota;
+
+pub use algorithm::AlgorithmKind;
+pub use error::SimError;
+pub use report::Report;
+pub use run::{AlgorithmRun, Memory, Mode, Waits};
+pub use traffic::{MAX_REQUESTS, Traffic, parse_replay, read_replay};
+pub use units::{Rate, Span, parse_duration, parse_quota};
+pub use window::{Worst, bucket_counts, trailing_counts, worst_window};
+
+/// Segments of a sliding window unless told otherwise.
+pub const DEFAULT_SEGMENTS: u64 = 10;
+/// Simulated time unless told otherwise.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(60);
+/// Seed of the random patterns unless told otherwise.
+pub const DEFAULT_SEED: u64 = 1;
+/// Most segments a simulated sliding window may have (800 KB of counters per key).
+pub const MAX_SEGMENTS: u64 = 100_000;
+
+/// What to simulate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// The quota every algorithm enforces (the burst only matters to the token buckets).
+    pub quota: Quota,
+    /// When requests arrive.
+    pub traffic: Traffic,
+    /// Simulated time; arrivals at or after it are not offered.
+    pub duration: Duration,
+    /// The algorithms to compare, in report order.
+    pub algorithms: Vec<AlgorithmKind>,
+    /// Segments of [`AlgorithmKind::SlidingWindow`].
+    pub segments: u64,
+    /// Seed of the random patterns.
+    pub seed: u64,
+    /// `try_acquire` or queued `acquire`.
+    pub mode: Mode,
+}
+
+impl Scenario {
+    /// Every algorithm, [`DEFAULT_DURATION`], [`DEFAULT_SEGMENTS`], [`DEFAULT_SEED`],
+    /// [`Mode::Try`].
+    pub fn new(quota: Quota, traffic: Traffic) -> Scenario {
+        Scenario {
+            quota,
+            traffic,
+            duration: DEFAULT_DURATION,
+            algorithms: AlgorithmKind::ALL.to_vec(),
+            segments: DEFAULT_SEGMENTS,
+            seed: DEFAULT_SEED,
+            mode: Mode::Try,
+        }
+    }
+}
+
+/// The outcome: what was offered, and what each algorithm admitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Simulation {
+    /// What was simulated.
+    pub scenario: Scenario,
+    /// Arrival times in nanoseconds, ascending.
+    pub offered: Vec<u64>,
+    /// One run per algorithm, in the scenario's order.
+    pub runs: Vec<AlgorithmRun>,
+}
+
+impl Simulation {
+    /// The run of `kind`, if it was simulated.
+    pub fn run(&self, kind: AlgorithmKind) -> Option<&AlgorithmRun> {
+        self.runs.iter().find(|r| r.algorithm == kind)
+    }
+
+    /// The table printed by `tollgate simulate` (see [`Report`]).
+    pub fn report(&self) -> Report<'_> {
+        Report::new(self)
+    }
+}
+
+/// Runs `scenario`: builds its arrivals, then runs them through each algorithm.
+pub fn simulate(scenario: &Scenario) -> Result<Simulation, SimError> {
+    let end = units::nanos(scenario.duration);
+    if end == 0 {
+        return Err(SimError::invalid("--duration", &Span(scenario.duration).to_string(), "must be longer than zero"));
+    }
+    if scenario.algorithms.is_empty() {
+        return Err(SimError::invalid("--algorithms", "", "name at least one algorithm, or `all`"));
+    }
+    if scenario.algorithms.contains(&AlgorithmKind::SlidingWindow) && scenario.segments > MAX_SEGMENTS {
+        return Err(SimError::invalid(
+            "--segments",
+            &scenario.segments.to_string(),
+            format!("at most {MAX_SEGMENTS} segments (8 bytes each, per key)"),
+        ));
+    }
+    let offered = scenario.traffic.arrivals(scenario.duration, scenario.seed)?;
+    let runs = scenario
+        .algorithms
+        .iter()
+        .map(|&kind| run::run(kind, scenario.quota, scenario.segments, scenario.mode, &offered, end))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Simulation { scenario: scenario.clone(), offered, runs })
+}

@@ -1,0 +1,279 @@
+//! `tollgate simulate`, through the library and end to end through the binary.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use tollgate_server::simulate::{AlgorithmKind, Mode, Scenario, Traffic, parse_quota, simulate};
+
+fn tollgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tollgate")).args(args).output().expect("the tollgate binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh path under Cargo's scratch directory for integration tests.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("simulate");
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+#[test]
+fn boundary_attack_lets_fixed_window_admit_up_to_twice_the_limit_and_sliding_log_never_more() {
+    for (quota, mode) in [
+        ("100/s", Mode::Try),
+        ("10/100ms", Mode::Try),
+        ("600/m", Mode::Try),
+        ("100/s", Mode::Acquire { max_wait: None }),
+    ] {
+        let q = parse_quota(quota, None).unwrap();
+        let mut scenario = Scenario::new(q, Traffic::parse("boundary", &q).unwrap());
+        scenario.duration = q.period() * 20;
+        scenario.mode = mode;
+        let sim = simulate(&scenario).unwrap();
+        let limit = q.limit();
+
+        let fixed = sim.run(AlgorithmKind::FixedWindow).unwrap();
+        // One request opens the window; the rest of the limit just before its end, the whole limit
+        // again just after: 2 * limit - 1 inside one period.
+        assert!(fixed.worst.count > limit, "{quota} {mode:?}: fixed window {:?}", fixed.worst);
+        assert!(fixed.worst.count >= 2 * limit - 1, "{quota} {mode:?}: fixed window {:?}", fixed.worst);
+        assert!(fixed.worst.count <= 2 * limit, "{quota} {mode:?}: fixed window {:?}", fixed.worst);
+
+        let log = sim.run(AlgorithmKind::SlidingLog).unwrap();
+        assert!(log.worst.count <= limit, "{quota} {mode:?}: sliding log {:?}", log.worst);
+        assert_eq!(log.worst.count, limit, "{quota} {mode:?}: the log does admit up to its limit");
+        // Everything offered is accounted for.
+        for run in &sim.runs {
+            assert_eq!(run.admitted.len() as u64 + run.rejected + run.queued_at_end, sim.offered.len() as u64);
+        }
+    }
+}
+
+#[test]
+fn the_table_shows_the_boundary_attack_numbers() {
+    let out = tollgate(&["simulate", "--quota", "100/s", "--traffic", "boundary", "--duration", "10s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    let row = |name: &str| {
+        table.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} row in\n{table}")).to_owned()
+    };
+    assert!(row("fixed_window").contains("199/100 (1.99x)"), "{table}");
+    assert!(row("sliding_log").contains("100/100 (1.00x)"), "{table}");
+    assert!(table.contains("offered:  1005 requests"), "{table}");
+    for kind in AlgorithmKind::ALL {
+        assert!(row(kind.name()).len() > kind.name().len());
+    }
+}
+
+#[test]
+fn same_seed_gives_identical_table_and_plot_bytes() {
+    let run = |seed: &str, out: &PathBuf| {
+        let o = tollgate(&[
+            "simulate",
+            "--quota",
+            "50/s",
+            "--burst",
+            "10",
+            "--traffic",
+            "poisson:80/s",
+            "--duration",
+            "20s",
+            "--seed",
+            seed,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (stdout(&o), std::fs::read(out).unwrap())
+    };
+    for ext in ["svg", "png"] {
+        let a = run("7", &scratch(&format!("seed-a.{ext}")));
+        let b = run("7", &scratch(&format!("seed-b.{ext}")));
+        assert_eq!(a.0, b.0, "same seed, same table");
+        assert!(a.1 == b.1, "same seed, same {ext} bytes");
+        let c = run("8", &scratch(&format!("seed-c.{ext}")));
+        assert_ne!(a.0, c.0, "another seed, other arrivals");
+        assert!(a.1 != c.1, "another seed, another {ext}");
+    }
+}
+
+#[test]
+fn a_bad_pattern_file_is_an_error_naming_its_line() {
+    let file = scratch("bad-pattern.txt");
+    std::fs::write(&file, "# arrivals, seconds from the start\n0.10\n0.25\n\n0.3O\n1.0\n").unwrap();
+    let spec = format!("replay:{}", file.display());
+
+    let out = tollgate(&["simulate", "--quota", "10/s", "--traffic", &spec]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("pattern file {}, line 5: \"0.3O\"", file.display())), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(stdout(&out).is_empty());
+
+    // The same through the library.
+    let q = parse_quota("10/s", None).unwrap();
+    let e = Traffic::parse(&spec, &q).unwrap_err();
+    assert!(e.to_string().contains("line 5"), "{e}");
+}
+
+#[test]
+fn a_replay_file_runs_to_its_last_timestamp() {
+    let file = scratch("replay.txt");
+    std::fs::write(&file, "2024-05-01T12:00:00Z\n2024-05-01T14:00:00.5+02:00\n2024-05-01T12:00:01Z\n").unwrap();
+    let spec = format!("replay:{}", file.display());
+    let out = tollgate(&["simulate", "--quota", "1/s", "--traffic", &spec, "--algorithms", "sliding_log"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(table.contains("for 2s,"), "{table}");
+    assert!(table.contains("offered:  3 requests"), "{table}");
+    // 0 s and 1 s are admitted; 0.5 s is not (the log holds the one at 0 s).
+    assert!(table.lines().any(|l| l.starts_with("sliding_log") && l.contains(" 2 ") && l.contains(" 1 ")), "{table}");
+}
+
+#[test]
+fn plot_files_are_valid_svg_and_png() {
+    let svg = scratch("plot.svg");
+    let out = tollgate(&[
+        "simulate",
+        "--quota",
+        "100/s",
+        "--traffic",
+        "boundary",
+        "--duration",
+        "6s",
+        "--out",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    assert_eq!(root.attribute("width"), Some("1200"));
+    assert_eq!(root.attribute("height"), Some("800"));
+    let lines = doc.descendants().filter(|n| n.has_tag_name("polyline")).count();
+    assert!(lines >= 2 * AlgorithmKind::ALL.len(), "{lines} polylines");
+    let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
+    assert!(texts.iter().any(|t| t.contains("fixed_window 199/100")), "{texts:?}");
+    assert!(texts.iter().any(|t| t.contains("limit 100")), "{texts:?}");
+
+    let png_path = scratch("plot.png");
+    let out = tollgate(&[
+        "simulate",
+        "--quota",
+        "100/s",
+        "--traffic",
+        "steady:150/s",
+        "--duration",
+        "5s",
+        "--acquire",
+        "--out",
+        png_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png_path).unwrap()));
+    let mut reader = decoder.read_info().expect("a PNG header");
+    let (width, height) = (reader.info().width, reader.info().height);
+    assert_eq!((width, height), (1200, 800));
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    reader.next_frame(&mut pixels).expect("PNG pixels decode");
+    assert!(pixels.iter().any(|&b| b != 255), "the plot is not blank");
+}
+
+#[test]
+fn acquire_mode_reports_waits_in_the_fifo_queue() {
+    let out = tollgate(&[
+        "simulate",
+        "--quota",
+        "10/s",
+        "--traffic",
+        "bursts:20/4s",
+        "--duration",
+        "8s",
+        "--algorithms",
+        "token_bucket,sliding_log",
+        "--acquire",
+        "--max-wait",
+        "500ms",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(table.contains("longest wait") && table.contains("queued at end"), "{table}");
+    // Token bucket 10/s, burst 10: a burst of 20 gets 10 at once and 5 more within 500 ms.
+    let row = table.lines().find(|l| l.starts_with("token_bucket")).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[1..4], ["30", "10", "0"], "{table}");
+    assert!(row.contains("500ms"), "{table}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_naming_the_value_never_a_panic() {
+    let base = [("--quota", "100/s"), ("--traffic", "steady")];
+    for (args, needle) in [
+        (vec!["--quota", "100/x"], "invalid --quota \"100/x\""),
+        (vec!["--quota", "0/s"], "invalid --quota \"0/s\""),
+        (vec!["--quota", "100"], "no '/'"),
+        (vec!["--burst", "0"], "invalid --burst \"0\""),
+        (vec!["--traffic", "tsunami"], "unknown pattern \"tsunami\""),
+        (vec!["--traffic", "steady:fast"], "\"fast\""),
+        (vec!["--algorithms", "token_bucket,leaky_bucket"], "unknown algorithm \"leaky_bucket\""),
+        (vec!["--duration", "0s"], "invalid --duration \"0s\""),
+        (vec!["--duration", "forever"], "invalid --duration \"forever\""),
+        (vec!["--segments", "0"], "invalid --segments \"0\""),
+        (vec!["--segments", "1000000000"], "invalid --segments \"1000000000\""),
+        (vec!["--bucket", "1ns"], "invalid --bucket \"1ns\""),
+        (vec!["--max-wait", "1s"], "--acquire"),
+        (vec!["--out", "plot.gif"], "invalid --out \"plot.gif\""),
+        (vec!["--traffic", "steady:100000000/s", "--duration", "1h"], "more than 2000000 requests"),
+        (vec!["--traffic", "replay:/no/such/file.txt"], "cannot read pattern file /no/such/file.txt"),
+    ] {
+        let mut all = vec!["simulate"];
+        for (flag, value) in base {
+            if !args.contains(&flag) {
+                all.extend([flag, value]);
+            }
+        }
+        all.extend(&args);
+        let out = tollgate(&all);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // A file that cannot be written is the machine's fault, not the input's.
+    let out = tollgate(&["simulate", "--quota", "1/s", "--traffic", "steady", "--out", "/no/such/dir/plot.svg"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot write plot file /no/such/dir/plot.svg"));
+}
+
+#[test]
+fn help_lists_the_patterns() {
+    let out = tollgate(&["simulate", "--help"]);
+    assert!(out.status.success());
+    let help = stdout(&out);
+    for pattern in ["steady", "bursts", "boundary", "poisson", "ramp", "replay"] {
+        assert!(help.contains(pattern), "{help}");
+    }
+}
+
+#[test]
+fn simulated_time_is_not_wall_time() {
+    // An hour of 1000 requests per second through all six algorithms.
+    let q = parse_quota("500/s", Some(50)).unwrap();
+    let mut scenario = Scenario::new(q, Traffic::parse("poisson:1000/s", &q).unwrap());
+    scenario.duration = Duration::from_secs(600);
+    let started = std::time::Instant::now();
+    let sim = simulate(&scenario).unwrap();
+    assert!(sim.offered.len() > 590_000);
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+}
