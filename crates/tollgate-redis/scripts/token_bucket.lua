@@ -27,54 +27,48 @@ local mode = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])
 local min_ttl = tonumber(ARGV[5])
 
-local admitted = 1
-local limiting = 0
-local limit, remaining, reset, retry, wait = nil, nil, 0, 0, 0
-local new_tats = {}
-
+-- First pass: does every bucket admit?
+local admitted, limiting = 1, 0
+local buckets = {}
 for i, key in ipairs(KEYS) do
   local t = tonumber(ARGV[6 + 2 * (i - 1)])
   local burst = tonumber(ARGV[7 + 2 * (i - 1)])
   local horizon = now + t * burst
-  local tat = tonumber(redis.call('GET', key)) or 0
-  local base = math.max(tat, now)
+  local base = math.max(tonumber(redis.call('GET', key)) or 0, now)
   local new_tat = base + n * t
-  local ok, state_tat, this_retry
-  local this_wait = math.max(new_tat - horizon, 0)
-  if new_tat <= horizon or (mode == 2 and this_wait <= max_wait) then
-    ok = true
-    state_tat = (n > 0 and mode ~= 0) and new_tat or base
-    this_retry = nil
-  else
-    ok = false
-    state_tat = base
-    this_retry = new_tat - horizon
-  end
-  new_tats[i] = new_tat
-  local this_remaining = math.floor(math.max(horizon - state_tat, 0) / t)
-  local this_reset = math.max(state_tat - now, 0)
-  if this_retry == nil then
-    if this_remaining > 0 then this_retry = 0 else this_retry = math.max(state_tat + t - horizon, 0) end
-  end
-  if not ok and admitted == 1 then
-    admitted = 0
-    limiting = i
-  end
-  if remaining == nil or this_remaining < remaining then
-    remaining = this_remaining
-    limit = burst
-  end
-  reset = math.max(reset, this_reset)
-  retry = math.max(retry, this_retry)
-  wait = math.max(wait, ok and this_wait or 0)
+  local ok = new_tat <= horizon or (mode == 2 and new_tat - horizon <= max_wait)
+  if not ok and admitted == 1 then admitted, limiting = 0, i end
+  buckets[i] = {t, burst, horizon, base, new_tat, ok}
 end
 
-if admitted == 1 and n > 0 and mode ~= 0 then
+-- Second pass: metadata of the state each bucket is left in (taken only if all admitted).
+local take = admitted == 1 and n > 0 and mode ~= 0
+local limit, remaining, reset, retry, wait = nil, nil, 0, 0, 0
+local new_tats = {}
+for i, b in ipairs(buckets) do
+  local t, burst, horizon, base, new_tat, ok = unpack(b)
+  new_tats[i] = new_tat
+  local state_tat = take and new_tat or base
+  local this_remaining = math.floor(math.max(horizon - state_tat, 0) / t)
+  local this_reset = math.max(state_tat - now, 0)
+  local this_retry
+  if not ok then
+    this_retry = new_tat - horizon
+  elseif this_remaining > 0 then
+    this_retry = 0
+  else
+    this_retry = math.max(state_tat + t - horizon, 0)
+  end
+  if remaining == nil or this_remaining < remaining then remaining, limit = this_remaining, burst end
+  reset = math.max(reset, this_reset)
+  retry = math.max(retry, this_retry)
+  if take then wait = math.max(wait, new_tat - horizon, 0) end
+end
+
+if take then
   for i, key in ipairs(KEYS) do
     local ttl = math.max(math.ceil((new_tats[i] - now) / 1000) + 1, min_ttl)
     redis.call('SET', key, string.format('%.0f', new_tats[i]), 'PX', ttl)
   end
-else
-  wait = 0
 end
 return {admitted, limit, remaining, reset, retry, wait, limiting}

@@ -25,8 +25,9 @@ pub trait Algorithm: Send + Sync + 'static {
     fn capacity(&self) -> u64;
 
     /// Decides whether `n` permits may be taken at `now`; takes them if `commit` and admitted.
-    /// `n == 0` reports the state and never takes anything. Callers guarantee
-    /// `n <= self.capacity()`.
+    /// `n == 0` reports the state and never takes anything. `n` above
+    /// [`Algorithm::capacity`] must be rejected (never overflow): limiters rely on it to read the
+    /// capacity only on the rejection path.
     fn decide(&self, state: &Self::State, now: u64, n: u64, commit: bool) -> Result<Meta, Meta>;
 
     /// Returns `n` permits taken at `acquired_at` (a cancelled waiter, a chain's rollback, the end

@@ -20,7 +20,8 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 ///
 /// Clones of a clock must share one time line (a cloned [`ManualClock`] moves with the original).
 pub trait Clock: Clone + Send + Sync + 'static {
-    /// Nanoseconds since this clock's origin. Never goes backwards.
+    /// Nanoseconds since this clock's origin; monotonic (the system clock relies on the CPU's
+    /// invariant TSC, and every limiter tolerates a reading a few nanoseconds behind another).
     fn now(&self) -> u64;
 
     /// A future that completes once [`Clock::now`] is at or past `deadline`.
@@ -41,14 +42,14 @@ pub trait Clock: Clone + Send + Sync + 'static {
 #[derive(Clone, Debug)]
 pub struct SystemClock {
     clock: quanta::Clock,
-    origin: quanta::Instant,
+    origin: u64,
 }
 
 impl SystemClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
         let clock = quanta::Clock::new();
-        let origin = clock.now();
+        let origin = clock.raw();
         SystemClock { clock, origin }
     }
 }
@@ -62,9 +63,8 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> u64 {
-        // `quanta::Instant` saturates instead of going backwards across cores.
-        let elapsed = self.clock.now().saturating_duration_since(self.origin);
-        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+        // Raw counter ticks scaled once: no `Instant`/`Duration` round trip on the hot path.
+        self.clock.delta_as_nanos(self.origin, self.clock.raw())
     }
 
     fn sleep_until(&self, deadline: u64) -> Sleep {

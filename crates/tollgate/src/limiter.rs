@@ -260,19 +260,25 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
             return Err(self.reject_closed(n));
         }
         let now = self.clock.now();
-        if n > self.algo.capacity() {
-            self.rejected.fetch_add(1, Ordering::Relaxed);
-            return Err(self.over_capacity(now, n));
-        }
         let queued = self.queued.load(Ordering::Acquire);
         if queued > 0 && n > 0 && self.order == QueueOrder::Fifo {
+            if n > self.algo.capacity() {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                return Err(self.over_capacity(now, n));
+            }
             // Strict FIFO: taking permits now would overtake the waiters.
             let meta = self.algo.decide(&self.state, now, n, false).unwrap_or_else(|m| m);
             let retry = self.algo.wait_estimate(&self.state, now, queued + n);
             return Err(self.reject(Meta { remaining: 0, retry_ns: retry, ..meta }, n, Reason::Exhausted));
         }
+        // Every algorithm rejects more than its capacity, so the capacity is only read (to tell
+        // "never" from "not now") on the rejection path.
         match self.algo.decide(&self.state, now, n, true) {
             Ok(meta) => Ok(self.lease(meta, n, now)),
+            Err(_) if n > self.algo.capacity() => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                Err(self.over_capacity(now, n))
+            }
             Err(meta) => Err(self.reject(meta, n, Reason::Exhausted)),
         }
     }

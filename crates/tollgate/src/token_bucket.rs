@@ -70,8 +70,8 @@ impl Algorithm for TokenBucket {
     fn decide(&self, state: &TokenBucketState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
         let q = self.quota.load();
         let horizon = now.saturating_add(q.tau_ns());
-        // n <= burst, so n * T <= tau, which was checked not to overflow.
-        let cost = n * q.emission_ns();
+        // Saturating: more than the burst (even u64::MAX) must be rejected, not overflow.
+        let cost = n.saturating_mul(q.emission_ns());
         let mut tat = state.0.load(Ordering::Relaxed);
         loop {
             let base = tat.max(now);

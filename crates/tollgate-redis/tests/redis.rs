@@ -1,0 +1,313 @@
+//! Redis-specific behaviour: multi-limit atomicity, key expiry, exactness under contention, one
+//! round trip per decision, failures (outage, bad URL, auth, WRONGTYPE), and a real cluster.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, free_port};
+use tollgate::{ManualClock, Quota, Reason};
+use tollgate_redis::{BackendError, FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+
+async fn connect(server: &RedisServer) -> Redis {
+    Redis::connect(&server.url()).await.unwrap()
+}
+
+#[tokio::test]
+async fn several_limits_are_all_or_nothing() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::new();
+    for algorithm in [
+        RedisAlgorithm::TokenBucket,
+        RedisAlgorithm::FixedWindow,
+        RedisAlgorithm::SlidingWindow,
+        RedisAlgorithm::SlidingLog,
+    ] {
+        let l = RedisLimiter::builder(&redis, &format!("multi:{algorithm:?}"), algorithm)
+            .limit("user", Quota::per_minute(5).unwrap())
+            .limit("tenant", Quota::per_minute(8).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let _ = l.try_acquire_keys("acme", &["alice", "acme"], 5).await.unwrap();
+        // Bob's own limit has room (5) but the tenant has only 3 left: nothing may be taken from bob.
+        let no = l.try_acquire_keys("acme", &["bob", "acme"], 4).await.unwrap_err();
+        assert_eq!(no.reason(), Reason::Exhausted, "{algorithm:?}");
+        assert_eq!(no.remaining(), 3, "{algorithm:?}: tightest remaining is the tenant's");
+        let lease = l.try_acquire_keys("acme", &["bob", "acme"], 3).await.unwrap();
+        assert_eq!(lease.remaining(), 0, "{algorithm:?}");
+        // Bob took 3 of his 5, not 3 + 4.
+        let alone = RedisLimiter::builder(&redis, &format!("multi:{algorithm:?}"), algorithm)
+            .limit("user", Quota::per_minute(5).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let keys = alone.redis_keys("bob");
+        assert_eq!(keys, vec![format!("multi:{algorithm:?}:{{bob}}:user")]);
+        let _ = keys;
+    }
+}
+
+#[tokio::test]
+async fn keys_expire_when_they_stop_mattering() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let period = Duration::from_millis(800);
+    for algorithm in [
+        RedisAlgorithm::TokenBucket,
+        RedisAlgorithm::FixedWindow,
+        RedisAlgorithm::SlidingWindow,
+        RedisAlgorithm::SlidingLog,
+    ] {
+        let l = RedisLimiter::builder(&redis, &format!("ttl:{algorithm:?}"), algorithm)
+            .limit("l", Quota::per(period, 4).unwrap())
+            .build()
+            .unwrap();
+        for key in ["a", "b", "c"] {
+            let _ = l.try_acquire(key, 2).await.unwrap();
+            let _ = l.check(key, 1).await;
+        }
+    }
+    // Probes and checks store nothing; every stored key carries a TTL no longer than the time it
+    // can still matter (a token bucket until it is full, a window until it has slid past).
+    let keys = server.cli(&["--scan"]);
+    let keys: Vec<&str> = keys.lines().collect();
+    assert_eq!(keys.len(), 12, "{keys:?}");
+    for key in keys {
+        let ttl: i64 = server.cli(&["PTTL", key]).parse().unwrap();
+        assert!(ttl > 0 && ttl <= 2 * 800 + 2, "{key} has PTTL {ttl}");
+    }
+}
+
+#[tokio::test]
+async fn one_round_trip_per_decision() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let l = RedisLimiter::builder(&redis, "rt", RedisAlgorithm::TokenBucket)
+        .limit("a", Quota::per_second(1000).unwrap())
+        .limit("b", Quota::per_second(500).unwrap())
+        .build()
+        .unwrap();
+    let _ = l.try_acquire("warm", 1).await; // loads the script (NOSCRIPT, SCRIPT LOAD, EVALSHA)
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    for i in 0..100 {
+        let _ = l.try_acquire(&format!("k{}", i % 7), 1).await;
+    }
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let calls = |cmd: &str| {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
+            .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(calls("evalsha"), 100, "{stats}");
+    let top_level: u64 = ["eval", "script|load", "get", "set"].iter().map(|c| calls(c)).sum();
+    // GET/SET run inside the script and are counted too; what matters is no extra client call.
+    assert_eq!(calls("eval") + calls("script|load"), 0, "{stats}");
+    let _ = top_level;
+}
+
+/// 8 independent connections hammer one token bucket on the server's real clock; the admitted
+/// count never exceeds what the quota allows over the elapsed server time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_under_contention() {
+    let server = RedisServer::start();
+    let quota = Quota::per(Duration::from_millis(100), 20).unwrap().with_burst(20).unwrap();
+    let time_us = |s: &RedisServer| {
+        let t = s.cli(&["TIME"]);
+        let mut it = t.lines().map(|v| v.trim().parse::<u64>().unwrap());
+        it.next().unwrap() * 1_000_000 + it.next().unwrap()
+    };
+    let start = time_us(&server);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let redis =
+            Redis::connect_with(&server.url(), RedisOptions { deadline: Duration::from_secs(2), ..Default::default() })
+                .await
+                .unwrap();
+        let l =
+            RedisLimiter::builder(&redis, "contention", RedisAlgorithm::TokenBucket).limit("l", quota).build().unwrap();
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0u64;
+            let until = Instant::now() + Duration::from_millis(1200); // 12 windows of 100 ms
+            while Instant::now() < until {
+                match l.try_acquire("shared", 1).await {
+                    Ok(_) => admitted += 1,
+                    Err(r) => assert_eq!(r.reason(), Reason::Exhausted),
+                }
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    let elapsed_us = time_us(&server) - start;
+    // burst + one permit per 5 ms of server time.
+    let bound = 20 + elapsed_us / 5_000;
+    assert!(admitted <= bound, "admitted {admitted} > bound {bound}");
+    assert!(admitted >= bound * 8 / 10, "admitted {admitted}, bound {bound}: the limit should be used");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_follows_the_policy_within_the_deadline_and_recovers() {
+    let mut server = RedisServer::start();
+    let options = RedisOptions {
+        deadline: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(250),
+        ..Default::default()
+    };
+    let redis = Redis::connect_with(&server.url(), options).await.unwrap();
+    let policies = [
+        (FailurePolicy::Deny, Reason::Unavailable),
+        (FailurePolicy::Allow, Reason::FailOpen),
+        (FailurePolicy::local_share(Quota::per_second(1000).unwrap(), 4).unwrap(), Reason::Fallback),
+    ];
+    let limiters: Vec<_> = policies
+        .iter()
+        .map(|(p, _)| {
+            RedisLimiter::builder(&redis, "outage", RedisAlgorithm::TokenBucket)
+                .limit("l", Quota::per_second(1000).unwrap())
+                .failure_policy(p.clone())
+                .build()
+                .unwrap()
+        })
+        .collect();
+    for l in &limiters {
+        assert_eq!(l.try_acquire("k", 1).await.unwrap().reason(), Reason::Granted);
+    }
+    server.kill();
+    for _ in 0..30 {
+        for (l, (_, expected)) in limiters.iter().zip(&policies) {
+            let t = Instant::now();
+            let reason = match l.try_acquire("k", 1).await {
+                Ok(lease) => lease.reason(),
+                Err(r) => r.reason(),
+            };
+            assert_eq!(reason, *expected);
+            assert!(t.elapsed() < Duration::from_millis(300), "took {:?}", t.elapsed());
+        }
+    }
+    assert!(redis.last_error().is_some());
+    server.restart();
+    let restarted = Instant::now();
+    loop {
+        if let Ok(lease) = limiters[0].try_acquire("k", 1).await
+            && lease.reason() == Reason::Granted
+        {
+            break;
+        }
+        assert!(restarted.elapsed() < Duration::from_secs(1), "still not using redis 1 s after the restart");
+        tokio::task::yield_now().await;
+    }
+    assert!(redis.last_error().is_none());
+}
+
+#[tokio::test]
+async fn bad_urls_auth_and_wrong_types_are_clear_errors() {
+    let err = Redis::connect("http://nope").await.err().unwrap();
+    assert!(matches!(err, BackendError::InvalidUrl { .. }), "{err}");
+    assert!(err.to_string().contains("http://nope"), "{err}");
+
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let err = Redis::connect(&url).await.err().unwrap();
+    assert!(matches!(err, BackendError::Connect { .. }), "{err}");
+    assert!(err.to_string().contains(&url), "{err}");
+
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let err = Redis::connect(&server.url()).await.err().unwrap();
+    assert!(matches!(err, BackendError::Auth { .. }), "{err}");
+    let wrong = server.url().replace("redis://", "redis://:wrong@");
+    let err = Redis::connect(&wrong).await.err().unwrap();
+    assert!(matches!(err, BackendError::Auth { .. }), "{err}");
+    let redis = Redis::connect(&server.url().replace("redis://", "redis://:s3cret@")).await.unwrap();
+
+    let l = RedisLimiter::builder(&redis, "typed", RedisAlgorithm::TokenBucket)
+        .limit("l", Quota::per_second(5).unwrap())
+        .build()
+        .unwrap();
+    let key = &l.redis_keys("victim")[0];
+    server.cli(&["-a", "s3cret", "--no-auth-warning", "LPUSH", key, "x"]);
+    let err = l.try_acquire_or_error("victim", 1).await.unwrap_err();
+    assert!(matches!(&err, BackendError::WrongType { key: k, .. } if k == key), "{err}");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    // Through the failure policy (deny), the caller sees "unavailable", never "limited".
+    assert_eq!(l.try_acquire("victim", 1).await.unwrap_err().reason(), Reason::Unavailable);
+    // A wrong type is the caller's data, not an outage: other keys still go to Redis.
+    assert_eq!(l.try_acquire("other", 1).await.unwrap().reason(), Reason::Granted);
+
+    let none = RedisLimiter::builder(&redis, "empty", RedisAlgorithm::TokenBucket).build().err().unwrap();
+    assert!(none.to_string().contains("empty"), "{none}");
+}
+
+#[tokio::test]
+async fn acquire_reserves_the_earliest_slot_and_max_wait_takes_nothing() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::new();
+    let l = RedisLimiter::builder(&redis, "reserve", RedisAlgorithm::TokenBucket)
+        .limit("l", Quota::per_second(10).unwrap())
+        .clock(clock.clone())
+        .max_wait(Duration::from_millis(250))
+        .build()
+        .unwrap();
+    let _ = l.try_acquire("k", 10).await.unwrap();
+    let no = l.acquire("k", 3).await.unwrap_err(); // needs 300 ms
+    assert_eq!(no.reason(), Reason::MaxWait);
+    assert_eq!(l.check("k", 0).await.unwrap().retry_ns, Some(100_000_000), "the rejected reservation took nothing");
+    // Two reservations in a row: 100 ms and 200 ms from now, in order.
+    let first = l.acquire("k", 1);
+    let driver = async {
+        while clock.pending_sleeps() == 0 {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(Duration::from_millis(100));
+    };
+    let (lease, ()) = tokio::join!(first, driver);
+    assert_eq!(lease.unwrap().granted_at(), 100_000_000);
+}
+
+/// A real 3-node cluster: decisions with several limits land on one slot through the hash tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_on_a_three_node_cluster() {
+    let nodes: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]))
+        .collect();
+    let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes.iter().all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")) {
+        assert!(Instant::now() < deadline, "cluster did not become ready");
+        tokio::task::yield_now().await;
+    }
+    let urls: Vec<String> = addrs.iter().map(|a| format!("redis://{a}/")).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let redis = Redis::connect_cluster(&urls, RedisOptions { deadline: Duration::from_secs(2), ..Default::default() })
+        .await
+        .unwrap();
+    let l = RedisLimiter::builder(&redis, "cluster", RedisAlgorithm::SlidingLog)
+        .limit("user", Quota::per_minute(3).unwrap())
+        .limit("tenant", Quota::per_minute(5).unwrap())
+        .build()
+        .unwrap();
+    // Many tenants, so the keys spread over all three nodes' slots.
+    for t in 0..30 {
+        let tenant = format!("tenant{t}");
+        let _ = l.try_acquire_keys(&tenant, &["u1", &tenant], 3).await.unwrap();
+        let no = l.try_acquire_keys(&tenant, &["u2", &tenant], 3).await.unwrap_err();
+        assert_eq!(no.reason(), Reason::Exhausted, "{tenant}");
+        let _ = l.try_acquire_keys(&tenant, &["u2", &tenant], 2).await.unwrap();
+    }
+    let per_node: Vec<u64> = nodes.iter().map(|n| n.cli(&["DBSIZE"]).parse().unwrap()).collect();
+    assert!(per_node.iter().filter(|&&k| k > 0).count() >= 2, "keys on one node only: {per_node:?}");
+}
