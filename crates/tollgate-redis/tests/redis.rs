@@ -81,6 +81,34 @@ async fn keys_expire_when_they_stop_mattering() {
     }
 }
 
+/// Keys really go: with a 50 ms period every key is gone soon after its last use.
+#[tokio::test]
+async fn dbsize_returns_to_zero() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    for algorithm in [
+        RedisAlgorithm::TokenBucket,
+        RedisAlgorithm::FixedWindow,
+        RedisAlgorithm::SlidingWindow,
+        RedisAlgorithm::SlidingLog,
+    ] {
+        let l = RedisLimiter::builder(&redis, &format!("gone:{algorithm:?}"), algorithm)
+            .limit("l", Quota::per(Duration::from_millis(50), 5).unwrap())
+            .build()
+            .unwrap();
+        for key in 0..20 {
+            let _ = l.try_acquire(&key.to_string(), 1).await;
+        }
+    }
+    assert!(server.cli(&["DBSIZE"]).parse::<u64>().unwrap() > 0);
+    // Waiting for Redis's own expiry is the behaviour under test (at most 2 periods + 1 ms).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while server.cli(&["DBSIZE"]) != "0" {
+        assert!(Instant::now() < deadline, "keys left: {}", server.cli(&["--scan"]));
+        tokio::task::yield_now().await;
+    }
+}
+
 #[tokio::test]
 async fn one_round_trip_per_decision() {
     let server = RedisServer::start();
@@ -108,6 +136,19 @@ async fn one_round_trip_per_decision() {
     // GET/SET run inside the script and are counted too; what matters is no extra client call.
     assert_eq!(calls("eval") + calls("script|load"), 0, "{stats}");
     let _ = top_level;
+    // After a SCRIPT FLUSH (a restarted or failed-over server), NOSCRIPT reloads it once.
+    server.cli(&["SCRIPT", "FLUSH"]);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    assert_eq!(l.try_acquire("k", 1).await.unwrap().reason(), Reason::Granted);
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let calls = |cmd: &str| {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
+            .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!((calls("evalsha"), calls("script|load")), (2, 1), "{stats}");
 }
 
 /// 8 independent connections hammer one token bucket on the server's real clock; the admitted

@@ -26,11 +26,11 @@
 //! | algorithm | bursts | exact? | state per key |
 //! | --- | --- | --- | --- |
 //! | [`TokenBucket`] (GCRA, lock-free) | up to `burst`, then smooth | exact for its model | 8 bytes |
-//! | [`IntervalBucket`] | up to `burst`, refilled in steps | exact for its model | 16 bytes + lock |
-//! | [`FixedWindow`] | up to 2× limit across a boundary | no | 16 bytes + lock |
-//! | [`SlidingWindow`] (N segments) | about limit/N over | approximately | 8·N bytes + lock |
-//! | [`WeightedWindow`] | small | approximation | 24 bytes + lock |
-//! | [`SlidingLog`] | never over `limit` in any window | exact | 16 bytes per admission time |
+//! | [`IntervalBucket`] | up to `burst`, refilled in steps | exact for its model | 24 bytes |
+//! | [`FixedWindow`] | up to 2× limit across a boundary | no | 24 bytes |
+//! | [`SlidingWindow`] (N segments) | about limit/N over (queued waiters: up to 2×) | approximately | 40 + 8·N bytes |
+//! | [`WeightedWindow`] | small | approximation | 32 bytes |
+//! | [`SlidingLog`] | never over `limit` in any window | exact | 48 + 16 bytes per admission time |
 //! | [`Concurrency`] | — (permits held, not spent) | exact | 8 bytes |
 //!
 //! ## Waiting
