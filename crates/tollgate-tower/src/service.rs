@@ -154,20 +154,27 @@ impl<P: Policies> RateLimitLayer<P> {
 impl<S, P: Clone> Layer<S> for RateLimitLayer<P> {
     type Service = RateLimit<S, P>;
     fn layer(&self, inner: S) -> RateLimit<S, P> {
-        RateLimit { inner, policies: self.policies.clone(), config: self.config.clone() }
+        // One allocation per wrapped service, so that cloning the service per request (as
+        // `oneshot` and axum do) costs one reference count, not one per policy field.
+        let shared = Arc::new(Shared { policies: self.policies.clone(), config: self.config.clone() });
+        RateLimit { inner, shared }
     }
+}
+
+struct Shared<P> {
+    policies: P,
+    config: Arc<Config>,
 }
 
 /// The rate-limiting service (see [`RateLimitLayer`]).
 pub struct RateLimit<S, P> {
     inner: S,
-    policies: P,
-    config: Arc<Config>,
+    shared: Arc<Shared<P>>,
 }
 
-impl<S: Clone, P: Clone> Clone for RateLimit<S, P> {
+impl<S: Clone, P> Clone for RateLimit<S, P> {
     fn clone(&self) -> Self {
-        RateLimit { inner: self.inner.clone(), policies: self.policies.clone(), config: self.config.clone() }
+        RateLimit { inner: self.inner.clone(), shared: self.shared.clone() }
     }
 }
 
@@ -185,11 +192,12 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        match self.policies.decide(&RequestInfo::of(&req), self.config.status) {
+        let shared = &*self.shared;
+        match shared.policies.decide(&RequestInfo::of(&req), shared.config.status) {
             Ok(permit) => {
-                let headers = self.config.headers_on_success.then(|| {
+                let headers = shared.config.headers_on_success.then(|| {
                     let mut states = Vec::new();
-                    self.policies.describe(&permit, &mut states);
+                    shared.policies.describe(&permit, &mut states);
                     let mut h = http::HeaderMap::new();
                     insert_ratelimit(&mut h, &states);
                     h
@@ -213,7 +221,7 @@ where
 
 impl<S, P> RateLimit<S, P> {
     fn rejection<B>(&self, denied: &Denied) -> Response<RateLimitBody<B>> {
-        let (content_type, body) = (self.config.body)(denied);
+        let (content_type, body) = (self.shared.config.body)(denied);
         let mut res = Response::new(RateLimitBody::rejected(body));
         *res.status_mut() = denied.status;
         let h = res.headers_mut();

@@ -60,6 +60,12 @@ pub trait Algorithm: Send + Sync + 'static {
         None
     }
 
+    /// False when decisions never depend on time (a concurrency limit): limiters then skip the
+    /// clock read, and leases report `granted_at() == 0`.
+    fn reads_clock(&self) -> bool {
+        true
+    }
+
     /// True when permits come back only through [`Algorithm::give_back`] (a concurrency limit), so a
     /// [`crate::Lease`] must release them on drop.
     fn releases_on_drop(&self) -> bool {

@@ -112,4 +112,8 @@ impl Algorithm for Concurrency {
     fn releases_on_drop(&self) -> bool {
         true
     }
+
+    fn reads_clock(&self) -> bool {
+        false
+    }
 }

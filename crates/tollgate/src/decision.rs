@@ -126,7 +126,8 @@ impl Lease {
         }
     }
 
-    /// When the permits were granted, in nanoseconds of the limiter's [`crate::Clock`].
+    /// When the permits were granted, in nanoseconds of the limiter's [`crate::Clock`]; 0 for
+    /// limits that never read the clock (concurrency).
     pub fn granted_at(&self) -> u64 {
         self.acquired_at
     }

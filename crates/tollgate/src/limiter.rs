@@ -230,6 +230,12 @@ impl<A: Algorithm, C: Clock> Drop for Limiter<A, C> {
 }
 
 impl<A: Algorithm, C: Clock> Shared<A, C> {
+    /// The clock's time, or 0 for algorithms that never read it (saves a clock read per call).
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        if self.algo.reads_clock() { self.clock.now() } else { 0 }
+    }
+
     pub(crate) fn closed_rejection(&self, n: u64) -> Rejected {
         let meta = self.algo.decide(&self.state, self.clock.now(), 0, false).unwrap_or_else(|m| m);
         Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::Closed)
@@ -259,7 +265,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(self.reject_closed(n));
         }
-        let now = self.clock.now();
+        let now = self.now();
         let queued = self.queued.load(Ordering::Acquire);
         if queued > 0 && n > 0 && self.order == QueueOrder::Fifo {
             if n > self.algo.capacity() {
@@ -315,7 +321,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
 
 impl<A: Algorithm, C: Clock> PermitPool for Shared<A, C> {
     fn release(self: Arc<Self>, n: u64) {
-        self.algo.give_back(&self.state, self.clock.now(), n, 0);
+        self.algo.give_back(&self.state, self.now(), n, 0);
         // See `drive_for`: a waiter that enqueued after our check has seen our release.
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.queued.load(Ordering::Relaxed) > 0 {
