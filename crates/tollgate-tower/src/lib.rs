@@ -45,8 +45,10 @@ pub use body::RateLimitBody;
 #[cfg(feature = "axum")]
 pub use key::Route;
 pub use key::{ClientIp, Extension, Global, Header, KeyExtractor, KeyFn, RequestInfo};
-pub use limit::Limit;
-pub use policy::{Both, CostFn, Denied, MissingKey, Policies, Policy, PolicyPermit, PolicyState};
+#[cfg(feature = "redis")]
+pub use limit::RedisKey;
+pub use limit::{Decision, Limit, PendingDecision};
+pub use policy::{Both, CostFn, Denied, MissingKey, Policies, Policy, PolicyPermit, PolicyState, Verdict};
 pub use service::{RateLimit, RateLimitLayer, RejectBody, ResponseFuture, problem_json};
 
 /// A configuration mistake, naming the offending value.

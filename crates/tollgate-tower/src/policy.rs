@@ -1,5 +1,7 @@
 //! A [`Policy`]: a name, a key, a limit and a cost; [`Policies`] combine them all-or-nothing.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,7 +9,7 @@ use http::StatusCode;
 use tollgate::{Lease, Meta, Rejected};
 
 use crate::key::{KeyExtractor, RequestInfo};
-use crate::limit::Limit;
+use crate::limit::{Decision, Limit};
 
 /// What to do with a request whose key cannot be extracted (no peer address, no header...).
 #[derive(Clone, Debug)]
@@ -108,13 +110,27 @@ pub struct Denied {
     pub rejected: Option<Rejected>,
 }
 
+/// A policies' answer: at once, or after the distributed limiters among them answered.
+pub enum Verdict<P> {
+    /// Decided now.
+    Ready(Result<P, Box<Denied>>),
+    /// Decided when the future completes.
+    Pending(Pin<Box<dyn Future<Output = Result<P, Box<Denied>>> + Send>>),
+}
+
 /// One or more policies decided together, all-or-nothing.
 pub trait Policies: Clone + Send + Sync + 'static {
     /// What an admitted request holds until its response body ends.
     type Permit: Send + 'static;
+    /// What is read from the request before deciding (keys and costs), owned.
+    type Prepared: Send + 'static;
 
-    /// Decides on a request; `status` is what a rejection answers with.
-    fn decide(&self, req: &RequestInfo<'_>, status: StatusCode) -> Result<Self::Permit, Box<Denied>>;
+    /// Reads keys and costs; a missing key that must be rejected is rejected here, before any
+    /// limiter is asked.
+    fn prepare(&self, req: &RequestInfo<'_>) -> Result<Self::Prepared, Box<Denied>>;
+
+    /// Decides; `status` is what a rejection answers with.
+    fn run(&self, prepared: Self::Prepared, status: StatusCode) -> Verdict<Self::Permit>;
 
     /// Undoes an admission (a later policy said no).
     fn give_back(&self, permit: Self::Permit);
@@ -132,15 +148,24 @@ pub struct PolicyPermit<K> {
     taken: Option<(K, Lease)>,
 }
 
+impl<X: KeyExtractor, L: Limit<X::Key>> Policy<X, L> {
+    fn denied(&self, status: StatusCode, rejected: Rejected) -> Box<Denied> {
+        let policy = PolicyState { name: self.name.clone(), meta: rejected.meta(), window: self.limit.window() };
+        Box::new(Denied { status, policy, rejected: Some(rejected) })
+    }
+}
+
 impl<X: KeyExtractor, L: Limit<X::Key>> Policies for Policy<X, L> {
     type Permit = PolicyPermit<X::Key>;
+    /// The key and cost, or `None` when the request is let through uncounted.
+    type Prepared = Option<(X::Key, u64)>;
 
     #[inline]
-    fn decide(&self, req: &RequestInfo<'_>, status: StatusCode) -> Result<Self::Permit, Box<Denied>> {
+    fn prepare(&self, req: &RequestInfo<'_>) -> Result<Self::Prepared, Box<Denied>> {
         let key = match self.key.extract(req) {
             Some(key) => key,
             None => match &self.missing {
-                MissingKey::Allow => return Ok(PolicyPermit { taken: None }),
+                MissingKey::Allow => return Ok(None),
                 MissingKey::Shared(k) => k.clone(),
                 MissingKey::Reject(status) => {
                     let policy = PolicyState { name: self.name.clone(), meta: Meta::default(), window: None };
@@ -149,15 +174,23 @@ impl<X: KeyExtractor, L: Limit<X::Key>> Policies for Policy<X, L> {
             },
         };
         let n = self.cost.as_ref().map_or(1, |c| c(req));
-        if n == 0 {
-            return Ok(PolicyPermit { taken: None });
-        }
-        match self.limit.try_acquire(&key, n) {
-            Ok(lease) => Ok(PolicyPermit { taken: Some((key, lease)) }),
-            Err(rejected) => {
-                let policy =
-                    PolicyState { name: self.name.clone(), meta: rejected.meta(), window: self.limit.window() };
-                Err(Box::new(Denied { status, policy, rejected: Some(rejected) }))
+        Ok((n > 0).then_some((key, n)))
+    }
+
+    #[inline]
+    fn run(&self, prepared: Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
+        let Some((key, n)) = prepared else { return Verdict::Ready(Ok(PolicyPermit { taken: None })) };
+        match self.limit.decide(&key, n) {
+            Decision::Ready(Ok(lease)) => Verdict::Ready(Ok(PolicyPermit { taken: Some((key, lease)) })),
+            Decision::Ready(Err(rejected)) => Verdict::Ready(Err(self.denied(status, rejected))),
+            Decision::Pending(fut) => {
+                let this = self.clone();
+                Verdict::Pending(Box::pin(async move {
+                    match fut.await {
+                        Ok(lease) => Ok(PolicyPermit { taken: Some((key, lease)) }),
+                        Err(rejected) => Err(this.denied(status, rejected)),
+                    }
+                }))
             }
         }
     }
@@ -183,17 +216,51 @@ impl<X: KeyExtractor, L: Limit<X::Key>> Policies for Policy<X, L> {
 #[derive(Clone)]
 pub struct Both<A, B>(pub A, pub B);
 
-impl<A: Policies, B: Policies> Policies for Both<A, B> {
-    type Permit = (A::Permit, B::Permit);
-
-    #[inline]
-    fn decide(&self, req: &RequestInfo<'_>, status: StatusCode) -> Result<Self::Permit, Box<Denied>> {
-        let a = self.0.decide(req, status)?;
-        match self.1.decide(req, status) {
+impl<A: Policies, B: Policies> Both<A, B> {
+    fn second(&self, a: A::Permit, b: Result<B::Permit, Box<Denied>>) -> Result<(A::Permit, B::Permit), Box<Denied>> {
+        match b {
             Ok(b) => Ok((a, b)),
             Err(denied) => {
                 self.0.give_back(a);
                 Err(denied)
+            }
+        }
+    }
+}
+
+impl<A: Policies, B: Policies> Policies for Both<A, B> {
+    type Permit = (A::Permit, B::Permit);
+    type Prepared = (A::Prepared, B::Prepared);
+
+    #[inline]
+    fn prepare(&self, req: &RequestInfo<'_>) -> Result<Self::Prepared, Box<Denied>> {
+        Ok((self.0.prepare(req)?, self.1.prepare(req)?))
+    }
+
+    #[inline]
+    fn run(&self, (pa, pb): Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
+        match self.0.run(pa, status) {
+            Verdict::Ready(Err(denied)) => Verdict::Ready(Err(denied)),
+            Verdict::Ready(Ok(a)) => match self.1.run(pb, status) {
+                Verdict::Ready(b) => Verdict::Ready(self.second(a, b)),
+                Verdict::Pending(fb) => {
+                    let this = self.clone();
+                    Verdict::Pending(Box::pin(async move {
+                        let b = fb.await;
+                        this.second(a, b)
+                    }))
+                }
+            },
+            Verdict::Pending(fa) => {
+                let this = self.clone();
+                Verdict::Pending(Box::pin(async move {
+                    let a = fa.await?;
+                    let b = match this.1.run(pb, status) {
+                        Verdict::Ready(b) => b,
+                        Verdict::Pending(fb) => fb.await,
+                    };
+                    this.second(a, b)
+                }))
             }
         }
     }

@@ -8,19 +8,21 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use pin_project_lite::pin_project;
+use tollgate::Reason;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::RateLimitBody;
 use crate::headers::{insert_ratelimit, retry_after};
 use crate::key::RequestInfo;
-use crate::policy::{Both, Denied, Policies};
+use crate::policy::{Both, Denied, Policies, Verdict};
 
 /// Builds the response for a rejected request: `(content type, body)`.
 pub type RejectBody = Arc<dyn Fn(&Denied) -> (HeaderValue, Bytes) + Send + Sync>;
 
 struct Config {
     status: StatusCode,
+    unavailable_status: StatusCode,
     headers_on_success: bool,
     body: RejectBody,
 }
@@ -106,6 +108,7 @@ impl<P: Policies> RateLimitLayer<P> {
             policies,
             config: Arc::new(Config {
                 status: StatusCode::TOO_MANY_REQUESTS,
+                unavailable_status: StatusCode::SERVICE_UNAVAILABLE,
                 headers_on_success: false,
                 body: Arc::new(text_body),
             }),
@@ -121,6 +124,7 @@ impl<P: Policies> RateLimitLayer<P> {
     fn config(mut self, f: impl FnOnce(&mut Config)) -> Self {
         let mut config = Config {
             status: self.config.status,
+            unavailable_status: self.config.unavailable_status,
             headers_on_success: self.config.headers_on_success,
             body: self.config.body.clone(),
         };
@@ -132,6 +136,12 @@ impl<P: Policies> RateLimitLayer<P> {
     /// The status of a rate-limited response (default 429).
     pub fn status(self, status: StatusCode) -> Self {
         self.config(|c| c.status = status)
+    }
+
+    /// The status when a distributed limiter could not decide and its failure policy denied
+    /// (default 503 Service Unavailable).
+    pub fn unavailable_status(self, status: StatusCode) -> Self {
+        self.config(|c| c.unavailable_status = status)
     }
 
     /// Also sends `RateLimit-Policy` / `RateLimit` on admitted responses (default: only on
@@ -180,12 +190,12 @@ impl<S: Clone, P> Clone for RateLimit<S, P> {
 
 impl<S, P, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, P>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     P: Policies,
 {
     type Response = Response<RateLimitBody<ResB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, P::Permit>;
+    type Future = ResponseFuture<S, ReqB, P>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -193,64 +203,99 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let shared = &*self.shared;
-        match shared.policies.decide(&RequestInfo::of(&req), shared.config.status) {
-            Ok(permit) => {
-                let headers = shared.config.headers_on_success.then(|| {
-                    let mut states = Vec::new();
-                    shared.policies.describe(&permit, &mut states);
-                    let mut h = http::HeaderMap::new();
-                    insert_ratelimit(&mut h, &states);
-                    h
-                });
-                let permit = P::holds(&permit).then_some(permit);
-                ResponseFuture { state: State::Admitted { fut: self.inner.call(req), permit, headers } }
+        let verdict = match shared.policies.prepare(&RequestInfo::of(&req)) {
+            Ok(prepared) => shared.policies.run(prepared, shared.config.status),
+            Err(denied) => Verdict::Ready(Err(denied)),
+        };
+        let state = match verdict {
+            Verdict::Ready(Ok(permit)) => admitted(shared, &mut self.inner, req, permit),
+            Verdict::Ready(Err(denied)) => State::Rejected { response: Some(rejection(&shared.config, &denied)) },
+            Verdict::Pending(decision) => {
+                // The ready service goes with the request; a clone stays for the next poll_ready.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                State::Deciding { decision, pending: Some((inner, req, self.shared.clone())) }
             }
-            Err(denied) => {
-                tracing::debug!(
-                    policy = %denied.policy.name,
-                    status = denied.status.as_u16(),
-                    reason = ?denied.rejected.map(|r| r.reason()),
-                    retry_after = ?denied.rejected.and_then(|r| r.retry_after()),
-                    "request rate limited"
-                );
-                ResponseFuture { state: State::Rejected { response: Some(self.rejection(&denied)) } }
-            }
-        }
+        };
+        ResponseFuture { state }
     }
 }
 
-impl<S, P> RateLimit<S, P> {
-    fn rejection<B>(&self, denied: &Denied) -> Response<RateLimitBody<B>> {
-        let (content_type, body) = (self.shared.config.body)(denied);
-        let mut res = Response::new(RateLimitBody::rejected(body));
-        *res.status_mut() = denied.status;
-        let h = res.headers_mut();
-        h.insert(header::CONTENT_TYPE, content_type);
-        if let Some(r) = &denied.rejected {
-            if let Some(v) = retry_after(r.retry_after()) {
-                h.insert(header::RETRY_AFTER, v);
-            }
-            insert_ratelimit(h, std::slice::from_ref(&denied.policy));
-        }
-        res
-    }
+fn admitted<S, P, ReqB, ResB>(
+    shared: &Shared<P>,
+    inner: &mut S,
+    req: Request<ReqB>,
+    permit: P::Permit,
+) -> State<S, ReqB, P>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    P: Policies,
+{
+    let headers = shared.config.headers_on_success.then(|| {
+        let mut states = Vec::new();
+        shared.policies.describe(&permit, &mut states);
+        let mut h = http::HeaderMap::new();
+        insert_ratelimit(&mut h, &states);
+        h
+    });
+    let permit = P::holds(&permit).then_some(permit);
+    State::Admitted { fut: inner.call(req), permit, headers }
 }
+
+fn rejection<B>(config: &Config, denied: &Denied) -> Response<RateLimitBody<B>> {
+    let reason = denied.rejected.map(|r| r.reason());
+    // A backend that could not decide is not the client's fault: by default 503, not 429.
+    let status = if reason == Some(Reason::Unavailable) { config.unavailable_status } else { denied.status };
+    tracing::debug!(
+        policy = %denied.policy.name,
+        status = status.as_u16(),
+        reason = ?reason,
+        retry_after = ?denied.rejected.and_then(|r| r.retry_after()),
+        "request rate limited"
+    );
+    let (content_type, body) = (config.body)(denied);
+    let mut res = Response::new(RateLimitBody::rejected(body));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_TYPE, content_type);
+    if let Some(r) = &denied.rejected {
+        if let Some(v) = retry_after(r.retry_after()) {
+            h.insert(header::RETRY_AFTER, v);
+        }
+        insert_ratelimit(h, std::slice::from_ref(&denied.policy));
+    }
+    res
+}
+
+type Decision<T> = Pin<Box<dyn Future<Output = Result<T, Box<Denied>>> + Send>>;
 
 pin_project! {
     /// The response future of [`RateLimit`].
-    pub struct ResponseFuture<F, T> {
+    pub struct ResponseFuture<S, B, P>
+    where
+        S: Service<Request<B>>,
+        P: Policies,
+    {
         #[pin]
-        state: State<F, T>,
+        state: State<S, B, P>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, T> {
+    enum State<S, B, P>
+    where
+        S: Service<Request<B>>,
+        P: Policies,
+    {
+        Deciding {
+            decision: Decision<P::Permit>,
+            pending: Option<(S, Request<B>, Arc<Shared<P>>)>,
+        },
         Admitted {
             #[pin]
-            fut: F,
-            permit: Option<T>,
+            fut: S::Future,
+            permit: Option<P::Permit>,
             headers: Option<http::HeaderMap>,
         },
         Rejected {
@@ -259,28 +304,39 @@ pin_project! {
     }
 }
 
-impl<F, T, B, E> Future for ResponseFuture<F, T>
+impl<S, B, P, ResB> Future for ResponseFuture<S, B, P>
 where
-    F: Future<Output = Result<Response<B>, E>>,
-    T: Send + 'static,
+    S: Service<Request<B>, Response = Response<ResB>>,
+    P: Policies,
 {
-    type Output = Result<Response<RateLimitBody<B>>, E>;
+    type Output = Result<Response<RateLimitBody<ResB>>, S::Error>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Admitted { fut, permit, headers } => {
-                let res = std::task::ready!(fut.poll(cx))?;
-                let (mut parts, body) = res.into_parts();
-                if let Some(h) = headers.take() {
-                    parts.headers.extend(h);
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let next = match self.as_mut().project().state.project() {
+                StateProj::Deciding { decision, pending } => {
+                    let verdict = std::task::ready!(decision.as_mut().poll(cx));
+                    let (mut inner, req, shared) = pending.take().expect("polled after completion");
+                    match verdict {
+                        Ok(permit) => admitted(&shared, &mut inner, req, permit),
+                        Err(denied) => State::Rejected { response: Some(rejection(&shared.config, &denied)) },
+                    }
                 }
-                let permit = permit.take().map(|p| Box::new(p) as Box<dyn std::any::Any + Send>);
-                Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body, permit))))
-            }
-            StateProj::Rejected { response } => {
-                let res = response.take().expect("polled after completion");
-                Poll::Ready(Ok(res.map(RateLimitBody::cast)))
-            }
+                StateProj::Admitted { fut, permit, headers } => {
+                    let res = std::task::ready!(fut.poll(cx))?;
+                    let (mut parts, body) = res.into_parts();
+                    if let Some(h) = headers.take() {
+                        parts.headers.extend(h);
+                    }
+                    let permit = permit.take().map(|p| Box::new(p) as Box<dyn std::any::Any + Send>);
+                    return Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body, permit))));
+                }
+                StateProj::Rejected { response } => {
+                    let res = response.take().expect("polled after completion");
+                    return Poll::Ready(Ok(res.map(RateLimitBody::cast)));
+                }
+            };
+            self.as_mut().project().state.set(next);
         }
     }
 }
