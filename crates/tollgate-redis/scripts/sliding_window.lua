@@ -15,13 +15,7 @@
 -- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting counter}.
 -- A key lives until both of its counts have left the sliding window.
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local n = tonumber(ARGV[2])
 local mode = tonumber(ARGV[3])
 local min_ttl = tonumber(ARGV[5])

@@ -15,13 +15,7 @@
 --          index of the limiting bucket (1-based; 0 when admitted)}.
 -- A key is written only when permits are taken, and expires when its bucket would be full.
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local n = tonumber(ARGV[2])
 local mode = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])

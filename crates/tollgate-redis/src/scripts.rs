@@ -1,15 +1,20 @@
 //! The Lua scripts, one file per algorithm under `scripts/` (each states KEYS, ARGV and its
-//! return shape on top), compiled in and hashed once.
+//! return shape on top), compiled in and hashed once. `clock.lua` (the time source) is prepended
+//! to each, so a decision is still one script and one round trip.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-pub(crate) static TOKEN_BUCKET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/token_bucket.lua")));
-pub(crate) static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/fixed_window.lua")));
-pub(crate) static SLIDING_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/sliding_window.lua")));
-pub(crate) static SLIDING_LOG: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/sliding_log.lua")));
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(include_str!("../scripts/clock.lua"), include_str!(concat!("../scripts/", $file))))
+        })
+    };
+}
+
+pub(crate) static TOKEN_BUCKET: LazyLock<Script> = script!("token_bucket.lua");
+pub(crate) static FIXED_WINDOW: LazyLock<Script> = script!("fixed_window.lua");
+pub(crate) static SLIDING_WINDOW: LazyLock<Script> = script!("sliding_window.lua");
+pub(crate) static SLIDING_LOG: LazyLock<Script> = script!("sliding_log.lua");
