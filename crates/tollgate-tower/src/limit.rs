@@ -22,12 +22,9 @@ pub enum Decision {
 /// A limiter a policy can consult for a key. Implemented for [`Keyed`] (one bucket per key) and
 /// for unkeyed limiters ([`Limiter`], [`Chain`]: one bucket for all keys).
 pub trait Limit<K>: Send + Sync + 'static {
-    /// Takes `n` permits for `key` now or rejects.
-    fn try_acquire(&self, key: &K, n: u64) -> Result<Lease, Rejected>;
-    /// Takes `n` permits for `key`, possibly after a round trip (the default decides at once).
-    fn decide(&self, key: &K, n: u64) -> Decision {
-        Decision::Ready(self.try_acquire(key, n))
-    }
+    /// Takes `n` permits for `key`: at once for in-process limiters, after a round trip for
+    /// distributed ones.
+    fn decide(&self, key: &K, n: u64) -> Decision;
     /// Gives a lease back as if it had never been granted (a later policy rejected).
     fn give_back(&self, key: &K, lease: Lease);
     /// The period the quota is counted over, for the `RateLimit-Policy` header.
@@ -40,8 +37,8 @@ where
     A: Algorithm,
     C: Clock,
 {
-    fn try_acquire(&self, key: &K, n: u64) -> Result<Lease, Rejected> {
-        Keyed::try_acquire(self, key, n)
+    fn decide(&self, key: &K, n: u64) -> Decision {
+        Decision::Ready(Keyed::try_acquire(self, key, n))
     }
     fn give_back(&self, key: &K, lease: Lease) {
         Keyed::give_back(self, key, lease)
@@ -52,8 +49,8 @@ where
 }
 
 impl<K, A: Algorithm, C: Clock> Limit<K> for Limiter<A, C> {
-    fn try_acquire(&self, _key: &K, n: u64) -> Result<Lease, Rejected> {
-        Limiter::try_acquire(self, n)
+    fn decide(&self, _key: &K, n: u64) -> Decision {
+        Decision::Ready(Limiter::try_acquire(self, n))
     }
     fn give_back(&self, _key: &K, lease: Lease) {
         Limiter::give_back(self, lease)
@@ -64,8 +61,8 @@ impl<K, A: Algorithm, C: Clock> Limit<K> for Limiter<A, C> {
 }
 
 impl<K, X: RateLimiter + 'static, Y: RateLimiter + 'static> Limit<K> for Chain<X, Y> {
-    fn try_acquire(&self, _key: &K, n: u64) -> Result<Lease, Rejected> {
-        RateLimiter::try_acquire(self, n)
+    fn decide(&self, _key: &K, n: u64) -> Decision {
+        Decision::Ready(RateLimiter::try_acquire(self, n))
     }
     fn give_back(&self, _key: &K, lease: Lease) {
         RateLimiter::give_back(self, lease)
@@ -76,9 +73,6 @@ impl<K, X: RateLimiter + 'static, Y: RateLimiter + 'static> Limit<K> for Chain<X
 }
 
 impl<K, L: Limit<K> + ?Sized> Limit<K> for Arc<L> {
-    fn try_acquire(&self, key: &K, n: u64) -> Result<Lease, Rejected> {
-        (**self).try_acquire(key, n)
-    }
     fn decide(&self, key: &K, n: u64) -> Decision {
         (**self).decide(key, n)
     }
@@ -132,11 +126,6 @@ mod redis_keys {
 /// [`tollgate_redis::FailurePolicy`] decides and the reason says so.
 #[cfg(feature = "redis")]
 impl<K: RedisKey> Limit<K> for tollgate_redis::RedisLimiter {
-    fn try_acquire(&self, _key: &K, n: u64) -> Result<Lease, Rejected> {
-        // Only reached through `decide`'s default, which this impl overrides.
-        let meta = tollgate::Meta { limit: self.capacity(), remaining: 0, reset_ns: 0, retry_ns: None };
-        Err(Rejected::new(meta, n, tollgate::Reason::Unavailable))
-    }
     fn decide(&self, key: &K, n: u64) -> Decision {
         let (limiter, key) = (self.clone(), key.redis_key());
         Decision::Pending(Box::pin(async move { limiter.try_acquire(&key, n).await }))

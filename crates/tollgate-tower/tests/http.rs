@@ -1,5 +1,7 @@
 //! Real HTTP: an axum server on a free port, a hyper client, limiters on a ManualClock.
 
+mod support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,20 +17,12 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use support::serve;
 use tokio::sync::{mpsc, oneshot};
 use tollgate::{Concurrency, Keyed, Limiter, ManualClock, Quota, SlidingLog, TokenBucket};
 use tollgate_tower::{ClientIp, Global, Header, MissingKey, Policy, RateLimitLayer};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
-
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
-    });
-    addr
-}
 
 fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()

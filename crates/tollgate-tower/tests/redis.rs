@@ -4,6 +4,7 @@
 
 #[path = "../../tollgate-redis/tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -15,18 +16,10 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use support::serve;
 use tollgate::{Keyed, ManualClock, Quota, TokenBucket};
 use tollgate_redis::{FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
 use tollgate_tower::{ClientIp, Header, Policy, RateLimitLayer};
-
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
-    });
-    addr
-}
 
 async fn fetch(addr: SocketAddr, key: &str) -> http::Response<Bytes> {
     let c = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
