@@ -1,0 +1,118 @@
+//! Reading the YAML: Limitador's format, with every value's position kept for error messages.
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::error::{PolicyError, Position};
+use crate::expr::{Condition, Variable};
+use crate::limit::{AlgorithmKind, Limit, LimitId};
+
+/// One entry as written. Required fields are `Option` so that a missing one is reported by us,
+/// at the entry's position, rather than by serde without one.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    namespace: Option<Spanned<String>>,
+    max_value: Option<Spanned<i64>>,
+    seconds: Option<Spanned<i64>>,
+    name: Option<Spanned<String>>,
+    #[serde(default)]
+    conditions: Vec<Spanned<String>>,
+    #[serde(default)]
+    variables: Vec<Spanned<String>>,
+    algorithm: Option<Spanned<String>>,
+}
+
+/// Parses and validates every limit of a file, in file order.
+pub(crate) fn parse_limits(text: &str, source_name: &str) -> Result<Vec<Limit>, PolicyError> {
+    let err = |at: Position, message: String| PolicyError::new(source_name, at, message);
+    if text.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#') || l.trim() == "---") {
+        return Err(err(
+            Position::new(1, 1),
+            "the limits file is empty: write a list of limits (or `[]` for none)".into(),
+        ));
+    }
+    let raw: Vec<Spanned<RawLimit>> = serde_saphyr::from_str(text).map_err(|e| yaml_error(source_name, &e))?;
+    raw.into_iter().map(|entry| validate(entry, source_name)).collect()
+}
+
+fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, PolicyError> {
+    let at = Position::from(entry.referenced);
+    let raw = entry.value;
+    let err = |at: Position, message: String| PolicyError::new(source_name, at, message);
+    let missing = |field: &str| err(at, format!("this limit has no `{field}` (required)"));
+
+    let namespace = raw.namespace.ok_or_else(|| missing("namespace"))?;
+    if namespace.value.trim().is_empty() {
+        return Err(err(namespace.referenced.into(), "namespace must not be empty".into()));
+    }
+    let max_value = positive(raw.max_value.ok_or_else(|| missing("max_value"))?, "max_value", source_name)?;
+    let seconds = positive(raw.seconds.ok_or_else(|| missing("seconds"))?, "seconds", source_name)?;
+    let algorithm = match raw.algorithm {
+        None => AlgorithmKind::default(),
+        Some(a) => AlgorithmKind::from_name(a.value.trim()).ok_or_else(|| {
+            err(
+                a.referenced.into(),
+                format!("unknown algorithm `{}`: expected fixed_window, token_bucket or sliding_window", a.value),
+            )
+        })?,
+    };
+    let conditions = raw
+        .conditions
+        .into_iter()
+        .map(|c| Condition::parse(&c.value).map_err(|m| err(c.referenced.into(), format!("bad condition: {m}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let variables = raw
+        .variables
+        .into_iter()
+        .map(|v| Variable::parse(&v.value).map_err(|m| err(v.referenced.into(), format!("bad variable: {m}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut limit = Limit {
+        namespace: namespace.value,
+        max_value,
+        seconds,
+        name: raw.name.map(|n| n.value),
+        conditions,
+        variables,
+        algorithm,
+        position: at,
+        id: LimitId(0),
+    };
+    limit.quota().map_err(|e| err(at, format!("{max_value} per {seconds} s is not a usable quota: {e}")))?;
+    limit.id = limit.compute_id();
+    Ok(limit)
+}
+
+fn positive(value: Spanned<i64>, field: &str, source_name: &str) -> Result<u64, PolicyError> {
+    match u64::try_from(value.value) {
+        Ok(v) if v > 0 => Ok(v),
+        _ => Err(PolicyError::new(
+            source_name,
+            value.referenced.into(),
+            format!("{field} must be at least 1, got {}", value.value),
+        )),
+    }
+}
+
+fn yaml_error(source_name: &str, e: &serde_saphyr::Error) -> PolicyError {
+    let at = e.location().map(Position::from).unwrap_or_default();
+    // The library's Display adds its own position and a snippet; keep the first line, without
+    // the position, since ours leads the message.
+    let full = e.to_string();
+    let first = full.lines().next().unwrap_or("invalid YAML").trim();
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let message = match message.rfind(" at line ") {
+        Some(i) => &message[..i],
+        None => message,
+    };
+    let message = match message.strip_prefix("line ").and_then(|m| m.split_once(": ")) {
+        Some((_, rest)) => rest,
+        None => message,
+    };
+    let message = match message {
+        "invalid i64" => "expected a whole number".to_string(),
+        "expected sequence start" => "expected a list of limits (`- namespace: ...`)".to_string(),
+        other => other.to_string(),
+    };
+    PolicyError::new(source_name, at, message)
+}

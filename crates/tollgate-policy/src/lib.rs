@@ -1,0 +1,48 @@
+//! # tollgate-policy: the limits file
+//!
+//! Limitador's limits format, read unchanged, validated with positions, and matched against
+//! requests:
+//!
+//! ```
+//! use tollgate_policy::{Descriptor, Policy};
+//!
+//! let yaml = r#"
+//! - namespace: example.org          # Envoy's `domain`
+//!   max_value: 2
+//!   seconds: 1
+//!   name: posts
+//!   conditions: ["descriptors[0]['req.method'] == 'POST'"]   # CEL, or the simple req.method == 'POST'
+//!   variables: ["descriptors[0].user"]                        # one counter per user
+//!   algorithm: token_bucket                                   # ours, optional: fixed_window by default
+//! "#;
+//! let policy = Policy::parse(yaml, "limits.yaml")?;
+//! let request = [Descriptor::from([("req.method", "POST"), ("user", "alice")])];
+//! let hits = policy.hits("example.org", &request);
+//! assert_eq!(hits.len(), 1);
+//! assert_eq!(hits[0].limit.name(), Some("posts"));
+//! assert_eq!(hits[0].values, ["alice"]);
+//!
+//! let bad = Policy::parse("- namespace: a\n  max_value: 1\n", "limits.yaml").unwrap_err();
+//! assert_eq!(bad.to_string(), "limits.yaml:1:3: this limit has no `seconds` (required)");
+//! # Ok::<(), tollgate_policy::PolicyError>(())
+//! ```
+//!
+//! Fields of a limit: `namespace`, `max_value` (≥ 1), `seconds` (≥ 1), all required; `name`,
+//! `conditions` (all must hold), `variables` (all must have a value), and ours, `algorithm`
+//! (`fixed_window` — Limitador's, the default — `token_bucket` or `sliding_window`). Unknown
+//! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
+//! file, line and column.
+#![deny(missing_docs)]
+
+mod error;
+mod expr;
+mod file;
+mod limit;
+mod policy;
+mod request;
+
+pub use error::{PolicyError, Position};
+pub use expr::{Condition, Variable};
+pub use limit::{AlgorithmKind, Limit, LimitId};
+pub use policy::{Hit, Policy};
+pub use request::Descriptor;

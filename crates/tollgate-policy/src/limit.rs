@@ -1,0 +1,157 @@
+//! One validated limit: how many hits per how many seconds, for which requests, counted per what.
+
+use std::time::Duration;
+
+use tollgate::{Quota, QuotaError};
+
+use crate::error::Position;
+use crate::expr::{Condition, Variable};
+
+/// How a limit counts. Limitador counts in fixed windows; the others are additive choices of ours.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AlgorithmKind {
+    /// `max_value` hits per window of `seconds`, the window starting at the first hit (Limitador's).
+    #[default]
+    FixedWindow,
+    /// A token bucket holding `max_value` tokens, refilled at `max_value` per `seconds`, smoothly.
+    TokenBucket,
+    /// A sliding window of `seconds`, in 10 segments: no double burst across a window edge.
+    SlidingWindow,
+}
+
+impl AlgorithmKind {
+    /// The name used in limits files.
+    pub fn name(self) -> &'static str {
+        match self {
+            AlgorithmKind::FixedWindow => "fixed_window",
+            AlgorithmKind::TokenBucket => "token_bucket",
+            AlgorithmKind::SlidingWindow => "sliding_window",
+        }
+    }
+
+    /// Parses the name used in limits files.
+    pub fn from_name(name: &str) -> Option<AlgorithmKind> {
+        [AlgorithmKind::FixedWindow, AlgorithmKind::TokenBucket, AlgorithmKind::SlidingWindow]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+}
+
+/// A limit from the limits file, validated.
+#[derive(Clone, Debug)]
+pub struct Limit {
+    pub(crate) namespace: String,
+    pub(crate) max_value: u64,
+    pub(crate) seconds: u64,
+    pub(crate) name: Option<String>,
+    pub(crate) conditions: Vec<Condition>,
+    pub(crate) variables: Vec<Variable>,
+    pub(crate) algorithm: AlgorithmKind,
+    pub(crate) position: Position,
+    pub(crate) id: LimitId,
+}
+
+/// A limit's identity, derived from everything it says (namespace, max_value, seconds, name,
+/// conditions, variables, algorithm): equal in every process and across reloads while the limit
+/// is unchanged, so counters can be kept (in memory across a reload, or in Redis across replicas).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LimitId(pub u64);
+
+impl std::fmt::Display for LimitId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl Limit {
+    /// The namespace (Envoy's `domain`).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    /// Hits allowed per window.
+    pub fn max_value(&self) -> u64 {
+        self.max_value
+    }
+    /// The window, in seconds.
+    pub fn seconds(&self) -> u64 {
+        self.seconds
+    }
+    /// The optional name (used in metrics and responses).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+    /// The conditions, all of which must hold.
+    pub fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+    /// The variables: one counter per distinct combination of their values.
+    pub fn variables(&self) -> &[Variable] {
+        &self.variables
+    }
+    /// How the limit counts.
+    pub fn algorithm(&self) -> AlgorithmKind {
+        self.algorithm
+    }
+    /// Where the limit starts in its file.
+    pub fn position(&self) -> Position {
+        self.position
+    }
+    /// The limit's identity (see [`LimitId`]).
+    pub fn id(&self) -> LimitId {
+        self.id
+    }
+    /// The window as a duration.
+    pub fn window(&self) -> Duration {
+        Duration::from_secs(self.seconds)
+    }
+    /// The quota: `max_value` per `seconds`.
+    pub fn quota(&self) -> Result<Quota, QuotaError> {
+        Quota::per(self.window(), self.max_value)
+    }
+
+    /// What makes two limits count the same requests the same way; two limits with equal shapes
+    /// in one file are a mistake (which max_value is meant?).
+    pub(crate) fn shape(&self) -> (String, u64, Vec<String>, Vec<String>, AlgorithmKind) {
+        let mut conditions: Vec<String> = self.conditions.iter().map(|c| c.source().trim().to_string()).collect();
+        conditions.sort();
+        let variables = self.variables.iter().map(|v| v.source().trim().to_string()).collect();
+        (self.namespace.clone(), self.seconds, conditions, variables, self.algorithm)
+    }
+
+    pub(crate) fn compute_id(&self) -> LimitId {
+        let (namespace, seconds, conditions, variables, algorithm) = self.shape();
+        let mut h = Fnv::default();
+        h.write(namespace.as_bytes());
+        h.write(&self.max_value.to_le_bytes());
+        h.write(&seconds.to_le_bytes());
+        h.write(self.name.as_deref().unwrap_or("\u{0}").as_bytes());
+        for c in &conditions {
+            h.write(b"c");
+            h.write(c.as_bytes());
+        }
+        for v in &variables {
+            h.write(b"v");
+            h.write(v.as_bytes());
+        }
+        h.write(algorithm.name().as_bytes());
+        LimitId(h.0)
+    }
+}
+
+/// FNV-1a: stable across processes and Rust versions, unlike `DefaultHasher`.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes.iter().chain(&[0xff]) {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}

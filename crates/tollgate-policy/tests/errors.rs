@@ -1,0 +1,90 @@
+//! Every way a limits file can be wrong gives `file:line:column: message`, never a default.
+
+use tollgate_policy::Policy;
+
+fn error(yaml: &str) -> String {
+    Policy::parse(yaml, "limits.yaml").unwrap_err().to_string()
+}
+
+const OK: &str = "- namespace: a\n  max_value: 3\n  seconds: 1\n";
+
+#[test]
+fn empty_files() {
+    let empty = "limits.yaml:1:1: the limits file is empty: write a list of limits (or `[]` for none)";
+    assert_eq!(error(""), empty);
+    assert_eq!(error("# only a comment\n---\n"), empty);
+    assert!(Policy::parse("[]", "limits.yaml").unwrap().is_empty(), "an explicit empty list is no limits");
+}
+
+#[test]
+fn structure() {
+    assert_eq!(
+        error(&format!("{OK}  colour: red\n")),
+        "limits.yaml:4:3: unknown field `colour`, expected one of namespace, max_value, seconds, name, conditions, \
+         variables, algorithm"
+    );
+    assert_eq!(error("namespace: a\n"), "limits.yaml:1:1: expected a list of limits (`- namespace: ...`)");
+    assert!(error("- namespace: a\n  max_value: 3\n  seconds: [1\n").starts_with("limits.yaml:3:"));
+}
+
+#[test]
+fn numbers() {
+    let at = |v: &str| error(&format!("- namespace: a\n  max_value: {v}\n  seconds: 1\n"));
+    assert_eq!(at("ten"), "limits.yaml:2:14: expected a whole number");
+    assert_eq!(at("1.5"), "limits.yaml:2:14: expected a whole number");
+    assert_eq!(at("99999999999999999999"), "limits.yaml:2:14: expected a whole number");
+    assert_eq!(at("-3"), "limits.yaml:2:14: max_value must be at least 1, got -3");
+    assert_eq!(at("0"), "limits.yaml:2:14: max_value must be at least 1, got 0");
+    assert_eq!(
+        error("- namespace: a\n  max_value: 3\n  seconds: 0\n"),
+        "limits.yaml:3:12: seconds must be at least 1, got 0"
+    );
+}
+
+#[test]
+fn missing_fields() {
+    assert_eq!(error("- namespace: a\n  max_value: 3\n"), "limits.yaml:1:3: this limit has no `seconds` (required)");
+    assert_eq!(error("- max_value: 3\n  seconds: 1\n"), "limits.yaml:1:3: this limit has no `namespace` (required)");
+    assert_eq!(
+        error(&format!("{OK}- namespace: b\n  seconds: 1\n")),
+        "limits.yaml:4:3: this limit has no `max_value` (required)"
+    );
+    assert_eq!(
+        error("- namespace: ' '\n  max_value: 3\n  seconds: 1\n"),
+        "limits.yaml:1:14: namespace must not be empty"
+    );
+}
+
+#[test]
+fn expressions() {
+    let e = error(&format!("{OK}  conditions: [\"req.method = 'POST'\"]\n"));
+    assert!(e.starts_with("limits.yaml:4:16: bad condition: cannot parse `req.method = 'POST'`"), "{e}");
+    let e = error(&format!("{OK}  conditions: [\"req.method == POST\"]\n"));
+    assert!(e.starts_with("limits.yaml:4:16: bad condition: unknown variable `"), "{e}");
+    let e = error(&format!("{OK}  variables:\n    - user\n    - \"descriptors[0].\"\n"));
+    assert!(e.starts_with("limits.yaml:6:7: bad variable: cannot parse `descriptors[0].`"), "{e}");
+    assert_eq!(
+        error(&format!("{OK}  algorithm: leaky\n")),
+        "limits.yaml:4:14: unknown algorithm `leaky`: expected fixed_window, token_bucket or sliding_window"
+    );
+}
+
+#[test]
+fn duplicates() {
+    assert_eq!(
+        error(&format!("{OK}- namespace: a\n  max_value: 5\n  seconds: 1\n")),
+        "limits.yaml:4:3: duplicate limit: same namespace `a`, seconds, conditions, variables and algorithm as the \
+         limit at line 1"
+    );
+    let reordered = "- {namespace: a, max_value: 1, seconds: 1, conditions: [\"x == '1'\", \"y == '2'\"]}\n\
+                     - {namespace: a, max_value: 2, seconds: 1, conditions: [\"y == '2'\", \"x == '1'\"]}\n";
+    assert!(error(reordered).contains("duplicate limit"), "conditions are a set");
+    let different = format!("{OK}- namespace: a\n  max_value: 5\n  seconds: 1\n  algorithm: token_bucket\n");
+    assert_eq!(Policy::parse(&different, "f").unwrap().len(), 2);
+}
+
+#[test]
+fn unreadable_file() {
+    let e = Policy::load(std::path::Path::new("/nonexistent/limits.yaml")).unwrap_err();
+    assert!(e.to_string().starts_with("/nonexistent/limits.yaml: cannot read the limits file"), "{e}");
+}
