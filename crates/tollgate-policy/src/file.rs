@@ -16,10 +16,13 @@ struct RawLimit {
     max_value: Option<Spanned<i64>>,
     seconds: Option<Spanned<i64>>,
     name: Option<Spanned<String>>,
+    /// Limitador's optional id; kept for display, not used to identify counters.
+    id: Option<Spanned<String>>,
+    // Limitador's examples write `conditions:` with no value: null is an empty list.
     #[serde(default)]
-    conditions: Vec<Spanned<String>>,
+    conditions: Option<Vec<Spanned<String>>>,
     #[serde(default)]
-    variables: Vec<Spanned<String>>,
+    variables: Option<Vec<Spanned<String>>>,
     algorithm: Option<Spanned<String>>,
 }
 
@@ -59,11 +62,13 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
     };
     let conditions = raw
         .conditions
+        .unwrap_or_default()
         .into_iter()
         .map(|c| Condition::parse(&c.value).map_err(|m| err(c.referenced.into(), format!("bad condition: {m}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let variables = raw
         .variables
+        .unwrap_or_default()
         .into_iter()
         .map(|v| Variable::parse(&v.value).map_err(|m| err(v.referenced.into(), format!("bad variable: {m}"))))
         .collect::<Result<Vec<_>, _>>()?;
@@ -72,13 +77,19 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         max_value,
         seconds,
         name: raw.name.map(|n| n.value),
+        file_id: raw.id.map(|i| i.value),
         conditions,
         variables,
         algorithm,
         position: at,
         id: LimitId(0),
     };
-    limit.quota().map_err(|e| err(at, format!("{max_value} per {seconds} s is not a usable quota: {e}")))?;
+    let quota =
+        limit.quota().map_err(|e| err(at, format!("{max_value} per {seconds} s is not a usable quota: {e}")))?;
+    if algorithm == AlgorithmKind::SlidingWindow {
+        tollgate::SlidingWindow::new(quota, crate::limit::SLIDING_SEGMENTS)
+            .map_err(|e| err(at, format!("{max_value} per {seconds} s cannot be a sliding window: {e}")))?;
+    }
     limit.id = limit.compute_id();
     Ok(limit)
 }

@@ -43,6 +43,6 @@ mod request;
 
 pub use error::{PolicyError, Position};
 pub use expr::{Condition, Variable};
-pub use limit::{AlgorithmKind, Limit, LimitId};
+pub use limit::{AlgorithmKind, Limit, LimitId, SLIDING_SEGMENTS};
 pub use policy::{Hit, Policy};
 pub use request::Descriptor;

@@ -7,6 +7,10 @@ use tollgate::{Quota, QuotaError};
 use crate::error::Position;
 use crate::expr::{Condition, Variable};
 
+/// Segments of a `sliding_window` limit: hits leave the window a tenth of it at a time, so there is
+/// no fixed edge where a full window's worth can follow another at once.
+pub const SLIDING_SEGMENTS: u64 = 10;
+
 /// How a limit counts. Limitador counts in fixed windows; the others are additive choices of ours.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum AlgorithmKind {
@@ -15,7 +19,7 @@ pub enum AlgorithmKind {
     FixedWindow,
     /// A token bucket holding `max_value` tokens, refilled at `max_value` per `seconds`, smoothly.
     TokenBucket,
-    /// A sliding window of `seconds`, in 10 segments: no double burst across a window edge.
+    /// A sliding window of `seconds`, counted in [`SLIDING_SEGMENTS`] segments.
     SlidingWindow,
 }
 
@@ -44,6 +48,7 @@ pub struct Limit {
     pub(crate) max_value: u64,
     pub(crate) seconds: u64,
     pub(crate) name: Option<String>,
+    pub(crate) file_id: Option<String>,
     pub(crate) conditions: Vec<Condition>,
     pub(crate) variables: Vec<Variable>,
     pub(crate) algorithm: AlgorithmKind,
@@ -51,9 +56,10 @@ pub struct Limit {
     pub(crate) id: LimitId,
 }
 
-/// A limit's identity, derived from everything it says (namespace, max_value, seconds, name,
-/// conditions, variables, algorithm): equal in every process and across reloads while the limit
-/// is unchanged, so counters can be kept (in memory across a reload, or in Redis across replicas).
+/// A limit's identity: what it counts, not how much it allows. Derived from namespace, seconds,
+/// conditions (as a set), variables and algorithm — not `max_value` or `name`, as Limitador — so
+/// it is equal in every process and across reloads while those are unchanged, and counters are
+/// kept (in memory across a reload, in Redis across replicas) when only `max_value` changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LimitId(pub u64);
 
@@ -79,6 +85,10 @@ impl Limit {
     /// The optional name (used in metrics and responses).
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
+    }
+    /// The optional `id` field of the file (Limitador's; informational).
+    pub fn file_id(&self) -> Option<&str> {
+        self.file_id.as_deref()
     }
     /// The conditions, all of which must hold.
     pub fn conditions(&self) -> &[Condition] {
@@ -122,9 +132,7 @@ impl Limit {
         let (namespace, seconds, conditions, variables, algorithm) = self.shape();
         let mut h = Fnv::default();
         h.write(namespace.as_bytes());
-        h.write(&self.max_value.to_le_bytes());
         h.write(&seconds.to_le_bytes());
-        h.write(self.name.as_deref().unwrap_or("\u{0}").as_bytes());
         for c in &conditions {
             h.write(b"c");
             h.write(c.as_bytes());

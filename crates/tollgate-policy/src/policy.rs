@@ -21,6 +21,8 @@ pub struct Policy {
 pub struct Hit<'p> {
     /// The limit.
     pub limit: &'p Limit,
+    /// The limit's index in [`Policy::limits`].
+    pub index: usize,
     /// The variables' values, in the limit's order.
     pub values: Vec<String>,
     /// The descriptor the counter is attributed to (for per-descriptor statuses): the first one
@@ -101,8 +103,12 @@ impl Policy {
 
     /// The limits of one namespace, in file order (empty for an unknown namespace).
     pub fn namespace<'p>(&'p self, namespace: &str) -> impl Iterator<Item = &'p Limit> + 'p {
-        let indexes = self.namespaces.get(namespace).map(Vec::as_slice).unwrap_or_default();
-        indexes.iter().map(|&i| &self.limits[i])
+        self.namespace_indexes(namespace).iter().map(|&i| &self.limits[i])
+    }
+
+    /// The indexes in [`Policy::limits`] of one namespace's limits.
+    pub fn namespace_indexes(&self, namespace: &str) -> &[usize] {
+        self.namespaces.get(namespace).map(Vec::as_slice).unwrap_or_default()
     }
 
     /// The namespaces that have limits.
@@ -116,7 +122,8 @@ impl Policy {
     pub fn hits<'p>(&'p self, namespace: &str, descriptors: &[Descriptor]) -> Vec<Hit<'p>> {
         let facts = Facts::new(descriptors);
         let mut hits = Vec::new();
-        'limits: for limit in self.namespace(namespace) {
+        'limits: for &index in self.namespace_indexes(namespace) {
+            let limit = &self.limits[index];
             let mut descriptor = None;
             for condition in &limit.conditions {
                 if !condition.holds(&facts) {
@@ -130,7 +137,7 @@ impl Policy {
                 descriptor = descriptor.or(from);
                 values.push(value);
             }
-            hits.push(Hit { limit, values, descriptor: descriptor.unwrap_or(0) });
+            hits.push(Hit { limit, index, values, descriptor: descriptor.unwrap_or(0) });
         }
         hits
     }

@@ -20,7 +20,7 @@ fn empty_files() {
 fn structure() {
     assert_eq!(
         error(&format!("{OK}  colour: red\n")),
-        "limits.yaml:4:3: unknown field `colour`, expected one of namespace, max_value, seconds, name, conditions, \
+        "limits.yaml:4:3: unknown field `colour`, expected one of namespace, max_value, seconds, name, id, conditions, \
          variables, algorithm"
     );
     assert_eq!(error("namespace: a\n"), "limits.yaml:1:1: expected a list of limits (`- namespace: ...`)");

@@ -3,8 +3,10 @@
 //! - [`simulate`]: run the same request arrivals through each of the core crate's rate-limiting
 //!   algorithms on a manual clock and compare them, as a table and a plot (`tollgate simulate`).
 //!
-//! The server (`tollgate serve`) lands here next.
+//! - [`serve`]: the rate-limit server (`tollgate serve`): Envoy RLS over gRPC, an HTTP API
+//!   compatible with Limitador's, Prometheus metrics, hot reload.
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+pub mod serve;
 pub mod simulate;

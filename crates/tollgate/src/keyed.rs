@@ -328,6 +328,32 @@ where
             .sum()
     }
 
+    /// Calls `f` with every stored key that is not idle and its state now (as a probe of `n == 0`
+    /// reports it). Holds one shard's read lock at a time: keys changing meanwhile may be seen
+    /// before or after the change.
+    ///
+    /// ```
+    /// use tollgate::{FixedWindow, Keyed, Quota};
+    /// let keyed: Keyed<String, _> = Keyed::new(FixedWindow::new(Quota::per_second(10)?));
+    /// keyed.try_acquire("alice", 3).unwrap();
+    /// let mut seen = Vec::new();
+    /// keyed.for_each(|key, meta| seen.push((key.clone(), meta.remaining)));
+    /// assert_eq!(seen, [("alice".to_string(), 7)]);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn for_each(&self, mut f: impl FnMut(&K, Meta)) {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        for shard in inner.shards.iter() {
+            let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
+            for (key, state) in table.iter() {
+                if !inner.algo.is_idle(state, now) {
+                    f(key, inner.algo.decide(state, now, 0, false).unwrap_or_else(|m| m));
+                }
+            }
+        }
+    }
+
     /// Keys currently stored.
     pub fn len(&self) -> usize {
         self.inner.shards.iter().map(|s| s.table.read().unwrap_or_else(|e| e.into_inner()).len()).sum()

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
+mod serve;
 mod simulate;
 
 /// Rate limiting for Rust services and batch jobs.
@@ -17,6 +19,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the limits of a file: Envoy's rate limit service (gRPC), an HTTP API compatible with
+    /// Limitador's, Prometheus metrics; reloads the file when it changes.
+    Serve(serve::ServeArgs),
+    /// Validate a limits file and print its limits; exits 2 with file:line:column on an error.
+    CheckConfig(check::CheckArgs),
     /// Run one request-arrival sequence through each algorithm on a manual clock: a table of what
     /// each admitted, and a plot.
     Simulate(simulate::SimulateArgs),
@@ -24,6 +31,8 @@ enum Command {
 
 pub(crate) fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Serve(args) => serve::main(args),
+        Command::CheckConfig(args) => check::main(args),
         Command::Simulate(args) => simulate::main(args),
     }
 }

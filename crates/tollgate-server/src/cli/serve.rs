@@ -1,0 +1,122 @@
+//! `tollgate serve`: load the limits, bind the RLS (gRPC) and HTTP listeners, serve until Ctrl-C
+//! or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use tollgate::SystemClock;
+use tollgate_server::serve::{Mode, ServeConfig, ServeError, start};
+
+/// Arguments of `tollgate serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The limits file (Limitador's YAML format; see `tollgate check-config`).
+    #[arg(long, value_name = "FILE")]
+    limits: PathBuf,
+
+    /// Address of Envoy's rate limit service (gRPC, `envoy.service.ratelimit.v3`) and gRPC health.
+    #[arg(long, default_value = "127.0.0.1:8081", value_name = "ADDR")]
+    grpc: SocketAddr,
+
+    /// Address of the HTTP API (`/check`, `/report`, `/check_and_report`, `/limits/{ns}`,
+    /// `/counters/{ns}`, `/status`) and Prometheus `/metrics`.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    http: SocketAddr,
+
+    /// Where counters live. Only `memory` today.
+    #[arg(long, value_enum, default_value = "memory")]
+    storage: Storage,
+
+    /// accuracy: all counters of a request are checked and updated together (no overshoot);
+    /// throughput: each counter on its own (faster, may briefly overshoot under contention).
+    #[arg(long, value_enum, default_value = "accuracy")]
+    mode: Mode,
+
+    /// Decide and count, report in metrics and logs what would have been limited, allow everything.
+    #[arg(long)]
+    shadow: bool,
+
+    /// Do not reload the limits file when it changes.
+    #[arg(long)]
+    no_watch: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Storage {
+    /// In this process: no other service needed; counters are lost on restart.
+    Memory,
+}
+
+pub(crate) fn main(args: ServeArgs) -> ExitCode {
+    init_logging();
+    let Storage::Memory = args.storage;
+    let config = ServeConfig {
+        limits: args.limits,
+        grpc: args.grpc,
+        http: args.http,
+        mode: args.mode,
+        shadow: args.shadow,
+        watch: !args.no_watch,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let running = match start(&config, SystemClock::new()).await {
+            Ok(running) => running,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return match e {
+                    ServeError::Limits(_) => ExitCode::from(2),
+                    _ => ExitCode::FAILURE,
+                };
+            }
+        };
+        let loaded = running.engine.loaded();
+        tracing::info!(
+            limits = loaded.policy.len(),
+            file = %config.limits.display(),
+            mode = ?config.mode,
+            shadow = config.shadow,
+            "limits loaded"
+        );
+        tracing::info!("Envoy RLS (gRPC) listening on {}", running.grpc);
+        tracing::info!("HTTP API listening on http://{} (metrics on /metrics)", running.http);
+        wait_for_stop().await;
+        tracing::info!("stopping");
+        running.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_stop() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

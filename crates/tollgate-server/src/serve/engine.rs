@@ -1,0 +1,289 @@
+//! Deciding: a request (namespace, descriptors, delta) against the loaded limits and their counters.
+//!
+//! Data flows one way: the policy says which counters a request touches ([`Policy::hits`]), the
+//! engine decides on them, the protocol layers (`rls`, `http`) turn the [`Outcome`] into a response.
+
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use tollgate::{Clock, Meta, SystemClock};
+use tollgate_policy::{Descriptor, Limit, LimitId, Policy};
+
+use super::counters::Counters;
+
+/// Accuracy vs throughput, as seed 003 defines them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// All counters a request touches are checked and updated together, under locks on those
+    /// counters only: no overshoot, no undershoot, whatever the concurrency.
+    Accuracy,
+    /// Each counter is updated on its own and a rejection gives back what it took: faster, but a
+    /// concurrent request can see a counter that is briefly too high (overshoot, measured by
+    /// `tollgate bench`).
+    Throughput,
+}
+
+/// What a call asks for (Limitador's three HTTP endpoints; Envoy's RLS is `CheckAndReport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Would `delta` hits be allowed? Counts nothing.
+    Check,
+    /// Count `delta` hits without deciding; a counter saturates at its limit.
+    Report,
+    /// Decide and, if allowed, count: all counters or none.
+    CheckAndReport,
+}
+
+/// The limits in force and their counters; replaced as a whole by a reload.
+pub struct Loaded<C: Clock = SystemClock> {
+    /// The limits.
+    pub policy: Policy,
+    /// Incremented by each successful load, from 1.
+    pub generation: u64,
+    counters: Vec<Arc<Counters<C>>>,
+}
+
+/// One counter's part in a decision.
+#[derive(Clone, Debug)]
+pub struct Status {
+    /// Index of the limit in the policy's limits (see [`Outcome::limit`]).
+    pub limit: usize,
+    /// The descriptor the counter is attributed to.
+    pub descriptor: usize,
+    /// The counter's state after the decision.
+    pub meta: Meta,
+    /// True when this counter (alone) did not have room for the request.
+    pub limited: bool,
+}
+
+/// The result of one call.
+pub struct Outcome<C: Clock = SystemClock> {
+    loaded: Arc<Loaded<C>>,
+    /// Every counter the request touched.
+    pub statuses: Vec<Status>,
+    /// The answer to give: false means "limited" (HTTP 429, RLS `OVER_LIMIT`).
+    pub allowed: bool,
+    /// True when the limits said no; differs from `!allowed` only in shadow mode.
+    pub would_limit: bool,
+}
+
+impl<C: Clock> Outcome<C> {
+    /// The limit a status is about.
+    pub fn limit(&self, status: &Status) -> &Limit {
+        &self.loaded.policy.limits()[status.limit]
+    }
+
+    /// The generation of the limits that decided.
+    pub fn generation(&self) -> u64 {
+        self.loaded.generation
+    }
+}
+
+/// One live counter, as `GET /counters/{namespace}` lists it.
+#[derive(Clone, Debug)]
+pub struct CounterView {
+    /// Index of the limit in the policy's limits.
+    pub limit: usize,
+    /// The variables' values.
+    pub values: Vec<String>,
+    /// The counter's state now.
+    pub meta: Meta,
+}
+
+/// The deciding core of the server, independent of protocols.
+///
+/// ```
+/// use tollgate::ManualClock;
+/// use tollgate_policy::{Descriptor, Policy};
+/// use tollgate_server::serve::{Action, Engine, Mode};
+///
+/// let policy = Policy::parse("- {namespace: api, max_value: 1, seconds: 60}", "limits.yaml")?;
+/// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new());
+/// let values = [Descriptor::default()];
+/// assert!(engine.decide("api", &values, 1, Action::CheckAndReport).allowed);
+/// assert!(!engine.decide("api", &values, 1, Action::CheckAndReport).allowed);
+/// assert!(engine.decide("other", &values, 1, Action::CheckAndReport).allowed, "unknown namespaces are allowed");
+/// # Ok::<(), tollgate_policy::PolicyError>(())
+/// ```
+pub struct Engine<C: Clock = SystemClock> {
+    loaded: RwLock<Arc<Loaded<C>>>,
+    clock: C,
+    mode: Mode,
+    shadow: bool,
+    stripes: Box<[Mutex<()>]>,
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+/// Lock stripes for accuracy mode: a request locks the stripes of the counters it touches (in
+/// index order, so two requests never wait on each other in a cycle). More stripes, fewer false
+/// conflicts; 4096 mutexes cost 16-64 KiB.
+const STRIPES: usize = 4096;
+
+impl<C: Clock + Clone> Engine<C> {
+    /// An engine deciding on `policy` (generation 1) with counters on `clock`.
+    pub fn new(policy: Policy, mode: Mode, shadow: bool, clock: C) -> Engine<C> {
+        let counters = policy.limits().iter().map(|l| Arc::new(Counters::new(l, &clock))).collect();
+        Engine {
+            loaded: RwLock::new(Arc::new(Loaded { policy, generation: 1, counters })),
+            clock,
+            mode,
+            shadow,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            hasher: Default::default(),
+        }
+    }
+
+    /// Replaces the limits. Counters of limits present before and after (same [`LimitId`]: they
+    /// count the same requests) are kept, with a changed `max_value` applied to them; the others
+    /// start empty. Returns the new generation.
+    pub fn reload(&self, policy: Policy) -> u64 {
+        let mut slot = self.loaded.write().unwrap_or_else(|e| e.into_inner());
+        let old = &**slot;
+        let by_id: std::collections::HashMap<LimitId, (&Limit, &Arc<Counters<C>>)> = old
+            .policy
+            .limits()
+            .iter()
+            .map(|l| (l.id(), l))
+            .zip(&old.counters)
+            .map(|((id, l), c)| (id, (l, c)))
+            .collect();
+        let counters = policy
+            .limits()
+            .iter()
+            .map(|limit| match by_id.get(&limit.id()) {
+                Some((before, counters)) => {
+                    if before.max_value() != limit.max_value() {
+                        counters.set_quota(limit.quota().expect("a validated limit has a usable quota"));
+                    }
+                    Arc::clone(counters)
+                }
+                None => Arc::new(Counters::new(limit, &self.clock)),
+            })
+            .collect();
+        let generation = old.generation + 1;
+        *slot = Arc::new(Loaded { policy, generation, counters });
+        generation
+    }
+
+    /// The limits in force.
+    pub fn loaded(&self) -> Arc<Loaded<C>> {
+        Arc::clone(&self.loaded.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The mode decisions are made in.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// True in shadow mode: decisions are counted and reported, and every request is allowed.
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// Decides one call. `delta` is the number of hits (callers map Envoy's 0 to 1). A request
+    /// that is limited takes nothing from any counter.
+    pub fn decide(&self, namespace: &str, descriptors: &[Descriptor], delta: u64, action: Action) -> Outcome<C> {
+        let loaded = self.loaded();
+        let hits = loaded.policy.hits(namespace, descriptors);
+        let mut statuses = Vec::with_capacity(hits.len());
+        let status = |hit: &tollgate_policy::Hit<'_>, meta, limited| Status {
+            limit: hit.index,
+            descriptor: hit.descriptor,
+            meta,
+            limited,
+        };
+        match action {
+            Action::Check => {
+                for hit in &hits {
+                    let decided = loaded.counters[hit.index].check(&hit.values, delta);
+                    statuses.push(status(hit, decided.unwrap_or_else(|r| r.meta()), decided.is_err()));
+                }
+            }
+            Action::Report => {
+                for hit in &hits {
+                    // A report counts what happened; a counter already full stays full.
+                    let meta = match loaded.counters[hit.index].take(&hit.values, delta) {
+                        Ok(lease) => lease.meta(),
+                        Err(rejected) => rejected.meta(),
+                    };
+                    statuses.push(status(hit, meta, false));
+                }
+            }
+            Action::CheckAndReport => {
+                let _held = match self.mode {
+                    Mode::Accuracy => self.lock(&hits),
+                    Mode::Throughput => Vec::new(),
+                };
+                let mut taken = Vec::with_capacity(hits.len());
+                let mut limited = false;
+                for hit in &hits {
+                    let counters = &loaded.counters[hit.index];
+                    if limited {
+                        // Already limited: report the others' state, take nothing more.
+                        let decided = counters.check(&hit.values, delta);
+                        statuses.push(status(hit, decided.unwrap_or_else(|r| r.meta()), decided.is_err()));
+                        continue;
+                    }
+                    match counters.take(&hit.values, delta) {
+                        Ok(lease) => {
+                            statuses.push(status(hit, lease.meta(), false));
+                            taken.push((hit.index, &hit.values, lease));
+                        }
+                        Err(rejected) => {
+                            statuses.push(status(hit, rejected.meta(), true));
+                            limited = true;
+                        }
+                    }
+                }
+                if limited {
+                    // All or nothing. In accuracy mode the locks are still held, so no other
+                    // request saw these permits gone.
+                    for (index, values, lease) in taken {
+                        loaded.counters[index].give_back(values, lease);
+                    }
+                }
+            }
+        }
+        let would_limit = statuses.iter().any(|s| s.limited);
+        Outcome { loaded, statuses, allowed: !would_limit || self.shadow, would_limit }
+    }
+
+    /// Locks the stripes of every counter `hits` touches, in stripe order.
+    fn lock(&self, hits: &[tollgate_policy::Hit<'_>]) -> Vec<MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> =
+            hits.iter().map(|h| self.hasher.hash_one((h.limit.id(), &h.values)) as usize % STRIPES).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes.into_iter().map(|i| self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())).collect()
+    }
+
+    /// The live counters of one namespace.
+    pub fn counters(&self, namespace: &str) -> (Arc<Loaded<C>>, Vec<CounterView>) {
+        let loaded = self.loaded();
+        let mut views = Vec::new();
+        for &index in loaded.policy.namespace_indexes(namespace) {
+            loaded.counters[index]
+                .for_each(|values, meta| views.push(CounterView { limit: index, values: values.clone(), meta }));
+        }
+        (loaded, views)
+    }
+
+    /// For each limit (by index), its fullest counter's use of `max_value` from 0.0 to 1.0.
+    pub fn fill(&self) -> (Arc<Loaded<C>>, Vec<f64>) {
+        let loaded = self.loaded();
+        let fill = loaded
+            .counters
+            .iter()
+            .map(|c| {
+                let mut most = 0.0f64;
+                c.for_each(|_, meta| {
+                    if meta.limit > 0 {
+                        most = most.max(meta.limit.saturating_sub(meta.remaining) as f64 / meta.limit as f64);
+                    }
+                });
+                most
+            })
+            .collect();
+        (loaded, fill)
+    }
+}

@@ -1,0 +1,228 @@
+//! The HTTP API, compatible with Limitador's:
+//!
+//! | route | what |
+//! | --- | --- |
+//! | `POST /check` | would `delta` hits be allowed? 200 or 429, counts nothing |
+//! | `POST /report` | count `delta` hits, 200 |
+//! | `POST /check_and_report` | decide and count if allowed: 200 or 429 |
+//! | `GET /limits/{namespace}` | the namespace's limits, as JSON |
+//! | `GET /counters/{namespace}` | its live counters, as JSON |
+//! | `GET /status` | 200 while serving |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! Bodies are `{"namespace": "...", "values": {"key": "value"}, "delta": 1, "response_headers":
+//! "DraftVersion03"}`; with `response_headers` set, the response carries the draft RateLimit
+//! headers of the tightest counter. A body that is not that JSON is a 400 that says why.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use tollgate::Clock;
+use tollgate_policy::{Descriptor, Limit};
+
+use super::engine::{Action, Engine, Outcome};
+use super::metrics::Metrics;
+
+/// A check, report or check-and-report request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallBody {
+    /// The namespace.
+    pub namespace: String,
+    /// The request's descriptor entries.
+    #[serde(default)]
+    pub values: std::collections::HashMap<String, String>,
+    /// Hits to count.
+    pub delta: u64,
+    /// Set to ask for the draft RateLimit headers (`DraftVersion03`, or `draft10` for
+    /// `RateLimit-Policy`/`RateLimit`).
+    #[serde(default)]
+    pub response_headers: Option<String>,
+}
+
+/// A limit as `GET /limits/{namespace}` shows it (Limitador's shape, plus `algorithm` and `id`).
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LimitJson {
+    /// The limit's stable id.
+    pub id: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Hits per window.
+    pub max_value: u64,
+    /// The window.
+    pub seconds: u64,
+    /// Optional name.
+    pub name: Option<String>,
+    /// Conditions as written.
+    pub conditions: Vec<String>,
+    /// Variables as written.
+    pub variables: Vec<String>,
+    /// How it counts.
+    pub algorithm: String,
+}
+
+impl From<&Limit> for LimitJson {
+    fn from(limit: &Limit) -> LimitJson {
+        LimitJson {
+            id: limit.id().to_string(),
+            namespace: limit.namespace().to_string(),
+            max_value: limit.max_value(),
+            seconds: limit.seconds(),
+            name: limit.name().map(str::to_string),
+            conditions: limit.conditions().iter().map(|c| c.source().to_string()).collect(),
+            variables: limit.variables().iter().map(|v| v.source().to_string()).collect(),
+            algorithm: limit.algorithm().name().to_string(),
+        }
+    }
+}
+
+/// A live counter as `GET /counters/{namespace}` shows it.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub struct CounterJson {
+    /// The limit it counts for.
+    pub limit: LimitJson,
+    /// The variables' values (variable as written → value).
+    pub set_variables: BTreeMap<String, String>,
+    /// Hits left in the window.
+    pub remaining: u64,
+    /// Seconds until the counter is back to full.
+    pub expires_in_seconds: u64,
+}
+
+struct Api<C: Clock> {
+    engine: Arc<Engine<C>>,
+    metrics: Arc<Metrics>,
+}
+
+/// The API's routes, deciding with `engine`.
+pub fn router<C: Clock + Clone>(engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -> Router {
+    let api = Arc::new(Api { engine, metrics });
+    Router::new()
+        .route("/check", post(|s, b| call(s, b, Action::Check)))
+        .route("/report", post(|s, b| call(s, b, Action::Report)))
+        .route("/check_and_report", post(|s, b| call(s, b, Action::CheckAndReport)))
+        .route("/limits/{namespace}", get(limits))
+        .route("/counters/{namespace}", get(counters))
+        .route("/status", get(status::<C>))
+        .route("/metrics", get(render_metrics::<C>))
+        .with_state(api)
+}
+
+async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, body: Bytes, action: Action) -> Response {
+    let started = Instant::now();
+    let body: CallBody = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("invalid request body: {e}\n")).into_response(),
+    };
+    let headers = match body.response_headers.as_deref() {
+        None | Some("" | "none" | "None") => None,
+        Some(v @ ("DraftVersion03" | "draft03" | "draft10" | "DraftVersion10")) => Some(v.contains("10")),
+        Some(other) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("invalid response_headers `{other}`: expected DraftVersion03 or draft10\n"),
+            )
+                .into_response();
+        }
+    };
+    let descriptors = [Descriptor::from(body.values)];
+    let outcome = api.engine.decide(&body.namespace, &descriptors, body.delta, action);
+    // As Limitador: calls are counted in metrics by check_and_report only (check and report are
+    // halves of one call).
+    if action == Action::CheckAndReport {
+        api.metrics.record(&body.namespace, &outcome, body.delta, started.elapsed());
+    }
+    let status =
+        if outcome.allowed || action == Action::Report { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], "null").into_response();
+    if let Some(draft10) = headers {
+        rate_limit_headers(&outcome, draft10, response.headers_mut());
+    }
+    response
+}
+
+/// The tightest counter's draft RateLimit headers (draft 03: `X-RateLimit-Limit`, `-Remaining`,
+/// `-Reset`, as Limitador sends; draft 10: `RateLimit-Policy` and `RateLimit`).
+fn rate_limit_headers<C: Clock>(outcome: &Outcome<C>, draft10: bool, headers: &mut HeaderMap) {
+    let mut order: Vec<&super::engine::Status> = outcome.statuses.iter().collect();
+    order.sort_by_key(|s| (!s.limited, s.meta.remaining));
+    let Some(tightest) = order.first() else { return };
+    let limit = outcome.limit(tightest);
+    let reset = tightest.meta.reset_ns.div_ceil(1_000_000_000);
+    let mut put = |name: &'static str, value: String| {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    };
+    if draft10 {
+        let policy = format!("\"{}\";q={};w={}", limit.id(), limit.max_value(), limit.seconds());
+        put("ratelimit-policy", policy);
+        put("ratelimit", format!("\"{}\";r={};t={reset}", limit.id(), tightest.meta.remaining));
+    } else {
+        let mut value = limit.max_value().to_string();
+        for status in &order {
+            let l = outcome.limit(status);
+            let _ = write!(value, ", {};w={}", l.max_value(), l.seconds());
+            if let Some(name) = l.name() {
+                let _ = write!(value, ";name=\"{}\"", name.replace('"', "'"));
+            }
+        }
+        put("x-ratelimit-limit", value);
+        put("x-ratelimit-remaining", tightest.meta.remaining.to_string());
+        put("x-ratelimit-reset", reset.to_string());
+    }
+}
+
+async fn limits<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, Path(namespace): Path<String>) -> Response {
+    let loaded = api.engine.loaded();
+    let limits: Vec<LimitJson> = loaded.policy.namespace(&namespace).map(LimitJson::from).collect();
+    axum::Json(limits).into_response()
+}
+
+async fn counters<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, Path(namespace): Path<String>) -> Response {
+    let (loaded, views) = api.engine.counters(&namespace);
+    let counters: Vec<CounterJson> = views
+        .into_iter()
+        .map(|view| {
+            let limit = &loaded.policy.limits()[view.limit];
+            CounterJson {
+                limit: LimitJson::from(limit),
+                set_variables: limit.variables().iter().map(|v| v.source().to_string()).zip(view.values).collect(),
+                remaining: view.meta.remaining,
+                expires_in_seconds: view.meta.reset_ns.div_ceil(1_000_000_000),
+            }
+        })
+        .collect();
+    axum::Json(counters).into_response()
+}
+
+async fn render_metrics<C: Clock + Clone>(State(api): State<Arc<Api<C>>>) -> Response {
+    let text = api.metrics.render(&api.engine);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// `GET /status`: Limitador's fields (`config_version`, `config_err_since`: failed reloads since
+/// the last good one) plus ours.
+async fn status<C: Clock + Clone>(State(api): State<Arc<Api<C>>>) -> Response {
+    let loaded = api.engine.loaded();
+    let (failed, last_error) = api.metrics.reload_state();
+    axum::Json(serde_json::json!({
+        "status": "ok",
+        "config_version": loaded.generation,
+        "config_err_since": failed,
+        "last_reload_error": last_error,
+        "limits": loaded.policy.len(),
+        "mode": format!("{:?}", api.engine.mode()).to_lowercase(),
+        "shadow": api.engine.shadow(),
+    }))
+    .into_response()
+}

@@ -1,0 +1,156 @@
+//! Prometheus metrics: per-call counters and a latency histogram recorded as calls are decided,
+//! and gauges about the limits (max_value, fill, config generation, last reload) computed when
+//! `/metrics` is scraped.
+//!
+//! Names follow Limitador's where it has one (`authorized_calls`, `limited_calls` with
+//! `limitador_namespace` and `limit_name` labels), so dashboards carry over.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use metrics::{Unit, counter, histogram, with_local_recorder};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use tollgate::Clock;
+
+use super::engine::{Engine, Outcome};
+
+/// Buckets of the decision latency histogram, in seconds.
+const LATENCY_BUCKETS: &[f64] =
+    &[2e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1];
+
+/// One server's metrics (not the process-global recorder: several servers can run in one process,
+/// as in tests).
+pub struct Metrics {
+    recorder: PrometheusRecorder,
+    reload: Mutex<ReloadState>,
+}
+
+#[derive(Default)]
+struct ReloadState {
+    errors: u64,
+    failed_since_good: u64,
+    last_error: Option<String>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Empty metrics.
+    pub fn new() -> Metrics {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full("tollgate_decision_seconds".into()), LATENCY_BUCKETS)
+            .expect("buckets are not empty")
+            .build_recorder();
+        with_local_recorder(&recorder, || {
+            metrics::describe_counter!("authorized_calls", "Calls allowed, per namespace");
+            metrics::describe_counter!("authorized_hits", "Hits (delta) of allowed calls, per namespace");
+            metrics::describe_counter!("limited_calls", "Calls limited, per namespace and limiting limit");
+            metrics::describe_counter!(
+                "shadow_limited_calls",
+                "Calls that would have been limited (shadow mode allowed them)"
+            );
+            metrics::describe_histogram!("tollgate_decision_seconds", Unit::Seconds, "Time to decide one call");
+        });
+        Metrics { recorder, reload: Mutex::new(ReloadState::default()) }
+    }
+
+    /// Records one decided call.
+    pub fn record<C: Clock>(&self, namespace: &str, outcome: &Outcome<C>, hits: u64, took: Duration) {
+        with_local_recorder(&self.recorder, || {
+            histogram!("tollgate_decision_seconds").record(took.as_secs_f64());
+            if !outcome.would_limit {
+                counter!("authorized_calls", "limitador_namespace" => namespace.to_string()).increment(1);
+                counter!("authorized_hits", "limitador_namespace" => namespace.to_string()).increment(hits);
+                return;
+            }
+            let by = outcome.statuses.iter().find(|s| s.limited).map(|s| outcome.limit(s).name().unwrap_or(""));
+            let name = by.unwrap_or("").to_string();
+            if outcome.allowed {
+                counter!("shadow_limited_calls", "limitador_namespace" => namespace.to_string(), "limit_name" => name)
+                    .increment(1);
+                counter!("authorized_calls", "limitador_namespace" => namespace.to_string()).increment(1);
+            } else {
+                counter!("limited_calls", "limitador_namespace" => namespace.to_string(), "limit_name" => name)
+                    .increment(1);
+            }
+        });
+    }
+
+    /// Records a reload that failed (the last good limits stay in force).
+    pub fn reload_failed(&self, error: &str) {
+        let mut state = self.reload.lock().unwrap_or_else(|e| e.into_inner());
+        state.errors += 1;
+        state.failed_since_good += 1;
+        state.last_error = Some(error.to_string());
+    }
+
+    /// Records a reload that succeeded.
+    pub fn reload_succeeded(&self) {
+        let mut state = self.reload.lock().unwrap_or_else(|e| e.into_inner());
+        state.last_error = None;
+        state.failed_since_good = 0;
+    }
+
+    /// Reloads rejected since the last good one, and the last rejection's reason.
+    pub fn reload_state(&self) -> (u64, Option<String>) {
+        let state = self.reload.lock().unwrap_or_else(|e| e.into_inner());
+        (state.failed_since_good, state.last_error.clone())
+    }
+
+    /// The Prometheus text exposition of everything.
+    pub fn render<C: Clock + Clone>(&self, engine: &Engine<C>) -> String {
+        let mut out = self.recorder.handle().render();
+        let _ =
+            writeln!(out, "# HELP limitador_up 1 while the server is up\n# TYPE limitador_up gauge\nlimitador_up 1");
+        let (loaded, fill) = engine.fill();
+        let _ = writeln!(out, "# HELP tollgate_limit_max_value Configured max_value of each limit");
+        let _ = writeln!(out, "# TYPE tollgate_limit_max_value gauge");
+        for limit in loaded.policy.limits() {
+            let _ = writeln!(out, "tollgate_limit_max_value{{{}}} {}", labels(limit), limit.max_value());
+        }
+        let _ = writeln!(out, "# HELP tollgate_limit_fill Use of max_value by each limit's fullest counter (0 to 1)");
+        let _ = writeln!(out, "# TYPE tollgate_limit_fill gauge");
+        for (limit, fill) in loaded.policy.limits().iter().zip(fill) {
+            let _ = writeln!(out, "tollgate_limit_fill{{{}}} {fill}", labels(limit));
+        }
+        let state = self.reload.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(out, "# HELP tollgate_config_generation Limits loaded so far (1 = the file read at start)");
+        let _ = writeln!(out, "# TYPE tollgate_config_generation gauge");
+        let _ = writeln!(out, "tollgate_config_generation {}", loaded.generation);
+        let _ = writeln!(out, "# HELP tollgate_config_reload_errors_total Reloads rejected (bad file)");
+        let _ = writeln!(out, "# TYPE tollgate_config_reload_errors_total counter");
+        let _ = writeln!(out, "tollgate_config_reload_errors_total {}", state.errors);
+        let _ = writeln!(
+            out,
+            "# HELP tollgate_config_last_reload_failed 1 while the last reload was rejected; the label says why"
+        );
+        let _ = writeln!(out, "# TYPE tollgate_config_last_reload_failed gauge");
+        match &state.last_error {
+            Some(error) => {
+                let _ = writeln!(out, "tollgate_config_last_reload_failed{{error=\"{}\"}} 1", escape(error));
+            }
+            None => {
+                let _ = writeln!(out, "tollgate_config_last_reload_failed 0");
+            }
+        }
+        out
+    }
+}
+
+fn labels(limit: &tollgate_policy::Limit) -> String {
+    format!(
+        "limitador_namespace=\"{}\",limit_name=\"{}\",limit_id=\"{}\"",
+        escape(limit.namespace()),
+        escape(limit.name().unwrap_or("")),
+        limit.id()
+    )
+}
+
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

@@ -1,0 +1,20 @@
+//! `tollgate serve`: the rate-limit server.
+//!
+//! - [`Engine`]: decisions on the loaded limits and their in-memory counters, in accuracy or
+//!   throughput mode, optionally in shadow mode;
+//! - [`rls`]: Envoy's rate limit service (gRPC); [`http`]: the HTTP API (Limitador's);
+//! - [`Metrics`]: Prometheus metrics; [`Reloader`]: watching the limits file;
+//! - [`start`]: all of it on the current tokio runtime.
+
+mod counters;
+mod engine;
+pub mod http;
+mod metrics;
+mod reload;
+pub mod rls;
+mod server;
+
+pub use engine::{Action, CounterView, Engine, Loaded, Mode, Outcome, Status};
+pub use metrics::Metrics;
+pub use reload::{Reloaded, Reloader};
+pub use server::{Running, ServeConfig, ServeError, start};

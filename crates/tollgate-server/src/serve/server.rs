@@ -1,0 +1,131 @@
+//! Binding the listeners and running the protocols on one multi-thread runtime.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tollgate::{Clock, SystemClock};
+use tollgate_policy::{Policy, PolicyError};
+use tonic::transport::server::TcpIncoming;
+
+use super::engine::{Engine, Mode};
+use super::http;
+use super::metrics::Metrics;
+use super::reload::Reloader;
+use super::rls::{RateLimitServiceServer, Rls};
+
+/// What `tollgate serve` runs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// The limits file.
+    pub limits: PathBuf,
+    /// Where Envoy's RLS (gRPC) listens.
+    pub grpc: SocketAddr,
+    /// Where the HTTP API and `/metrics` listen.
+    pub http: SocketAddr,
+    /// Accuracy or throughput.
+    pub mode: Mode,
+    /// Count and report, but allow everything.
+    pub shadow: bool,
+    /// Reload the limits file when it changes.
+    pub watch: bool,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The limits file is missing or wrong.
+    #[error("{0}")]
+    Limits(#[from] PolicyError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file watcher could not start.
+    #[error("cannot watch the limits file: {0}")]
+    Watch(#[from] notify::Error),
+}
+
+/// A started server: its addresses (with the ports the OS chose for port 0) and its parts.
+pub struct Running<C: Clock = SystemClock> {
+    /// The gRPC (RLS) address.
+    pub grpc: SocketAddr,
+    /// The HTTP address.
+    pub http: SocketAddr,
+    /// The engine deciding.
+    pub engine: Arc<Engine<C>>,
+    /// The reloader of the limits file.
+    pub reloader: Arc<Reloader<C>>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+impl<C: Clock + Clone> Running<C> {
+    /// Stops accepting, finishes calls in flight, and returns when both listeners are closed.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Loads the limits, binds both listeners and starts serving on the current tokio runtime.
+pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<Running<C>, ServeError> {
+    let name = config.limits.display().to_string();
+    let text = std::fs::read_to_string(&config.limits).map_err(|e| PolicyError {
+        source_name: name.clone(),
+        position: Default::default(),
+        message: format!("cannot read the limits file: {e}"),
+    })?;
+    let policy = Policy::parse(&text, &name)?;
+    let engine = Arc::new(Engine::new(policy, config.mode, config.shadow, clock));
+    let metrics = Arc::new(Metrics::new());
+    let reloader = Arc::new(Reloader::new(&config.limits, text, engine.clone(), metrics.clone()));
+    let watcher = if config.watch { Some(reloader.clone().watch()?) } else { None };
+
+    let bind = |addr: SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })
+    };
+    let grpc_listener = bind(config.grpc).await?;
+    let http_listener = bind(config.http).await?;
+    let grpc = grpc_listener.local_addr().map_err(|source| ServeError::Bind { addr: config.grpc, source })?;
+    let http = http_listener.local_addr().map_err(|source| ServeError::Bind { addr: config.http, source })?;
+    let (shutdown, signal) = tokio::sync::watch::channel(false);
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<RateLimitServiceServer<Rls<C>>>().await;
+    let rls = RateLimitServiceServer::new(Rls::new(engine.clone(), metrics.clone()));
+    let mut stop = signal.clone();
+    let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+    let grpc_task = tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let served = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(rls)
+            .serve_with_incoming_shutdown(incoming, stopped)
+            .await;
+        if let Err(e) = served {
+            tracing::error!("gRPC server stopped: {e}");
+        }
+    });
+
+    let app = http::router(engine.clone(), metrics.clone());
+    let mut stop = signal;
+    let http_task = tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(http_listener, app).with_graceful_shutdown(stopped).await {
+            tracing::error!("HTTP server stopped: {e}");
+        }
+    });
+    Ok(Running { grpc, http, engine, reloader, shutdown, tasks: vec![grpc_task, http_task], _watcher: watcher })
+}
