@@ -238,8 +238,10 @@ impl<C: Clock + Clone> Engine<C> {
                 if limited {
                     // All or nothing. In accuracy mode the locks are still held, so no other
                     // request saw these permits gone.
-                    for (index, values, lease) in taken {
-                        loaded.counters[index].give_back(values, lease);
+                    for (i, (index, values, lease)) in taken.into_iter().enumerate() {
+                        let counters = &loaded.counters[index];
+                        counters.give_back(values, lease);
+                        statuses[i].meta = counters.check(values, 0).unwrap_or_else(|r| r.meta());
                     }
                 }
             }

@@ -108,6 +108,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
             let _ = stop.wait_for(|s| *s).await;
         };
         let served = tonic::transport::Server::builder()
+            .layer(tower::util::MapResponseLayer::new(decode_errors_are_invalid_argument))
             .add_service(health_service)
             .add_service(rls)
             .serve_with_incoming_shutdown(incoming, stopped)
@@ -128,4 +129,16 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         }
     });
     Ok(Running { grpc, http, engine, reloader, shutdown, tasks: vec![grpc_task, http_task], _watcher: watcher })
+}
+
+/// tonic answers a request it cannot decode with INTERNAL; it is the caller's mistake, so say
+/// INVALID_ARGUMENT (keeping tonic's message, which names the problem).
+fn decode_errors_are_invalid_argument<B>(mut response: ::http::Response<B>) -> ::http::Response<B> {
+    let headers = response.headers_mut();
+    let internal = headers.get("grpc-status").is_some_and(|v| v.as_bytes() == b"13");
+    let decode = headers.get("grpc-message").is_some_and(|v| v.as_bytes().starts_with(b"failed%20to%20decode"));
+    if internal && decode {
+        headers.insert("grpc-status", ::http::HeaderValue::from_static("3"));
+    }
+    response
 }

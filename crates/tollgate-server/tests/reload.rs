@@ -1,0 +1,110 @@
+//! Hot reload: a valid change is applied keeping unchanged limits' counters, an invalid file is
+//! kept out (the last good limits stay), an atomic rename is noticed.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::server;
+use tollgate_server::serve::{Mode, Reloaded};
+
+const V1: &str = "- {namespace: ns, name: kept, max_value: 5, seconds: 60}\n\
+                  - {namespace: ns, name: dropped, max_value: 9, seconds: 60, conditions: [\"a == 'b'\"]}\n";
+const V2: &str = "- {namespace: ns, name: kept, max_value: 5, seconds: 60}\n\
+                  - {namespace: ns, name: new, max_value: 1, seconds: 60, conditions: [\"a == 'c'\"]}\n";
+
+fn body(a: &str) -> String {
+    format!(r#"{{"namespace":"ns","values":{{"a":"{a}"}},"delta":1}}"#)
+}
+
+/// Waits (for the file watcher, not for time to pass) until the generation reaches `want`.
+async fn generation(server: &support::Server, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let generation = server.running.engine.loaded().generation;
+        if generation >= want || Instant::now() > deadline {
+            return generation;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn remaining(server: &support::Server, name: &str) -> Option<u64> {
+    let counters: serde_json::Value = serde_json::from_str(&server.get("/counters/ns").await.1).unwrap();
+    counters.as_array().unwrap().iter().find(|c| c["limit"]["name"] == name).and_then(|c| c["remaining"].as_u64())
+}
+
+#[tokio::test]
+async fn valid_change_keeps_unchanged_counters() {
+    let server = server(V1, Mode::Accuracy, false, false).await;
+    for _ in 0..2 {
+        assert_eq!(server.post("/check_and_report", &body("b")).await.0, 200);
+    }
+    assert_eq!(remaining(&server, "kept").await, Some(3));
+    std::fs::write(&server.limits, V2).unwrap();
+    assert_eq!(server.running.reloader.reload().unwrap(), Reloaded::Applied(2));
+    assert_eq!(server.running.reloader.reload().unwrap(), Reloaded::Unchanged, "same content, nothing to do");
+    assert_eq!(remaining(&server, "kept").await, Some(3), "the unchanged limit kept its counter");
+    assert_eq!(remaining(&server, "dropped").await, None);
+    assert_eq!(server.post("/check_and_report", &body("c")).await.0, 200);
+    assert_eq!(server.post("/check_and_report", &body("c")).await.0, 429, "the new limit is in force");
+
+    // Only max_value changes: same counter, new limit.
+    std::fs::write(&server.limits, V2.replace("max_value: 5", "max_value: 4")).unwrap();
+    assert_eq!(server.running.reloader.reload().unwrap(), Reloaded::Applied(3));
+    assert_eq!(remaining(&server, "kept").await, Some(1), "3 hits counted (the limited one took nothing), of 4");
+}
+
+#[tokio::test]
+async fn invalid_file_is_kept_out() {
+    let server = server(V1, Mode::Accuracy, false, false).await;
+    std::fs::write(&server.limits, "- {namespace: ns, max_value: 0, seconds: 60}\n").unwrap();
+    let error = server.running.reloader.reload().unwrap_err();
+    assert!(error.to_string().ends_with("limits.yaml:1:30: max_value must be at least 1, got 0"), "{error}");
+    assert_eq!(server.running.engine.loaded().generation, 1);
+    assert_eq!(server.post("/check_and_report", &body("b")).await.0, 200, "still serving the last good limits");
+    let metrics = server.get("/metrics").await.1;
+    assert!(metrics.contains("tollgate_config_reload_errors_total 1"), "{metrics}");
+    assert!(metrics.contains("tollgate_config_last_reload_failed{error=\""), "{metrics}");
+    let status: serde_json::Value = serde_json::from_str(&server.get("/status").await.1).unwrap();
+    assert_eq!(status["config_err_since"], 1);
+
+    std::fs::write(&server.limits, V2).unwrap();
+    assert_eq!(server.running.reloader.reload().unwrap(), Reloaded::Applied(2));
+    assert!(server.get("/metrics").await.1.contains("tollgate_config_last_reload_failed 0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watcher_notices_writes_and_atomic_renames() {
+    let server = server(V1, Mode::Accuracy, false, true).await;
+    std::fs::write(&server.limits, V2).unwrap();
+    assert_eq!(generation(&server, 2).await, 2, "an in-place write is noticed");
+
+    // What editors and `kubectl` do: write elsewhere, rename over the file.
+    let staged = server.limits.with_file_name(".limits.yaml.tmp");
+    std::fs::write(&staged, V1).unwrap();
+    std::fs::rename(&staged, &server.limits).unwrap();
+    assert_eq!(generation(&server, 3).await, 3, "an atomic rename is noticed");
+    assert!(server.running.engine.loaded().policy.limits().iter().any(|l| l.name() == Some("dropped")));
+
+    // Kubernetes' ConfigMap layout: limits.yaml -> ..data/limits.yaml, ..data -> a versioned dir.
+    let dir = server.limits.parent().unwrap();
+    let v1 = dir.join("..v1");
+    let v2 = dir.join("..v2");
+    std::fs::create_dir(&v1).unwrap();
+    std::fs::create_dir(&v2).unwrap();
+    std::fs::write(v1.join("limits.yaml"), V1).unwrap();
+    std::fs::write(v2.join("limits.yaml"), V2.replace("max_value: 1,", "max_value: 7,")).unwrap();
+    std::os::unix::fs::symlink("..v1", dir.join("..data")).unwrap();
+    std::fs::remove_file(&server.limits).unwrap();
+    std::os::unix::fs::symlink("..data/limits.yaml", &server.limits).unwrap();
+    std::os::unix::fs::symlink("..v2", dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    let reached = generation(&server, 4).await;
+    assert!(reached >= 4, "the symlink swap is noticed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.running.engine.loaded().policy.limits().iter().any(|l| l.max_value() == 7) {
+        assert!(Instant::now() < deadline, "the swapped-in content is loaded");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

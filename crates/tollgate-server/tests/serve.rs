@@ -1,0 +1,187 @@
+//! The server end to end, through real sockets: Envoy RLS via a tonic client built from
+//! envoy-types, the HTTP API via a real HTTP client.
+
+mod support;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use futures::future::join_all;
+use support::{descriptor, server, should_rate_limit};
+use tollgate_server::serve::Mode;
+
+/// Seed 003's two limits, with one counter per `round` so each round starts empty.
+const SEED_003: &str = r#"
+- namespace: example.org
+  max_value: 4
+  seconds: 60
+  variables: ["descriptors[0].round"]
+- namespace: example.org
+  max_value: 2
+  seconds: 1
+  conditions: ["req.method == 'POST'"]
+  variables: ["round"]
+"#;
+
+const METHODS: [&str; 5] = ["POST", "POST", "POST", "GET", "GET"];
+
+/// POST, POST, POST, GET, GET at once: any serial order admits both GETs and two POSTs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_003_scenario_over_rls_is_exact_in_accuracy_mode() {
+    let server = server(SEED_003, Mode::Accuracy, false, false).await;
+    let client = server.rls().await;
+    for round in 0..100 {
+        let round = round.to_string();
+        let calls = METHODS.iter().map(|method| {
+            let mut client = client.clone();
+            let round = round.clone();
+            async move {
+                let d = descriptor(&[("req.method", method), ("round", &round)]);
+                (*method, should_rate_limit(&mut client, "example.org", vec![d], 1).await.overall_code)
+            }
+        });
+        let results = join_all(calls).await;
+        let allowed =
+            |m: &str| results.iter().filter(|(method, code)| *method == m && *code == Code::Ok as i32).count();
+        assert_eq!((allowed("POST"), allowed("GET")), (2, 2), "round {round}: {results:?}");
+        let (_, counters) = server.get("/counters/example.org").await;
+        let counters: Vec<serde_json::Value> = serde_json::from_str(&counters).unwrap();
+        let mine: Vec<u64> = counters
+            .iter()
+            .filter(|c| c["set_variables"].as_object().unwrap().values().any(|v| v == round.as_str()))
+            .map(|c| c["remaining"].as_u64().unwrap())
+            .collect();
+        assert_eq!(mine, [0, 0], "round {round}: both counters exactly full");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_003_scenario_over_http_is_exact_in_accuracy_mode() {
+    let server = server(SEED_003, Mode::Accuracy, false, false).await;
+    for round in 0..50 {
+        let calls = METHODS.iter().map(|method| {
+            let body = format!(
+                r#"{{"namespace":"example.org","values":{{"req.method":"{method}","round":"{round}"}},"delta":1}}"#
+            );
+            let server = &server;
+            async move { (*method, server.post("/check_and_report", &body).await.0) }
+        });
+        let results = join_all(calls).await;
+        let allowed = |m: &str| results.iter().filter(|(method, status)| *method == m && *status == 200).count();
+        assert_eq!((allowed("POST"), allowed("GET")), (2, 2), "round {round}: {results:?}");
+        assert!(results.iter().all(|(_, s)| *s == 200 || *s == 429));
+    }
+}
+
+/// Throughput mode may wrongly deny (overshoot) under contention, but never admits over a limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn throughput_mode_never_exceeds_a_limit() {
+    let server = server(SEED_003, Mode::Throughput, false, false).await;
+    let client = server.rls().await;
+    for round in 0..100 {
+        let round = round.to_string();
+        let calls = METHODS.iter().map(|method| {
+            let mut client = client.clone();
+            let round = round.clone();
+            async move {
+                let d = descriptor(&[("req.method", method), ("round", &round)]);
+                (*method, should_rate_limit(&mut client, "example.org", vec![d], 1).await.overall_code)
+            }
+        });
+        let results = join_all(calls).await;
+        let allowed =
+            |m: &str| results.iter().filter(|(method, code)| *method == m && *code == Code::Ok as i32).count();
+        assert!(allowed("POST") <= 2 && allowed("POST") + allowed("GET") <= 4, "round {round}: {results:?}");
+    }
+}
+
+#[tokio::test]
+async fn rls_statuses_per_descriptor() {
+    let yaml = r#"
+- namespace: api
+  name: per user
+  max_value: 10
+  seconds: 60
+  variables: ["descriptors[0].user"]
+- namespace: api
+  max_value: 3
+  seconds: 10
+  variables: ["descriptors[1].path"]
+"#;
+    let server = server(yaml, Mode::Accuracy, false, false).await;
+    let mut client = server.rls().await;
+    let descriptors = || vec![descriptor(&[("user", "alice")]), descriptor(&[("path", "/a")])];
+    let response = should_rate_limit(&mut client, "api", descriptors(), 0).await;
+    assert_eq!(response.overall_code, Code::Ok as i32);
+    assert_eq!(response.statuses.len(), 2);
+    let user = &response.statuses[0];
+    assert_eq!(user.code, Code::Ok as i32);
+    let limit = user.current_limit.as_ref().unwrap();
+    assert_eq!((limit.requests_per_unit, limit.unit, limit.name.as_str()), (10, Unit::Minute as i32, "per user"));
+    assert_eq!(user.limit_remaining, 9, "hits_addend 0 counts as 1");
+    assert_eq!(user.duration_until_reset.as_ref().unwrap().seconds, 60);
+    let path = &response.statuses[1];
+    assert_eq!(path.limit_remaining, 2);
+    assert_eq!(path.current_limit.as_ref().unwrap().name, "3 per 10s");
+
+    server.clock.advance(std::time::Duration::from_secs(4));
+    let response = should_rate_limit(&mut client, "api", descriptors(), 2).await;
+    assert_eq!(response.overall_code, Code::Ok as i32);
+    assert_eq!((response.statuses[0].limit_remaining, response.statuses[1].limit_remaining), (7, 0));
+    assert_eq!(response.statuses[1].duration_until_reset.as_ref().unwrap().seconds, 6);
+
+    let response = should_rate_limit(&mut client, "api", descriptors(), 1).await;
+    assert_eq!(response.overall_code, Code::OverLimit as i32);
+    assert_eq!(response.statuses[0].code, Code::Ok as i32, "the user counter had room");
+    assert_eq!(response.statuses[1].code, Code::OverLimit as i32);
+    assert_eq!(response.statuses[0].limit_remaining, 7, "a limited request takes nothing");
+
+    let unknown = should_rate_limit(&mut client, "nobody", descriptors(), 1).await;
+    assert_eq!(unknown.overall_code, Code::Ok as i32, "unknown namespace is allowed");
+    assert!(unknown.statuses.iter().all(|s| s.current_limit.is_none()));
+
+    let empty = client
+        .should_rate_limit(envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(empty.code(), tonic::Code::InvalidArgument);
+    assert!(empty.message().contains("domain"), "{}", empty.message());
+}
+
+#[tokio::test]
+async fn malformed_protobuf_is_rejected_with_a_reason() {
+    let server = server(SEED_003, Mode::Accuracy, false, false).await;
+    // A gRPC frame whose message is not a RateLimitRequest (field 1 with a bad wire type).
+    let frame: &[u8] = &[0, 0, 0, 0, 2, 0x0f, 0xff];
+    let request = hyper::Request::post(format!(
+        "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        server.running.grpc
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(http_body_util::Full::new(hyper::body::Bytes::from_static(frame)))
+    .unwrap();
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).http2_only(true).build_http();
+    let response = client.request(request).await.unwrap();
+    // A failure before any message is a trailers-only response: status in the headers.
+    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_string());
+    let code = header("grpc-status").expect("grpc-status");
+    let message = header("grpc-message").unwrap_or_default();
+    assert_eq!(code, (tonic::Code::InvalidArgument as i32).to_string(), "{message}");
+    assert!(message.contains("decode"), "the error says why: {message}");
+}
+
+#[tokio::test]
+async fn grpc_health_reports_serving() {
+    let server = server(SEED_003, Mode::Accuracy, false, false).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.running.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let request =
+        tonic_health::pb::HealthCheckRequest { service: "envoy.service.ratelimit.v3.RateLimitService".into() };
+    let status = health.check(request).await.unwrap().into_inner().status;
+    assert_eq!(status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+}

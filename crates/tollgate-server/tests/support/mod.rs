@@ -1,0 +1,102 @@
+//! Shared by the server tests: a server on free ports with its own limits file, and clients for
+//! both protocols over real sockets.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tollgate::ManualClock;
+use tollgate_server::serve::{Mode, Running, ServeConfig, start};
+use tonic::transport::Channel;
+
+/// A fresh directory for one test's files.
+pub fn temp_dir(name: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tollgate-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub struct Server {
+    pub running: Running<ManualClock>,
+    pub clock: ManualClock,
+    pub limits: PathBuf,
+    pub http: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A server for `yaml` on free ports with a manual clock.
+pub async fn server(yaml: &str, mode: Mode, shadow: bool, watch: bool) -> Server {
+    let dir = temp_dir("serve");
+    let limits = dir.join("limits.yaml");
+    std::fs::write(&limits, yaml).unwrap();
+    let config = ServeConfig {
+        limits: limits.clone(),
+        grpc: "127.0.0.1:0".parse().unwrap(),
+        http: "127.0.0.1:0".parse().unwrap(),
+        mode,
+        shadow,
+        watch,
+    };
+    let clock = ManualClock::new();
+    let running = start(&config, clock.clone()).await.unwrap();
+    let http = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    Server { running, clock, limits, http }
+}
+
+impl Server {
+    pub async fn rls(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.running.grpc)).await.unwrap()
+    }
+
+    /// POST `body` to `path`: status, headers, body text.
+    pub async fn post(&self, path: &str, body: &str) -> (u16, hyper::HeaderMap, String) {
+        let request = hyper::Request::post(format!("http://{}{path}", self.running.http))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let response = self.http.request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, headers, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let request =
+            hyper::Request::get(format!("http://{}{path}", self.running.http)).body(Full::new(Bytes::new())).unwrap();
+        let response = self.http.request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries.iter().map(|(k, v)| Entry { key: k.to_string(), value: v.to_string() }).collect(),
+        ..Default::default()
+    }
+}
+
+pub async fn should_rate_limit(
+    client: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    descriptors: Vec<RateLimitDescriptor>,
+    hits: u32,
+) -> RateLimitResponse {
+    let request = RateLimitRequest { domain: domain.to_string(), descriptors, hits_addend: hits };
+    client.should_rate_limit(request).await.unwrap().into_inner()
+}
