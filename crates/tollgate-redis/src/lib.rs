@@ -28,6 +28,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod backend;
+mod counters;
 mod error;
 mod failure;
 mod limiter;
@@ -35,6 +36,7 @@ mod scripts;
 mod semaphore;
 
 pub use backend::{Redis, RedisOptions};
+pub use counters::{CountersAnswer, CountersMode, WindowCounter, decide_windows};
 pub use error::BackendError;
 pub use failure::FailurePolicy;
 pub use limiter::{RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};

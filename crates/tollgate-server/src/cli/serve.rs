@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use tollgate::SystemClock;
-use tollgate_server::serve::{Mode, ServeConfig, ServeError, start};
+use tollgate_server::serve::{Mode, ServeConfig, ServeError, Storage, start};
 
 /// Arguments of `tollgate serve`.
 #[derive(Debug, Args)]
@@ -25,9 +25,18 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     http: SocketAddr,
 
-    /// Where counters live. Only `memory` today.
+    /// Where counters live: `memory` (this process) or `redis` (shared by every server on the
+    /// same Redis and prefix; fixed_window limits only).
     #[arg(long, value_enum, default_value = "memory")]
-    storage: Storage,
+    storage: StorageKind,
+
+    /// Redis URL for `--storage redis`.
+    #[arg(long, default_value = "redis://127.0.0.1:6379", value_name = "URL")]
+    redis_url: String,
+
+    /// Prefix of the Redis keys.
+    #[arg(long, default_value = "tollgate:", value_name = "PREFIX")]
+    redis_prefix: String,
 
     /// accuracy: all counters of a request are checked and updated together (no overshoot);
     /// throughput: each counter on its own (faster, may briefly overshoot under contention).
@@ -44,14 +53,15 @@ pub(crate) struct ServeArgs {
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum Storage {
+enum StorageKind {
     /// In this process: no other service needed; counters are lost on restart.
     Memory,
+    /// In Redis: counters shared by several servers, kept across restarts.
+    Redis,
 }
 
 pub(crate) fn main(args: ServeArgs) -> ExitCode {
     init_logging();
-    let Storage::Memory = args.storage;
     let config = ServeConfig {
         limits: args.limits,
         grpc: args.grpc,
@@ -59,6 +69,10 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         mode: args.mode,
         shadow: args.shadow,
         watch: !args.no_watch,
+        storage: match args.storage {
+            StorageKind::Memory => Storage::Memory,
+            StorageKind::Redis => Storage::Redis { url: args.redis_url, prefix: args.redis_prefix },
+        },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -83,6 +97,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             limits = loaded.policy.len(),
             file = %config.limits.display(),
             mode = ?config.mode,
+            storage = ?config.storage,
             shadow = config.shadow,
             "limits loaded"
         );

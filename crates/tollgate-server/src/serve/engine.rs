@@ -112,6 +112,17 @@ pub struct Engine<C: Clock = SystemClock> {
     shadow: bool,
     stripes: Box<[Mutex<()>]>,
     hasher: hashbrown::DefaultHashBuilder,
+    redis: Option<RedisStore>,
+}
+
+/// Counters in Redis instead of in memory.
+pub struct RedisStore {
+    /// The connection.
+    pub redis: tollgate_redis::Redis,
+    /// Prefix of every key.
+    pub prefix: String,
+    /// Pass the engine's clock to Redis instead of using Redis `TIME` (tests on a manual clock).
+    pub use_engine_clock: bool,
 }
 
 /// Lock stripes for accuracy mode: a request locks the stripes of the counters it touches (in
@@ -130,7 +141,71 @@ impl<C: Clock + Clone> Engine<C> {
             shadow,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: Default::default(),
+            redis: None,
         }
+    }
+
+    /// Keeps counters in Redis. Fails if a limit cannot be counted there.
+    pub fn with_redis(mut self, store: RedisStore) -> Result<Engine<C>, String> {
+        self.redis = Some(store);
+        self.accepts(&self.loaded().policy)?;
+        Ok(self)
+    }
+
+    /// True when counters live in Redis.
+    pub fn uses_redis(&self) -> bool {
+        self.redis.is_some()
+    }
+
+    /// Whether `policy` can be served by this engine's storage: Redis counts fixed windows only.
+    pub fn accepts(&self, policy: &Policy) -> Result<(), String> {
+        if self.redis.is_none() {
+            return Ok(());
+        }
+        match policy.limits().iter().find(|l| l.algorithm() != tollgate_policy::AlgorithmKind::FixedWindow) {
+            Some(limit) => Err(format!(
+                "line {}: algorithm {} is not available with --storage redis (fixed_window only)",
+                limit.position().line,
+                limit.algorithm().name()
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Decides one call with whichever storage the engine has: in memory at once, in Redis in
+    /// one round trip. An error means the storage could not answer (Redis down or slow).
+    pub async fn call(
+        &self,
+        namespace: &str,
+        descriptors: &[Descriptor],
+        delta: u64,
+        action: Action,
+    ) -> Result<Outcome<C>, tollgate_redis::BackendError> {
+        let Some(store) = &self.redis else { return Ok(self.decide(namespace, descriptors, delta, action)) };
+        let loaded = self.loaded();
+        let hits = loaded.policy.hits(namespace, descriptors);
+        let counters: Vec<tollgate_redis::WindowCounter> = hits
+            .iter()
+            .map(|hit| tollgate_redis::WindowCounter {
+                key: redis_key(&store.prefix, namespace, hit),
+                limit: hit.limit.max_value(),
+                window: hit.limit.window(),
+            })
+            .collect();
+        let mode = match action {
+            Action::Check => tollgate_redis::CountersMode::Check,
+            Action::Report => tollgate_redis::CountersMode::Report,
+            Action::CheckAndReport => tollgate_redis::CountersMode::Take,
+        };
+        let now = store.use_engine_clock.then(|| self.clock.now() / 1000);
+        let answer = tollgate_redis::decide_windows(&store.redis, &counters, delta, mode, now).await?;
+        let statuses: Vec<Status> = hits
+            .iter()
+            .zip(answer.counters)
+            .map(|(hit, (meta, limited))| Status { limit: hit.index, descriptor: hit.descriptor, meta, limited })
+            .collect();
+        let would_limit = statuses.iter().any(|s| s.limited);
+        Ok(Outcome { loaded, statuses, allowed: !would_limit || self.shadow, would_limit })
     }
 
     /// Replaces the limits. Counters of limits present before and after (same [`LimitId`]: they
@@ -288,4 +363,15 @@ impl<C: Clock + Clone> Engine<C> {
             .collect();
         (loaded, fill)
     }
+}
+
+/// `{prefix}{namespace}:{limit id}:{values}`: the namespace is the hash tag, so all counters of a
+/// call are on one Cluster node; values are length-prefixed so no value can forge another key.
+fn redis_key(prefix: &str, namespace: &str, hit: &tollgate_policy::Hit<'_>) -> String {
+    let mut key = format!("{prefix}{{{namespace}}}:{}", hit.limit.id());
+    for value in &hit.values {
+        use std::fmt::Write as _;
+        let _ = write!(key, ":{}:{value}", value.len());
+    }
+    key
 }

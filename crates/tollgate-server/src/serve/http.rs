@@ -135,7 +135,12 @@ async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, body: Bytes, act
         }
     };
     let descriptors = [Descriptor::from(body.values)];
-    let outcome = api.engine.decide(&body.namespace, &descriptors, body.delta, action);
+    let outcome = match api.engine.call(&body.namespace, &descriptors, body.delta, action).await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, format!("counter storage unavailable: {e}\n")).into_response();
+        }
+    };
     // As Limitador: calls are counted in metrics by check_and_report only (check and report are
     // halves of one call).
     if action == Action::CheckAndReport {
@@ -189,6 +194,9 @@ async fn limits<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, Path(namespace
 }
 
 async fn counters<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, Path(namespace): Path<String>) -> Response {
+    if api.engine.uses_redis() {
+        return (StatusCode::NOT_IMPLEMENTED, "counters are listed with --storage memory only\n").into_response();
+    }
     let (loaded, views) = api.engine.counters(&namespace);
     let counters: Vec<CounterJson> = views
         .into_iter()

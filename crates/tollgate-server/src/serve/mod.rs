@@ -14,7 +14,7 @@ mod reload;
 pub mod rls;
 mod server;
 
-pub use engine::{Action, CounterView, Engine, Loaded, Mode, Outcome, Status};
+pub use engine::{Action, CounterView, Engine, Loaded, Mode, Outcome, RedisStore, Status};
 pub use metrics::Metrics;
 pub use reload::{Reloaded, Reloader};
-pub use server::{Running, ServeConfig, ServeError, start};
+pub use server::{Running, ServeConfig, ServeError, Storage, start};

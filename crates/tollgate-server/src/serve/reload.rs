@@ -58,6 +58,11 @@ impl<C: Clock + Clone> Reloader<C> {
                     return Ok(Reloaded::Unchanged);
                 }
                 let policy = Policy::parse(&text, &name)?;
+                self.engine.accepts(&policy).map_err(|message| PolicyError {
+                    source_name: name.clone(),
+                    position: Default::default(),
+                    message,
+                })?;
                 let generation = self.engine.reload(policy);
                 *last = Some(text);
                 Ok(Reloaded::Applied(generation))

@@ -52,7 +52,11 @@ impl<C: Clock + Clone> RateLimitService for Rls<C> {
             .map(|d| d.entries.into_iter().map(|e| (e.key, e.value)).collect())
             .collect();
         let delta = u64::from(request.hits_addend.max(1));
-        let outcome = self.engine.decide(&request.domain, &descriptors, delta, Action::CheckAndReport);
+        let outcome = match self.engine.call(&request.domain, &descriptors, delta, Action::CheckAndReport).await {
+            Ok(outcome) => outcome,
+            // UNAVAILABLE lets Envoy's failure_mode_deny decide, as Limitador does.
+            Err(e) => return Err(GrpcStatus::unavailable(format!("counter storage unavailable: {e}"))),
+        };
         self.metrics.record(&request.domain, &outcome, delta, started.elapsed());
         Ok(Response::new(response(&outcome, descriptors.len())))
     }

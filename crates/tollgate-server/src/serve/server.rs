@@ -8,7 +8,7 @@ use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Policy, PolicyError};
 use tonic::transport::server::TcpIncoming;
 
-use super::engine::{Engine, Mode};
+use super::engine::{Engine, Mode, RedisStore};
 use super::http;
 use super::metrics::Metrics;
 use super::reload::Reloader;
@@ -29,6 +29,23 @@ pub struct ServeConfig {
     pub shadow: bool,
     /// Reload the limits file when it changes.
     pub watch: bool,
+    /// Where counters live.
+    pub storage: Storage,
+}
+
+/// Where counters live.
+#[derive(Clone, Debug, Default)]
+pub enum Storage {
+    /// In the server's memory (lost on restart; one server per limit).
+    #[default]
+    Memory,
+    /// In Redis, shared by every server using the same Redis and prefix; fixed windows only.
+    Redis {
+        /// `redis://host:port/db` (or `rediss://`).
+        url: String,
+        /// Prefix of every key.
+        prefix: String,
+    },
 }
 
 /// Why the server could not start.
@@ -45,6 +62,9 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The counter storage could not be used.
+    #[error("{0}")]
+    Storage(String),
     /// The file watcher could not start.
     #[error("cannot watch the limits file: {0}")]
     Watch(#[from] notify::Error),
@@ -84,7 +104,17 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         message: format!("cannot read the limits file: {e}"),
     })?;
     let policy = Policy::parse(&text, &name)?;
-    let engine = Arc::new(Engine::new(policy, config.mode, config.shadow, clock));
+    let mut engine = Engine::new(policy, config.mode, config.shadow, clock);
+    if let Storage::Redis { url, prefix } = &config.storage {
+        let redis = tollgate_redis::Redis::connect(url).await.map_err(|e| ServeError::Storage(e.to_string()))?;
+        let store = RedisStore {
+            redis,
+            prefix: prefix.clone(),
+            use_engine_clock: std::any::TypeId::of::<C>() != std::any::TypeId::of::<SystemClock>(),
+        };
+        engine = engine.with_redis(store).map_err(|e| ServeError::Storage(format!("{name}: {e}")))?;
+    }
+    let engine = Arc::new(engine);
     let metrics = Arc::new(Metrics::new());
     let reloader = Arc::new(Reloader::new(&config.limits, text, engine.clone(), metrics.clone()));
     let watcher = if config.watch { Some(reloader.clone().watch()?) } else { None };

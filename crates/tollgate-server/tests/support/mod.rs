@@ -14,7 +14,7 @@ use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tollgate::ManualClock;
-use tollgate_server::serve::{Mode, Running, ServeConfig, start};
+use tollgate_server::serve::{Mode, Running, ServeConfig, Storage, start};
 use tonic::transport::Channel;
 
 /// A fresh directory for one test's files.
@@ -39,6 +39,11 @@ pub struct Server {
 
 /// A server for `yaml` on free ports with a manual clock.
 pub async fn server(yaml: &str, mode: Mode, shadow: bool, watch: bool) -> Server {
+    server_on(yaml, mode, shadow, watch, Storage::Memory).await
+}
+
+/// The same, with counters in `storage`.
+pub async fn server_on(yaml: &str, mode: Mode, shadow: bool, watch: bool, storage: Storage) -> Server {
     let dir = temp_dir("serve");
     let limits = dir.join("limits.yaml");
     std::fs::write(&limits, yaml).unwrap();
@@ -49,6 +54,7 @@ pub async fn server(yaml: &str, mode: Mode, shadow: bool, watch: bool) -> Server
         mode,
         shadow,
         watch,
+        storage,
     };
     let clock = ManualClock::new();
     let running = start(&config, clock.clone()).await.unwrap();

@@ -1,0 +1,66 @@
+-- counters.lua: the rate-limit server's counters: fixed windows of different limits decided
+-- together, reporting every counter (Envoy wants a status per descriptor). A window opens at the
+-- first hit after the previous one ended (as Limitador, and as tollgate's FixedWindow).
+--
+-- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
+-- ARGV[1]   now in microseconds, or '' to read the server's TIME.
+-- ARGV[2]   delta: hits (0 = probe).
+-- ARGV[3]   mode: 0 = check (take nothing), 1 = check and take, all counters or none,
+--           2 = report: each counter takes delta if it fits, on its own.
+-- ARGV[4]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
+-- ARGV[5 + 2(i-1)]  counter i: limit (max_value).
+-- ARGV[6 + 2(i-1)]  counter i: window in microseconds.
+--
+-- Returns {admitted (0|1), index of the first counter without room (1-based; 0 when none),
+--          then for each counter i: remaining_i, reset_us_i, limited_i (0|1)}, counters as they
+-- are after the call. A key lives until its window ends.
+
+local now = now_us(ARGV[1])  -- from clock.lua, prepended
+local delta = tonumber(ARGV[2])
+local mode = tonumber(ARGV[3])
+local min_ttl = tonumber(ARGV[4])
+
+local windows = {}
+local admitted, limiting = 1, 0
+for i, key in ipairs(KEYS) do
+  local lim = tonumber(ARGV[5 + 2 * (i - 1)])
+  local period = tonumber(ARGV[6 + 2 * (i - 1)])
+  local stored = redis.call('HMGET', key, 's', 'c')
+  local start, count = tonumber(stored[1]) or now, tonumber(stored[2]) or 0
+  if count == 0 or now >= start + period then
+    start, count = now, 0
+  end
+  local fits = count + delta <= lim
+  windows[i] = {start = start, count = count, lim = lim, period = period, fits = fits}
+  if not fits and admitted == 1 then
+    admitted, limiting = 0, i
+  end
+end
+
+local function take(i, key)
+  local w = windows[i]
+  w.count = w.count + delta
+  redis.call('HSET', key, 's', string.format('%.0f', w.start), 'c', w.count)
+  redis.call('PEXPIRE', key, math.max(math.ceil((w.start + w.period - now) / 1000), 1, min_ttl))
+end
+
+if delta > 0 then
+  for i, key in ipairs(KEYS) do
+    if (mode == 1 and admitted == 1) or (mode == 2 and windows[i].fits) then
+      take(i, key)
+    end
+  end
+end
+
+local reply = {admitted, limiting}
+for i, _ in ipairs(KEYS) do
+  local w = windows[i]
+  local reset = 0
+  if w.count > 0 then reset = w.start + w.period - now end
+  local limited = 0
+  if not w.fits and mode ~= 2 then limited = 1 end
+  reply[#reply + 1] = math.max(w.lim - w.count, 0)
+  reply[#reply + 1] = reset
+  reply[#reply + 1] = limited
+end
+return reply

@@ -1,0 +1,94 @@
+//! Fixed-window counters of different limits decided in one round trip, reporting each counter:
+//! what a rate-limit server needs (Limitador's Redis storage, Envoy's per-descriptor statuses).
+//!
+//! Unlike [`crate::RedisLimiter`], the limits are not fixed at build time: each call names its
+//! counters and their limits. All keys of one call must share a hash tag (Redis Cluster).
+
+use std::time::Duration;
+
+use tollgate::Meta;
+
+use crate::{BackendError, Redis, scripts};
+
+/// One counter of a call.
+#[derive(Clone, Debug)]
+pub struct WindowCounter {
+    /// The Redis key (with the call's hash tag).
+    pub key: String,
+    /// Hits allowed per window.
+    pub limit: u64,
+    /// The window.
+    pub window: Duration,
+}
+
+/// What a call does with its counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountersMode {
+    /// Would `delta` fit in every counter? Takes nothing.
+    Check = 0,
+    /// Takes `delta` from every counter if it fits in all, else from none.
+    Take = 1,
+    /// Each counter takes `delta` if it fits, on its own (counting what already happened).
+    Report = 2,
+}
+
+/// The answer of a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountersAnswer {
+    /// True when `delta` fitted in every counter.
+    pub admitted: bool,
+    /// Each counter after the call (`retry_ns` is `None`: windows are reported by `reset_ns`),
+    /// and whether it alone had no room.
+    pub counters: Vec<(Meta, bool)>,
+}
+
+/// Decides `delta` hits on `counters` in one EVALSHA, with time from Redis `TIME` (or `now_us`,
+/// for tests on a manual clock; keys then live for at least a minute of real time).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+/// use std::time::Duration;
+/// use tollgate_redis::{CountersMode, Redis, WindowCounter, decide_windows};
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let counters = [WindowCounter { key: "rl:{api}:all".into(), limit: 100, window: Duration::from_secs(60) }];
+/// let answer = decide_windows(&redis, &counters, 1, CountersMode::Take, None).await?;
+/// assert!(answer.admitted);
+/// # Ok(()) }
+/// ```
+pub async fn decide_windows(
+    redis: &Redis,
+    counters: &[WindowCounter],
+    delta: u64,
+    mode: CountersMode,
+    now_us: Option<u64>,
+) -> Result<CountersAnswer, BackendError> {
+    if counters.is_empty() {
+        return Ok(CountersAnswer { admitted: true, counters: Vec::new() });
+    }
+    let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
+    let (now, min_ttl) = match now_us {
+        Some(now) => (now.to_string(), 60_000),
+        None => (String::new(), 0),
+    };
+    let mut args = Vec::with_capacity(4 + 2 * counters.len());
+    args.extend([now, delta.to_string(), (mode as u8).to_string(), min_ttl.to_string()]);
+    for c in counters {
+        args.push(c.limit.to_string());
+        args.push(c.window.as_micros().max(1).to_string());
+    }
+    let reply: Vec<i64> = redis.invoke(&scripts::COUNTERS, &keys, &args).await?;
+    let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
+    let answer = CountersAnswer {
+        admitted: get(0) == 1,
+        counters: counters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let at = 2 + 3 * i;
+                let meta = Meta { limit: c.limit, remaining: get(at), reset_ns: get(at + 1) * 1000, retry_ns: None };
+                (meta, get(at + 2) == 1)
+            })
+            .collect(),
+    };
+    Ok(answer)
+}

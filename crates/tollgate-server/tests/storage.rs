@@ -1,0 +1,148 @@
+//! One test body per behaviour, run against every storage (memory, Redis), so they cannot drift.
+
+mod support;
+
+#[path = "../../tollgate-redis/tests/common/mod.rs"]
+mod redis_common;
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use futures::future::join_all;
+use redis_common::RedisServer;
+use support::{Server, descriptor, server_on, should_rate_limit};
+use tollgate_server::serve::{Mode, Storage};
+
+const SEED_003: &str = r#"
+- namespace: example.org
+  max_value: 4
+  seconds: 60
+  variables: ["descriptors[0].round"]
+- namespace: example.org
+  name: posts
+  max_value: 2
+  seconds: 1
+  conditions: ["req.method == 'POST'"]
+  variables: ["round"]
+"#;
+
+async fn each_storage(body: impl AsyncFn(Server)) {
+    body(server_on(SEED_003, Mode::Accuracy, false, false, Storage::Memory).await).await;
+    let redis = RedisServer::start();
+    let storage = Storage::Redis { url: redis.url(), prefix: "t:".into() };
+    body(server_on(SEED_003, Mode::Accuracy, false, false, storage).await).await;
+}
+
+fn probe(method: &str, round: &str) -> String {
+    format!(
+        r#"{{"namespace":"example.org","values":{{"req.method":"{method}","round":"{round}"}},"delta":0,"response_headers":"DraftVersion03"}}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seed_003_scenario_is_exact_on_every_storage() {
+    each_storage(async |server| {
+        let client = server.rls().await;
+        for round in 0..30 {
+            let round = round.to_string();
+            let calls = ["POST", "POST", "POST", "GET", "GET"].map(|method| {
+                let mut client = client.clone();
+                let round = round.clone();
+                async move {
+                    let d = descriptor(&[("req.method", method), ("round", &round)]);
+                    (method, should_rate_limit(&mut client, "example.org", vec![d], 1).await.overall_code)
+                }
+            });
+            let results = join_all(calls).await;
+            let allowed =
+                |m: &str| results.iter().filter(|(method, code)| *method == m && *code == Code::Ok as i32).count();
+            assert_eq!((allowed("POST"), allowed("GET")), (2, 2), "round {round}: {results:?}");
+            let (status, headers, _) = server.post("/check", &probe("POST", &round)).await;
+            assert_eq!(status, 200);
+            assert_eq!(headers["x-ratelimit-remaining"], "0", "round {round}: the counters are exactly full");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn windows_statuses_and_check_report_agree_on_every_storage() {
+    each_storage(async |server| {
+        let mut client = server.rls().await;
+        let post = || vec![descriptor(&[("req.method", "POST"), ("round", "w")])];
+        let first = should_rate_limit(&mut client, "example.org", post(), 2).await;
+        assert_eq!(first.overall_code, Code::Ok as i32);
+        assert_eq!(first.statuses[0].limit_remaining, 0, "tightest: posts, 2 of 2");
+        assert_eq!(first.statuses[0].current_limit.as_ref().unwrap().name, "posts");
+        let limited = should_rate_limit(&mut client, "example.org", post(), 1).await;
+        assert_eq!(limited.overall_code, Code::OverLimit as i32);
+        assert_eq!(limited.statuses[0].duration_until_reset.as_ref().unwrap().seconds, 1);
+
+        server.clock.advance(Duration::from_secs(1));
+        let again = should_rate_limit(&mut client, "example.org", post(), 1).await;
+        assert_eq!(again.overall_code, Code::Ok as i32, "the 1 s window reopened");
+        assert_eq!(again.statuses[0].limit_remaining, 1, "posts 1 of 2; all-requests 3 of 4: tightest 1");
+
+        // check counts nothing; report counts without deciding.
+        let check = |delta: u64| {
+            format!(r#"{{"namespace":"example.org","values":{{"req.method":"GET","round":"w"}},"delta":{delta}}}"#)
+        };
+        assert_eq!(server.post("/check", &check(1)).await.0, 200);
+        assert_eq!(server.post("/check", &check(2)).await.0, 429, "3 of 4 used");
+        assert_eq!(server.post("/report", &check(1)).await.0, 200);
+        assert_eq!(server.post("/check_and_report", &check(1)).await.0, 429, "4 of 4 used");
+        let unknown = should_rate_limit(&mut client, "nobody", post(), 1).await;
+        assert_eq!(unknown.overall_code, Code::Ok as i32);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_outage_is_unavailable_not_allowed() {
+    let mut redis = RedisServer::start();
+    let storage = Storage::Redis { url: redis.url(), prefix: "t:".into() };
+    let server = server_on(SEED_003, Mode::Accuracy, false, false, storage).await;
+    let mut client = server.rls().await;
+    let d = || vec![descriptor(&[("req.method", "GET"), ("round", "o")])];
+    assert_eq!(should_rate_limit(&mut client, "example.org", d(), 1).await.overall_code, Code::Ok as i32);
+    redis.kill();
+    let request = envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+        domain: "example.org".into(),
+        descriptors: d(),
+        hits_addend: 1,
+    };
+    let error = client.should_rate_limit(request).await.unwrap_err();
+    assert_eq!(error.code(), tonic::Code::Unavailable, "{error:?}");
+    assert!(error.message().contains("counter storage unavailable"), "{}", error.message());
+    let body = r#"{"namespace":"example.org","values":{"req.method":"GET","round":"o"},"delta":1}"#;
+    let (status, _, text) = server.post("/check_and_report", body).await;
+    assert_eq!(status, 503);
+    assert!(text.contains("counter storage unavailable"), "{text}");
+}
+
+#[tokio::test]
+async fn redis_storage_rejects_other_algorithms_and_bad_urls() {
+    let redis = RedisServer::start();
+    let yaml = "- {namespace: a, max_value: 1, seconds: 1, algorithm: token_bucket}\n";
+    let dir = support::temp_dir("storage");
+    let limits = dir.join("limits.yaml");
+    std::fs::write(&limits, yaml).unwrap();
+    let config = |url: String| tollgate_server::serve::ServeConfig {
+        limits: limits.clone(),
+        grpc: "127.0.0.1:0".parse().unwrap(),
+        http: "127.0.0.1:0".parse().unwrap(),
+        mode: Mode::Accuracy,
+        shadow: false,
+        watch: false,
+        storage: Storage::Redis { url, prefix: "t:".into() },
+    };
+    let error = tollgate_server::serve::start(&config(redis.url()), tollgate::SystemClock::new()).await.err().unwrap();
+    assert!(
+        error.to_string().contains("line 1: algorithm token_bucket is not available with --storage redis"),
+        "{error}"
+    );
+    let port = redis_common::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let error = tollgate_server::serve::start(&config(url.clone()), tollgate::SystemClock::new()).await.err().unwrap();
+    assert!(error.to_string().contains(&format!("127.0.0.1:{port}")), "names the URL: {error}");
+}
