@@ -81,6 +81,12 @@ impl Metrics {
         });
     }
 
+    /// Folds recorded latencies into the histogram. Samples are buffered until then, so this must
+    /// run periodically (the server does it every few seconds) or memory grows with traffic.
+    pub fn upkeep(&self) {
+        self.recorder.handle().run_upkeep();
+    }
+
     /// Records a reload that failed (the last good limits stay in force).
     pub fn reload_failed(&self, error: &str) {
         let mut state = self.reload.lock().unwrap_or_else(|e| e.into_inner());

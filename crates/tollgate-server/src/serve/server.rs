@@ -148,6 +148,18 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         }
     });
 
+    let upkeep_metrics = metrics.clone();
+    let mut stop = signal.clone();
+    let upkeep_task = tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                _ = every.tick() => upkeep_metrics.upkeep(),
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    });
+
     let app = http::router(engine.clone(), metrics.clone());
     let mut stop = signal;
     let http_task = tokio::spawn(async move {
@@ -158,7 +170,15 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
             tracing::error!("HTTP server stopped: {e}");
         }
     });
-    Ok(Running { grpc, http, engine, reloader, shutdown, tasks: vec![grpc_task, http_task], _watcher: watcher })
+    Ok(Running {
+        grpc,
+        http,
+        engine,
+        reloader,
+        shutdown,
+        tasks: vec![grpc_task, http_task, upkeep_task],
+        _watcher: watcher,
+    })
 }
 
 /// tonic answers a request it cannot decode with INTERNAL; it is the caller's mistake, so say
