@@ -5,8 +5,11 @@
 //!
 //! - [`serve`]: the rate-limit server (`tollgate serve`): Envoy RLS over gRPC, an HTTP API
 //!   compatible with Limitador's, Prometheus metrics, hot reload.
+//!
+//! - [`bench`]: load a server over gRPC or HTTP and measure throughput and latency (`tollgate bench`).
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+pub mod bench;
 pub mod serve;
 pub mod simulate;

@@ -39,8 +39,8 @@ fn measure(mode: Mode, rounds: usize) -> (usize, usize) {
     let mut wrong = 0;
     let mut most = 0;
     for round in 0..rounds {
-        let posts = (0..3).filter(|&t| results[t][round]).count();
-        let gets = (3..5).filter(|&t| results[t][round]).count();
+        let admitted = |threads: std::ops::Range<usize>| results[threads].iter().filter(|r| r[round]).count();
+        let (posts, gets) = (admitted(0..3), admitted(3..5));
         most = most.max(posts + gets);
         if (posts, gets) != (2, 2) {
             wrong += 1;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod check;
 mod serve;
 mod simulate;
@@ -27,6 +28,9 @@ enum Command {
     /// Run one request-arrival sequence through each algorithm on a manual clock: a table of what
     /// each admitted, and a plot.
     Simulate(simulate::SimulateArgs),
+    /// Load a server over gRPC (Envoy RLS) or HTTP, closed loop or at a fixed rate: requests per
+    /// second, latency percentiles, allowed/limited/errors.
+    Bench(bench::BenchArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -34,5 +38,6 @@ pub(crate) fn main() -> ExitCode {
         Command::Serve(args) => serve::main(args),
         Command::CheckConfig(args) => check::main(args),
         Command::Simulate(args) => simulate::main(args),
+        Command::Bench(args) => bench::main(args),
     }
 }

@@ -1,0 +1,569 @@
+//! `tollgate bench`: load a rate-limit server (`tollgate serve`, or anything speaking Envoy's RLS
+//! v3 or Limitador's HTTP API) and measure its throughput, latency and decisions.
+//!
+//! [`run`] opens [`BenchConfig::connections`] connections to the target, runs
+//! [`BenchConfig::concurrency`] tasks on each (the requests in flight per connection), and sends
+//! for [`BenchConfig::warmup`] plus [`BenchConfig::duration`]:
+//!
+//! - [`Protocol::Grpc`]: `ShouldRateLimit`, one tonic channel (one HTTP/2 connection) per
+//!   connection, its tasks sharing it as HTTP/2 streams;
+//! - [`Protocol::Http`]: `POST /check_and_report`, one HTTP/1.1 keep-alive connection per task
+//!   (HTTP/1.1 carries one request at a time, so the concurrency must be 1).
+//!
+//! Request `i` (numbered across all tasks) has `req.method` = `POST` when `i % 3 == 0`, `GET`
+//! otherwise, and `user_id` = `user-{i % keys}`: the RLS request's first descriptor, or the HTTP
+//! body's `values`. An RLS request has [`BenchConfig::descriptors`] descriptors, the others being
+//! `{"k{d}": "v{i % keys}"}`; the domain (the HTTP `namespace`) is [`BenchConfig::namespace`], the
+//! hits 1.
+//!
+//! **Closed loop** (no [`BenchConfig::rate`]): each task sends its next request as soon as the
+//! previous one is answered: the most the server does at that concurrency. **Open loop** (a rate
+//! `R`): request `i` is due at `i / R` seconds after the start, whoever answers when; a task still
+//! waiting for its previous answer when the next request is due sends it late, and its latency is
+//! counted from when it was due, so a slow server is not hidden by the load slowing down with it
+//! (no coordinated omission). A task that was idle counts from the actual send, so the timer's
+//! granularity (1 ms) is not charged to the server.
+//!
+//! What counts: the requests due (closed loop: sent) after the warmup and before the end of the
+//! duration, every one of them waited for: `requests == allowed + limited + errors` is everything
+//! the server decided in the measured window. `seconds` runs from the end of the warmup to the
+//! later of the end of the duration and the last answer. Latencies are those of the answered
+//! requests (allowed or limited), not of the errors.
+
+mod grpc;
+mod http;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// The most connections (and tasks per connection) accepted.
+const MAX_CONNECTIONS: usize = 10_000;
+/// The most tasks in all.
+const MAX_TASKS: usize = 100_000;
+/// The most descriptors per RLS request.
+const MAX_DESCRIPTORS: usize = 64;
+/// How long a task waits after a connection-level error before trying again.
+const BACKOFF: Duration = Duration::from_millis(10);
+
+/// Which API to load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Envoy's rate limit service v3 (`ShouldRateLimit`) over gRPC.
+    Grpc,
+    /// The HTTP API's `POST /check_and_report`.
+    Http,
+}
+
+impl Protocol {
+    /// Connections opened when not told: 4 for gRPC (each multiplexes), 32 for HTTP.
+    pub fn default_connections(self) -> usize {
+        match self {
+            Protocol::Grpc => 4,
+            Protocol::Http => 32,
+        }
+    }
+
+    /// Requests in flight per connection when not told: 16 HTTP/2 streams for gRPC, 1 for
+    /// HTTP/1.1.
+    pub fn default_concurrency(self) -> usize {
+        match self {
+            Protocol::Grpc => 16,
+            Protocol::Http => 1,
+        }
+    }
+
+    /// `grpc` or `http`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::Http => "http",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What to load and how.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchConfig {
+    /// The API.
+    pub protocol: Protocol,
+    /// The server, `host:port` (an `http://` in front is accepted).
+    pub target: String,
+    /// Connections to open.
+    pub connections: usize,
+    /// Requests in flight on each connection (1 for HTTP).
+    pub concurrency: usize,
+    /// How long to measure.
+    pub duration: Duration,
+    /// How long to send before measuring (not counted; the server does count these hits).
+    pub warmup: Duration,
+    /// The namespace (the RLS domain).
+    pub namespace: String,
+    /// Descriptors per RLS request (gRPC only; the HTTP API has one).
+    pub descriptors: usize,
+    /// Distinct `user_id` values.
+    pub keys: u64,
+    /// Offered load in requests per second, open loop; `None`: closed loop, max throughput.
+    pub rate: Option<f64>,
+    /// How long to wait for a connection or an answer; an answer later than that is an error.
+    pub timeout: Duration,
+}
+
+impl BenchConfig {
+    /// The defaults for `protocol` against `target`: the protocol's connections and concurrency,
+    /// 10 s after 1 s of warmup, namespace `example.org`, 2 descriptors, 1000 keys, closed loop,
+    /// 5 s timeout.
+    pub fn new(protocol: Protocol, target: impl Into<String>) -> BenchConfig {
+        BenchConfig {
+            protocol,
+            target: target.into(),
+            connections: protocol.default_connections(),
+            concurrency: protocol.default_concurrency(),
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(1),
+            namespace: "example.org".to_string(),
+            descriptors: 2,
+            keys: 1000,
+            rate: None,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a run measured (see the [module docs](self) for what counts).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct BenchReport {
+    /// Requests in the measured window: `allowed + limited + errors`.
+    pub requests: u64,
+    /// Length of the measured window, in seconds.
+    pub seconds: f64,
+    /// `requests / seconds`.
+    pub rps: f64,
+    /// Median latency, in microseconds.
+    pub p50_us: f64,
+    /// 99th percentile latency, in microseconds.
+    pub p99_us: f64,
+    /// 99.9th percentile latency, in microseconds.
+    pub p999_us: f64,
+    /// Highest latency, in microseconds.
+    pub max_us: f64,
+    /// Mean latency, in microseconds.
+    pub mean_us: f64,
+    /// Requests allowed (RLS `OK`, HTTP 200).
+    pub allowed: u64,
+    /// Requests limited (RLS `OVER_LIMIT`, HTTP 429).
+    pub limited: u64,
+    /// Requests that failed: transport errors, timeouts, other statuses.
+    pub errors: u64,
+    /// The first error's message.
+    pub first_error: Option<String>,
+}
+
+impl BenchReport {
+    /// True when no request in the measured window got an answer (all failed, or none was sent).
+    pub fn all_failed(&self) -> bool {
+        self.errors == self.requests
+    }
+}
+
+/// Why a run could not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The configuration is invalid; the message names the setting.
+    #[error("{0}")]
+    Config(String),
+    /// A connection to the target could not be opened.
+    #[error("cannot connect to {target} over {protocol}: {message}")]
+    Connect {
+        /// The target.
+        target: String,
+        /// The protocol.
+        protocol: Protocol,
+        /// Why.
+        message: String,
+    },
+    /// Something failed in the tool itself.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl BenchError {
+    /// True for a bad configuration (the user's to fix; exit code 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, BenchError::Config(_))
+    }
+}
+
+/// Connects to the target, loads it for `config.warmup + config.duration` on the current tokio
+/// runtime, and reports the measured window. Fails before sending anything on a bad configuration
+/// or if a connection cannot be opened.
+pub async fn run(config: BenchConfig) -> Result<BenchReport, BenchError> {
+    let authority = validate(&config)?;
+    let shape =
+        Arc::new(Shape { namespace: config.namespace.clone(), descriptors: config.descriptors, keys: config.keys });
+    let tasks = config.connections * config.concurrency;
+    let clients = connect(&config, &authority, &shape).await?;
+
+    let mut histograms = Vec::with_capacity(tasks);
+    for _ in 0..tasks {
+        histograms.push(histogram()?);
+    }
+    let start = Instant::now();
+    let too_long = || BenchError::Config("--warmup plus --duration is too long".to_string());
+    let measure_start = start.checked_add(config.warmup).ok_or_else(too_long)?;
+    let deadline = measure_start.checked_add(config.duration).ok_or_else(too_long)?;
+    let plan = Arc::new(Plan {
+        start,
+        measure_start,
+        deadline,
+        tasks: tasks as u64,
+        rate: config.rate,
+        timeout: config.timeout,
+    });
+    let mut running = JoinSet::new();
+    for (index, (client, latency)) in clients.into_iter().zip(histograms).enumerate() {
+        running.spawn(worker(client, index as u64, plan.clone(), latency));
+    }
+
+    let mut total = Stats::new(histogram()?);
+    let mut end = deadline;
+    while let Some(joined) = running.join_next().await {
+        let stats = joined.map_err(|e| BenchError::Internal(format!("a bench task failed: {e}")))?;
+        if let Some(last) = stats.last_answer {
+            end = end.max(last);
+        }
+        total.latency.add(&stats.latency).map_err(|e| BenchError::Internal(format!("latency histogram: {e:?}")))?;
+        total.allowed += stats.allowed;
+        total.limited += stats.limited;
+        total.errors += stats.errors;
+        if total.first_error.is_none() {
+            total.first_error = stats.first_error;
+        }
+    }
+    Ok(total.report(end.saturating_duration_since(measure_start)))
+}
+
+/// Checks everything before connecting; returns the target as `host:port`.
+fn validate(config: &BenchConfig) -> Result<String, BenchError> {
+    let invalid = |message: String| Err(BenchError::Config(message));
+    let target = config.target.trim();
+    let authority = target.strip_prefix("http://").unwrap_or(target).trim_end_matches('/');
+    let valid_authority =
+        format!("http://{authority}/").parse::<hyper::Uri>().ok().and_then(|uri| uri.authority().cloned()).is_some_and(
+            |a| a.as_str() == authority && a.port_u16().is_some() && !a.host().is_empty() && !authority.contains('@'),
+        );
+    if !valid_authority {
+        return invalid(format!("invalid --target `{target}`: expected HOST:PORT, e.g. 127.0.0.1:8081"));
+    }
+    if !(1..=MAX_CONNECTIONS).contains(&config.connections) {
+        return invalid(format!("--connections must be between 1 and {MAX_CONNECTIONS}, not {}", config.connections));
+    }
+    if !(1..=MAX_CONNECTIONS).contains(&config.concurrency) {
+        return invalid(format!("--concurrency must be between 1 and {MAX_CONNECTIONS}, not {}", config.concurrency));
+    }
+    if config.protocol == Protocol::Http && config.concurrency != 1 {
+        return invalid(format!(
+            "--concurrency must be 1 for http, not {}: HTTP/1.1 carries one request at a time; \
+             open more --connections instead",
+            config.concurrency
+        ));
+    }
+    if config.connections * config.concurrency > MAX_TASKS {
+        return invalid(format!("--connections times --concurrency must be at most {MAX_TASKS}"));
+    }
+    if config.duration.is_zero() {
+        return invalid("--duration must be longer than zero".to_string());
+    }
+    if config.timeout.is_zero() {
+        return invalid("--timeout must be longer than zero".to_string());
+    }
+    if config.namespace.is_empty() {
+        return invalid("--namespace must not be empty".to_string());
+    }
+    if !(1..=MAX_DESCRIPTORS).contains(&config.descriptors) {
+        return invalid(format!("--descriptors must be between 1 and {MAX_DESCRIPTORS}, not {}", config.descriptors));
+    }
+    if config.keys == 0 {
+        return invalid("--keys must be at least 1".to_string());
+    }
+    match config.rate {
+        Some(rate) if !(rate.is_finite() && rate > 0.0) => {
+            return invalid(format!("--rate must be a positive number of requests per second, not {rate}"));
+        }
+        _ => {}
+    }
+    Ok(authority.to_string())
+}
+
+/// What every request shares.
+struct Shape {
+    namespace: String,
+    descriptors: usize,
+    keys: u64,
+}
+
+impl Shape {
+    /// Request `i`'s `req.method`: a third are POSTs.
+    fn method(i: u64) -> &'static str {
+        if i % 3 == 0 { "POST" } else { "GET" }
+    }
+}
+
+/// Opens the connections (all at once) and returns one client per task.
+async fn connect(config: &BenchConfig, authority: &str, shape: &Arc<Shape>) -> Result<Vec<Client>, BenchError> {
+    let connect_error =
+        |message: String| BenchError::Connect { target: authority.to_string(), protocol: config.protocol, message };
+    let mut clients = Vec::with_capacity(config.connections * config.concurrency);
+    match config.protocol {
+        Protocol::Grpc => {
+            let mut connecting = JoinSet::new();
+            for _ in 0..config.connections {
+                connecting.spawn(grpc::Client::connect(authority.to_string(), shape.clone(), config.timeout));
+            }
+            while let Some(joined) = connecting.join_next().await {
+                let client = joined.map_err(|e| BenchError::Internal(e.to_string()))?.map_err(connect_error)?;
+                // The tasks of one connection share its channel: each clone is a stream on it.
+                for _ in 0..config.concurrency {
+                    clients.push(Client::Grpc(client.clone()));
+                }
+            }
+        }
+        Protocol::Http => {
+            let host = hyper::header::HeaderValue::from_str(authority)
+                .map_err(|_| BenchError::Config(format!("invalid --target `{authority}`")))?;
+            let mut connecting = JoinSet::new();
+            for _ in 0..config.connections * config.concurrency {
+                let mut client = http::Client::new(authority.to_string(), host.clone(), shape, config.timeout);
+                connecting.spawn(async move { client.connect().await.map(|()| client) });
+            }
+            while let Some(joined) = connecting.join_next().await {
+                clients.push(Client::Http(
+                    joined.map_err(|e| BenchError::Internal(e.to_string()))?.map_err(connect_error)?,
+                ));
+            }
+        }
+    }
+    Ok(clients)
+}
+
+/// One task's client.
+enum Client {
+    Grpc(grpc::Client),
+    Http(http::Client),
+}
+
+impl Client {
+    async fn call(&mut self, i: u64) -> Result<Verdict, CallError> {
+        match self {
+            Client::Grpc(client) => client.call(i).await,
+            Client::Http(client) => client.call(i).await,
+        }
+    }
+}
+
+/// The server's decision.
+enum Verdict {
+    Allowed,
+    Limited,
+}
+
+/// A request that got no decision.
+struct CallError {
+    message: String,
+    /// The connection failed (rather than the request): wait a little before the next.
+    connection: bool,
+}
+
+/// The timing of a run, shared by its tasks.
+struct Plan {
+    start: Instant,
+    measure_start: Instant,
+    deadline: Instant,
+    tasks: u64,
+    rate: Option<f64>,
+    timeout: Duration,
+}
+
+impl Plan {
+    /// When request `i` is due in open loop (`None` past any representable time).
+    fn due(&self, i: u64, rate: f64) -> Option<Instant> {
+        let offset = Duration::try_from_secs_f64(i as f64 / rate).ok()?;
+        self.start.checked_add(offset)
+    }
+}
+
+/// One task: send requests `index`, `index + tasks`, ... until the deadline.
+async fn worker(mut client: Client, index: u64, plan: Arc<Plan>, latency: Histogram<u64>) -> Stats {
+    let mut stats = Stats::new(latency);
+    let mut previous_answer = plan.start;
+    let mut round: u64 = 0;
+    loop {
+        let i = index.saturating_add(round.saturating_mul(plan.tasks));
+        round += 1;
+        // `due` decides the window the request belongs to; `from` is where its latency starts.
+        let (due, from) = match plan.rate {
+            None => {
+                let now = Instant::now();
+                (now, now)
+            }
+            Some(rate) => {
+                let Some(due) = plan.due(i, rate) else { break };
+                if due >= plan.deadline {
+                    break;
+                }
+                if due > Instant::now() {
+                    tokio::time::sleep_until(due).await;
+                }
+                // Late because the server was still answering the previous request: that wait
+                // counts. Idle until now: only the timer was late, and that does not.
+                (due, if previous_answer > due { due } else { Instant::now() })
+            }
+        };
+        if due >= plan.deadline {
+            break;
+        }
+        let result = tokio::time::timeout(plan.timeout, client.call(i)).await;
+        let answered = Instant::now();
+        previous_answer = answered;
+        let measured = due >= plan.measure_start;
+        if measured {
+            stats.last_answer = Some(answered);
+        }
+        let error = match result {
+            Ok(Ok(verdict)) => {
+                if measured {
+                    let ns = u64::try_from(answered.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX);
+                    if stats.latency.record(ns).is_err() {
+                        stats.latency.saturating_record(ns);
+                    }
+                    match verdict {
+                        Verdict::Allowed => stats.allowed += 1,
+                        Verdict::Limited => stats.limited += 1,
+                    }
+                }
+                continue;
+            }
+            Ok(Err(error)) => error,
+            Err(_) => CallError { message: format!("no answer within {:?}", plan.timeout), connection: false },
+        };
+        if measured {
+            stats.errors += 1;
+            if stats.first_error.is_none() {
+                stats.first_error = Some(error.message);
+            }
+        }
+        if error.connection && plan.rate.is_none() {
+            tokio::time::sleep(BACKOFF).await;
+        }
+    }
+    stats
+}
+
+/// A latency histogram in nanoseconds, 3 significant digits, growing as values need (`record`
+/// resizes; `saturating_record` would clamp to the current range).
+fn histogram() -> Result<Histogram<u64>, BenchError> {
+    Histogram::new(3).map_err(|e| BenchError::Internal(format!("latency histogram: {e:?}")))
+}
+
+/// What one task (or all of them, merged) measured.
+struct Stats {
+    latency: Histogram<u64>,
+    allowed: u64,
+    limited: u64,
+    errors: u64,
+    first_error: Option<String>,
+    last_answer: Option<Instant>,
+}
+
+impl Stats {
+    fn new(latency: Histogram<u64>) -> Stats {
+        Stats { latency, allowed: 0, limited: 0, errors: 0, first_error: None, last_answer: None }
+    }
+
+    fn report(self, window: Duration) -> BenchReport {
+        let requests = self.allowed + self.limited + self.errors;
+        let seconds = window.as_secs_f64();
+        let rps = if seconds > 0.0 { requests as f64 / seconds } else { 0.0 };
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let at = |q: f64| if self.latency.is_empty() { 0.0 } else { us(self.latency.value_at_quantile(q)) };
+        BenchReport {
+            requests,
+            seconds: (seconds * 1e6).round() / 1e6,
+            rps: (rps * 100.0).round() / 100.0,
+            p50_us: at(0.5),
+            p99_us: at(0.99),
+            p999_us: at(0.999),
+            max_us: if self.latency.is_empty() { 0.0 } else { us(self.latency.max()) },
+            mean_us: (self.latency.mean()).round() / 1000.0,
+            allowed: self.allowed,
+            limited: self.limited,
+            errors: self.errors,
+            first_error: self.first_error,
+        }
+    }
+}
+
+/// `e` and its sources, `: `-separated (tonic's and hyper's errors say little on their own).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = inner.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_must_be_host_and_port() {
+        let ok = |t: &str| validate(&BenchConfig::new(Protocol::Grpc, t));
+        assert_eq!(ok("127.0.0.1:8081").unwrap(), "127.0.0.1:8081");
+        assert_eq!(ok("http://localhost:8081/").unwrap(), "localhost:8081");
+        assert_eq!(ok("[::1]:8081").unwrap(), "[::1]:8081");
+        for bad in ["", "127.0.0.1", "127.0.0.1:", "a b:80", "host:80/path", "https://host:80", "u@host:80"] {
+            assert!(ok(bad).is_err_and(|e| e.is_usage()), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bad_settings_are_usage_errors() {
+        let base = BenchConfig::new(Protocol::Http, "127.0.0.1:8080");
+        let cases: [fn(&mut BenchConfig); 10] = [
+            |c| c.connections = 0,
+            |c| c.concurrency = 2,
+            |c| c.duration = Duration::ZERO,
+            |c| c.timeout = Duration::ZERO,
+            |c| c.namespace.clear(),
+            |c| c.descriptors = 0,
+            |c| c.keys = 0,
+            |c| c.rate = Some(0.0),
+            |c| c.rate = Some(f64::NAN),
+            |c| c.rate = Some(f64::INFINITY),
+        ];
+        for (n, case) in cases.iter().enumerate() {
+            let mut config = base.clone();
+            case(&mut config);
+            assert!(validate(&config).is_err_and(|e| e.is_usage()), "case {n}: {config:?}");
+        }
+        assert!(validate(&base).is_ok());
+    }
+}
