@@ -1,0 +1,57 @@
+//! How much may be spent: units (operations, bytes, cost units) per period.
+
+use std::time::Duration;
+
+/// A budget of `units` per `period`, e.g. 1000 request units per second.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_pace::Budget;
+/// let budget = Budget::per_second(1000)?;
+/// assert_eq!(budget.units_per_second(), 1000.0);
+/// assert!(Budget::new(0, Duration::from_secs(1)).is_err());
+/// # Ok::<(), tollgate_pace::PaceError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Budget {
+    units: u64,
+    period: Duration,
+}
+
+impl Budget {
+    /// `units` per `period`; both must be non-zero.
+    pub fn new(units: u64, period: Duration) -> Result<Budget, crate::PaceError> {
+        if units == 0 {
+            return Err(crate::PaceError::Config("budget units must be at least 1".into()));
+        }
+        if period.is_zero() {
+            return Err(crate::PaceError::Config("budget period must be longer than zero".into()));
+        }
+        Ok(Budget { units, period })
+    }
+
+    /// `units` per second.
+    pub fn per_second(units: u64) -> Result<Budget, crate::PaceError> {
+        Budget::new(units, Duration::from_secs(1))
+    }
+
+    /// Units in one period.
+    pub fn units(&self) -> u64 {
+        self.units
+    }
+
+    /// The period.
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The rate, in units per second.
+    pub fn units_per_second(&self) -> f64 {
+        self.units as f64 / self.period.as_secs_f64()
+    }
+
+    /// `parts` equal shares of this budget: what one of `parts` partitions may spend.
+    pub fn share(&self, parts: u64) -> f64 {
+        self.units_per_second() / parts.max(1) as f64
+    }
+}

@@ -1,0 +1,46 @@
+//! # tollgate-pace: pacing batch work against a throttled service
+//!
+//! The other side of rate limiting (seed 004, the Azure "Rate Limiting pattern"): a job that must
+//! push a lot of work into a service that throttles it, without being throttled, and with several
+//! uncoordinated workers sharing the service's capacity.
+//!
+//! - [`Pacer`]: a [`Budget`] in any unit, released in short slices, cut on throttling and probed
+//!   back up (AIMD), honouring Retry-After;
+//! - [`Partitions`]: the global capacity split into partitions leased through Redis (TTL, renewal,
+//!   fencing token); a worker paces itself to what it holds, a dead worker's partitions come back
+//!   when their lease lapses.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tollgate_pace::PaceError> {
+//! use tollgate_pace::{Budget, Pacer};
+//! let pacer = Pacer::builder(Budget::per_second(100)?).build()?;
+//! for item_cost in [1, 1, 5] {
+//!     pacer.acquire(item_cost).await?;      // waits for the budget
+//!     // ... call the service; on a 429: pacer.throttled(retry_after), else pacer.succeeded()
+//!     pacer.succeeded();
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod budget;
+mod pacer;
+mod partitions;
+
+pub use budget::Budget;
+pub use pacer::{Pacer, PacerBuilder};
+pub use partitions::{Partitions, PartitionsBuilder};
+
+/// What can go wrong pacing.
+#[derive(Debug, thiserror::Error)]
+pub enum PaceError {
+    /// A setting is out of range (the message names it and the value).
+    #[error("{0}")]
+    Config(String),
+    /// The pacer was closed while waiting.
+    #[error("the pacer was closed ({0})")]
+    Closed(String),
+    /// Redis could not be used.
+    #[error(transparent)]
+    Backend(#[from] tollgate_redis::BackendError),
+}
