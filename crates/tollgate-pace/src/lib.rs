@@ -8,7 +8,10 @@
 //!   back up (AIMD), honouring Retry-After;
 //! - [`Partitions`]: the global capacity split into partitions leased through Redis (TTL, renewal,
 //!   fencing token); a worker paces itself to what it holds, a dead worker's partitions come back
-//!   when their lease lapses.
+//!   when their lease lapses;
+//! - [`RedisStreams`] (a [`Queue`]) and [`pump`]: a durable queue in front of the workers, drained
+//!   under the pacer, acknowledged only after success, reclaimed from dead workers, dead-lettered
+//!   after repeated failures.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tollgate_pace::PaceError> {
@@ -26,10 +29,14 @@
 mod budget;
 mod pacer;
 mod partitions;
+mod pump;
+mod queue;
 
 pub use budget::Budget;
 pub use pacer::{Pacer, PacerBuilder};
 pub use partitions::{Partitions, PartitionsBuilder};
+pub use pump::{Handled, Progress, PumpOptions, pump};
+pub use queue::{Item, Queue, RedisStreams};
 
 /// What can go wrong pacing.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +47,9 @@ pub enum PaceError {
     /// The pacer was closed while waiting.
     #[error("the pacer was closed ({0})")]
     Closed(String),
+    /// The queue could not be used (the message names the URL or stream).
+    #[error("queue: {0}")]
+    Queue(String),
     /// Redis could not be used.
     #[error(transparent)]
     Backend(#[from] tollgate_redis::BackendError),

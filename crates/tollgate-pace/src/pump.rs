@@ -1,0 +1,154 @@
+//! The work pump: take items from the queue, spend the pacer's budget on each, run the handler,
+//! acknowledge only after success.
+//!
+//! A throttled item is retried by the same worker once the pacer allows (its Retry-After and the
+//! cut rate apply to everyone); a failed one is left to the queue (retried after the idle timeout,
+//! dead-lettered after `max_attempts`); a handler that panics counts as a failure — the item is
+//! never lost.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate::Clock;
+
+use crate::queue::{Item, Queue};
+use crate::{PaceError, Pacer};
+
+/// What the handler made of an item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// Done: acknowledge it.
+    Done,
+    /// The service throttled it (429/503 or an error classified as throttling): back off, retry.
+    Throttled(Option<Duration>),
+    /// It failed for another reason (kept for the dead-letter queue).
+    Failed(String),
+}
+
+/// Counts, readable while the pump runs (for a progress bar).
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Items acknowledged.
+    pub done: AtomicU64,
+    /// Failed attempts (including panics).
+    pub failed: AtomicU64,
+    /// Items sent to the dead-letter queue.
+    pub dead: AtomicU64,
+    /// Throttled attempts.
+    pub throttled: AtomicU64,
+}
+
+/// How a pump runs.
+#[derive(Clone, Debug)]
+pub struct PumpOptions {
+    /// This worker's consumer name in the group (unique per worker).
+    pub consumer: String,
+    /// Items taken from the queue at once.
+    pub batch: usize,
+    /// Handlers running at once.
+    pub concurrency: usize,
+    /// Return when the queue has nothing left (nothing queued, nothing pending anywhere).
+    pub stop_when_empty: bool,
+    /// How long to wait before asking an empty queue again.
+    pub empty_poll: Duration,
+}
+
+impl PumpOptions {
+    /// Defaults for `consumer`: batches of 32, 16 handlers, runs until the queue is drained.
+    pub fn new(consumer: &str) -> PumpOptions {
+        PumpOptions {
+            consumer: consumer.to_string(),
+            batch: 32,
+            concurrency: 16,
+            stop_when_empty: true,
+            empty_poll: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Drains `queue` through `handler` under `pacer` until the queue is empty (or forever).
+pub async fn pump<Q, C, H, F>(
+    queue: Arc<Q>,
+    pacer: Arc<Pacer<C>>,
+    options: PumpOptions,
+    progress: Arc<Progress>,
+    handler: H,
+) -> Result<(), PaceError>
+where
+    Q: Queue,
+    C: Clock,
+    H: Fn(Item) -> F + Send + Sync + 'static,
+    F: Future<Output = Handled> + Send + 'static,
+{
+    let handler = Arc::new(handler);
+    let slots = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
+    loop {
+        let items = queue.take(&options.consumer, options.batch.max(1)).await?;
+        if items.is_empty() {
+            let idle = slots.available_permits() == options.concurrency.max(1);
+            if options.stop_when_empty && idle && queue.outstanding().await? == 0 {
+                return Ok(());
+            }
+            tokio::time::sleep(options.empty_poll).await;
+            continue;
+        }
+        for item in items {
+            pacer.acquire(item.cost).await?;
+            let slot = slots.clone().acquire_owned().await.map_err(|_| PaceError::Closed("pump stopped".into()))?;
+            let (queue, pacer, handler, progress) = (queue.clone(), pacer.clone(), handler.clone(), progress.clone());
+            tokio::spawn(async move {
+                handle(&*queue, &pacer, &*handler, &progress, item).await;
+                drop(slot);
+            });
+        }
+    }
+}
+
+async fn handle<Q, C, H, F>(queue: &Q, pacer: &Pacer<C>, handler: &H, progress: &Progress, item: Item)
+where
+    Q: Queue,
+    C: Clock,
+    H: Fn(Item) -> F,
+    F: Future<Output = Handled> + Send + 'static,
+{
+    loop {
+        // Its own task, so that a panicking handler is a failed item, not a dead worker.
+        let outcome = match tokio::spawn(handler(item.clone())).await {
+            Ok(outcome) => outcome,
+            Err(e) => Handled::Failed(format!("the handler panicked: {e}")),
+        };
+        match outcome {
+            Handled::Done => {
+                pacer.succeeded();
+                match queue.ack(&item).await {
+                    Ok(()) => {
+                        progress.done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Not acknowledged: it will be delivered again (at least once).
+                    Err(e) => tracing::warn!(item = %item.id, "cannot acknowledge: {e}"),
+                }
+                return;
+            }
+            Handled::Throttled(retry_after) => {
+                progress.throttled.fetch_add(1, Ordering::Relaxed);
+                pacer.throttled(retry_after);
+                if pacer.acquire(item.cost).await.is_err() {
+                    return;
+                }
+            }
+            Handled::Failed(error) => {
+                progress.failed.fetch_add(1, Ordering::Relaxed);
+                match queue.fail(&item, &error).await {
+                    Ok(true) => {
+                        progress.dead.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(item = %item.id, "cannot record a failure: {e}"),
+                }
+                return;
+            }
+        }
+    }
+}
