@@ -83,7 +83,7 @@ async fn three_workers_drain_the_queue_exactly_under_the_limit() {
         worker.await.unwrap().unwrap();
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let done = service.done.lock().unwrap();
+    let done = service.done.lock().unwrap().clone();
     assert_eq!(done.len(), items, "every item completed");
     assert!(done.values().all(|&n| n == 1), "none completed twice");
     let throttled: u64 = progresses.iter().map(|p| p.throttled.load(Ordering::Relaxed)).sum();
