@@ -164,6 +164,26 @@ impl<C: Clock> Pacer<C> {
         Ok(())
     }
 
+    /// Waits while nothing may be spent: no capacity (a ceiling of 0, no partition held) or a
+    /// Retry-After pause. A pump calls it before taking work, so that it does not hold items it
+    /// cannot send.
+    pub async fn ready(&self) {
+        loop {
+            let (ceiling, paused_until) = {
+                let state = self.lock();
+                (state.ceiling, state.paused_until)
+            };
+            let now = self.clock.now();
+            if paused_until > now {
+                self.clock.sleep_until(paused_until).await;
+            } else if ceiling <= 0.0 {
+                self.clock.sleep_until(now.saturating_add(self.granularity.as_nanos() as u64)).await;
+            } else {
+                return;
+            }
+        }
+    }
+
     /// The downstream throttled a call: cut the rate, and pause until `retry_after` if given.
     pub fn throttled(&self, retry_after: Option<Duration>) {
         let now = self.clock.now();

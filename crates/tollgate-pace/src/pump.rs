@@ -16,6 +16,9 @@ use tollgate::Clock;
 use crate::queue::{Item, Queue};
 use crate::{PaceError, Pacer};
 
+/// Items are taken from the queue for about this much work at the current rate.
+const TAKE_AHEAD: Duration = Duration::from_millis(500);
+
 /// What the handler made of an item.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Handled {
@@ -85,7 +88,11 @@ where
     let handler = Arc::new(handler);
     let slots = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
     loop {
-        let items = queue.take(&options.consumer, options.batch.max(1)).await?;
+        // Take only what can be sent soon: an item held longer than the queue's idle timeout is
+        // delivered to another worker too.
+        pacer.ready().await;
+        let soon = (pacer.rate() * TAKE_AHEAD.as_secs_f64()).ceil().max(1.0) as usize;
+        let items = queue.take(&options.consumer, options.batch.clamp(1, soon)).await?;
         if items.is_empty() {
             let idle = slots.available_permits() == options.concurrency.max(1);
             if options.stop_when_empty && idle && queue.outstanding().await? == 0 {

@@ -58,7 +58,7 @@ impl RedisStreams {
     /// for `idle` are reclaimed; an item failing `max_attempts` times goes to `{name}:dead`.
     ///
     /// `idle` must be longer than an item can take from delivery to acknowledgement (its wait for
-    /// the budget plus the handler's time): an item still being worked on after `idle` is
+    /// the budget — the pump takes about half a second of work at a time — plus the handler's time): an item still being worked on after `idle` is
     /// delivered again (at least once), and the handler then sees its idempotency key twice.
     pub async fn open(url: &str, name: &str, idle: Duration, max_attempts: u64) -> Result<RedisStreams, PaceError> {
         let client = redis::Client::open(url).map_err(|e| PaceError::Queue(format!("invalid Redis URL {url}: {e}")))?;

@@ -7,9 +7,12 @@
 //!   compatible with Limitador's, Prometheus metrics, hot reload.
 //!
 //! - [`bench`]: load a server over gRPC or HTTP and measure throughput and latency (`tollgate bench`).
+//!
+//! - [`pump`]: work items for `tollgate pump` and the HTTP worker that sends them.
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 pub mod bench;
+pub mod pump;
 pub mod serve;
 pub mod simulate;

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod check;
+mod pump;
 mod serve;
 mod simulate;
 
@@ -31,6 +32,9 @@ enum Command {
     /// Load a server over gRPC (Envoy RLS) or HTTP, closed loop or at a fixed rate: requests per
     /// second, latency percentiles, allowed/limited/errors.
     Bench(bench::BenchArgs),
+    /// The durable work pump: enqueue JSON Lines work items, and run workers that send them to a
+    /// throttled HTTP API under a paced budget shared through Redis partitions.
+    Pump(pump::PumpArgs),
 }
 
 pub(crate) fn main() -> ExitCode {
@@ -39,5 +43,6 @@ pub(crate) fn main() -> ExitCode {
         Command::CheckConfig(args) => check::main(args),
         Command::Simulate(args) => simulate::main(args),
         Command::Bench(args) => bench::main(args),
+        Command::Pump(args) => pump::main(args),
     }
 }
