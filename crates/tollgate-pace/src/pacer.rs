@@ -5,7 +5,8 @@
 //! number of units; an item dearer than one slice waits for as many slices as it needs.
 //!
 //! Adaptation is AIMD, as TCP's congestion control: each [`Pacer::throttled`] (a 429/503 or an
-//! error the caller classifies as throttling) multiplies the rate by `decrease` (default 0.5, not
+//! error the caller classifies as throttling; several within one slice count once) multiplies the
+//! rate by `decrease` (default 0.7, not
 //! below `min_rate`) and, given a Retry-After, pauses everything until then; each second without
 //! throttling the rate grows by `increase` of the ceiling (default 5%) until it is back at the
 //! ceiling. The ceiling is the configured budget, or what the partitions this worker holds allow.
@@ -34,7 +35,9 @@ impl<C: Clock> PacerBuilder<C> {
         self
     }
 
-    /// The factor the rate is multiplied by on throttling, in (0, 1) (default 0.5).
+    /// The factor the rate is multiplied by on throttling, in (0, 1) (default 0.7, as the AWS
+    /// SDKs' adaptive retry mode: a gentler cut than TCP's 0.5 keeps the average nearer the
+    /// service's limit).
     pub fn decrease(mut self, factor: f64) -> Self {
         self.decrease = factor;
         self
@@ -89,7 +92,7 @@ impl<C: Clock> PacerBuilder<C> {
             decrease: self.decrease,
             increase: self.increase,
             min_rate,
-            state: Mutex::new(Adapt { rate: ceiling, ceiling, paused_until: 0, last_increase: 0 }),
+            state: Mutex::new(Adapt { rate: ceiling, ceiling, paused_until: 0, last_increase: 0, last_decrease: None }),
         })
     }
 }
@@ -99,6 +102,7 @@ struct Adapt {
     ceiling: f64,
     paused_until: u64,
     last_increase: u64,
+    last_decrease: Option<u64>,
 }
 
 /// Spends a budget smoothly and backs off when the downstream throttles.
@@ -109,8 +113,8 @@ struct Adapt {
 /// use tollgate_pace::{Budget, Pacer};
 /// let pacer = Pacer::builder(Budget::per_second(1000)?).granularity(Duration::from_millis(200)).build()?;
 /// pacer.acquire(150).await?;                 // an item costing 150 units: within the first slice of 200
-/// pacer.throttled(None);                     // the service said 429: halve the rate
-/// assert_eq!(pacer.rate(), 500.0);
+/// pacer.throttled(None);                     // the service said 429: cut the rate
+/// assert_eq!(pacer.rate(), 700.0);
 /// # Ok(()) }
 /// ```
 pub struct Pacer<C: Clock = SystemClock> {
@@ -129,7 +133,7 @@ impl Pacer<SystemClock> {
         PacerBuilder {
             budget,
             granularity: Duration::from_millis(200),
-            decrease: 0.5,
+            decrease: 0.7,
             increase: 0.05,
             min_rate: None,
             clock: SystemClock::new(),
@@ -192,6 +196,12 @@ impl<C: Clock> Pacer<C> {
             let until = now.saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
             state.paused_until = state.paused_until.max(until);
         }
+        // The answers to one slice's requests are one signal: cut at most once per slice.
+        let granularity = u64::try_from(self.granularity.as_nanos()).unwrap_or(u64::MAX);
+        if state.last_decrease.is_some_and(|at| now.saturating_sub(at) < granularity) {
+            return;
+        }
+        state.last_decrease = Some(now);
         state.rate = (state.rate * self.decrease).max(self.min_rate.min(state.ceiling));
         state.last_increase = now;
         self.apply(&state);

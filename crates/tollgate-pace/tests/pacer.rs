@@ -68,11 +68,21 @@ async fn items_cost_units_and_dear_items_span_slices() {
 #[tokio::test(flavor = "current_thread")]
 async fn throttling_halves_the_rate_and_success_probes_back_up() {
     let clock = ManualClock::new();
-    let pacer = pacer(1000, &clock);
+    let pacer = Arc::new(
+        Pacer::builder(Budget::per_second(1000).unwrap())
+            .granularity(Duration::from_millis(200))
+            .decrease(0.5)
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
     pacer.throttled(None);
     assert_eq!(pacer.rate(), 500.0);
+    clock.advance(Duration::from_millis(200));
     pacer.throttled(None);
     assert_eq!(pacer.rate(), 250.0);
+    pacer.throttled(None);
+    assert_eq!(pacer.rate(), 250.0, "throttled twice within one slice: one cut");
     pacer.succeeded();
     assert_eq!(pacer.rate(), 250.0, "no increase within a second of throttling");
     clock.advance(Duration::from_secs(1));
@@ -82,6 +92,7 @@ async fn throttling_halves_the_rate_and_success_probes_back_up() {
     pacer.succeeded();
     assert_eq!(pacer.rate(), 1000.0, "back to the ceiling, not above");
     for _ in 0..20 {
+        clock.advance(Duration::from_millis(200));
         pacer.throttled(None);
     }
     assert_eq!(pacer.rate(), 10.0, "not below min_rate (1% of the budget)");
@@ -135,4 +146,64 @@ fn bad_settings_are_errors_naming_the_setting() {
     assert_eq!(err(Pacer::builder(budget).granularity(Duration::ZERO)), "granularity must be longer than zero");
     assert_eq!(err(Pacer::builder(budget).min_rate(20.0)), "min_rate must be in (0, 10], got 20");
     assert_eq!(Budget::per_second(0).unwrap_err().to_string(), "budget units must be at least 1");
+}
+
+/// A client pacing itself against a service whose limit is halved, then restored: measured rates
+/// in the last 10 s of each 20 s phase.
+#[tokio::test(flavor = "current_thread")]
+async fn converges_when_the_service_limit_is_halved_and_restored() {
+    use tollgate::{Limiter, Quota, TokenBucket};
+    let clock = ManualClock::new();
+    // Slices of 50 ms: 50 requests at once, within the service's burst of 100.
+    let pacer = Arc::new(
+        Pacer::builder(Budget::per_second(1000).unwrap())
+            .granularity(Duration::from_millis(50))
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let quota = |rate: u64| Quota::per(Duration::from_secs(1), rate).unwrap().with_burst(rate / 10).unwrap();
+    let service = Arc::new(Limiter::builder(TokenBucket::new(quota(1000))).clock(clock.clone()).build());
+    let (done, throttled) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let client = {
+        let (pacer, service, done, throttled) = (pacer.clone(), service.clone(), done.clone(), throttled.clone());
+        tokio::spawn(async move {
+            loop {
+                pacer.acquire(1).await.unwrap();
+                match service.try_acquire(1) {
+                    Ok(_) => {
+                        done.fetch_add(1, Ordering::SeqCst);
+                        pacer.succeeded();
+                    }
+                    Err(rejected) => {
+                        throttled.fetch_add(1, Ordering::SeqCst);
+                        pacer.throttled(rejected.retry_after());
+                    }
+                }
+            }
+        })
+    };
+    let mut rates = Vec::new();
+    for (phase, limit) in [1000u64, 500, 1000].into_iter().enumerate() {
+        service.set_quota(quota(limit));
+        let mut at_10s = 0;
+        for step in 1..=4000 {
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            clock.advance(Duration::from_millis(5));
+            if step == 2000 {
+                at_10s = done.load(Ordering::SeqCst);
+            }
+        }
+        let rate = (done.load(Ordering::SeqCst) - at_10s) as f64 / 10.0;
+        println!("phase {phase}: service {limit}/s, achieved {rate:.0}/s, pacer rate {:.0}/s", pacer.rate());
+        rates.push((limit as f64, rate));
+    }
+    client.abort();
+    for (limit, rate) in rates {
+        assert!((rate - limit).abs() <= 0.2 * limit, "within 20% of the service's {limit}/s: {rate}/s");
+    }
+    let throttled = throttled.load(Ordering::SeqCst);
+    assert!(throttled * 100 <= done.load(Ordering::SeqCst), "throttled calls under 1%: {throttled}");
 }
