@@ -112,12 +112,12 @@ fn items(n: usize) -> String {
 async fn three_workers_finish_every_item_once_with_few_throttled() {
     let redis = RedisServer::start();
     let (api, addr) = api(2000).await;
-    let mut input = items(6000);
+    let mut input = items(10_000);
     input.insert_str(input.find("\n").unwrap() + 1, "{not json\n");
     let out = enqueue(&redis.url(), &input);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("skipped line 2: key must be a string"), "the bad line is reported by number: {stderr}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("enqueued 6000 items"), "the rest continue");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("enqueued 10000 items"), "the rest continue");
     assert_eq!(out.status.code(), Some(1));
 
     let started = Instant::now();
@@ -128,16 +128,16 @@ async fn three_workers_finish_every_item_once_with_few_throttled() {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let done = api.done.lock().unwrap().clone();
-    assert_eq!(done.len(), 6000, "zero lost");
+    assert_eq!(done.len(), 10_000, "zero lost");
     assert!(done.values().all(|&n| n == 1), "zero duplicated completions");
     let throttled = api.throttled.load(Ordering::Relaxed);
     println!(
         "3 processes: {:.0} items/s against 2000/s ({:.2}x), {throttled} throttled ({:.2}% of requests)",
-        6000.0 / elapsed,
-        6000.0 / elapsed / 2000.0,
-        100.0 * throttled as f64 / (6000 + throttled) as f64
+        10_000.0 / elapsed,
+        10_000.0 / elapsed / 2000.0,
+        100.0 * throttled as f64 / (10_000 + throttled) as f64
     );
-    assert!(throttled * 100 <= 6000 + throttled, "throttled responses at most 1%: {throttled}");
+    assert!(throttled * 100 <= 10_000 + throttled, "throttled responses at most 1%: {throttled}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
