@@ -6,7 +6,9 @@
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.
 -- ARGV[2]   delta: hits (0 = probe).
 -- ARGV[3]   mode: 0 = check (take nothing), 1 = check and take, all counters or none,
---           2 = report: each counter takes delta if it fits, on its own.
+--           2 = report: each counter takes delta if it fits, on its own;
+--           3 = flush: each counter takes delta, or what is left of its limit if less (a cache's
+--               hits that were already allowed, counted as far as the window can hold them).
 -- ARGV[4]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
 -- ARGV[5 + 2(i-1)]  counter i: limit (max_value).
 -- ARGV[6 + 2(i-1)]  counter i: window in microseconds.
@@ -31,6 +33,7 @@ for i, key in ipairs(KEYS) do
     start, count = now, 0
   end
   local fits = count + delta <= lim
+  if mode == 3 then fits = true end
   windows[i] = {start = start, count = count, lim = lim, period = period, fits = fits}
   if not fits and admitted == 1 then
     admitted, limiting = 0, i
@@ -39,14 +42,14 @@ end
 
 local function take(i, key)
   local w = windows[i]
-  w.count = w.count + delta
+  w.count = math.min(w.count + delta, math.max(w.lim, w.count))
   redis.call('HSET', key, 's', string.format('%.0f', w.start), 'c', w.count)
   redis.call('PEXPIRE', key, math.max(math.ceil((w.start + w.period - now) / 1000), 1, min_ttl))
 end
 
 if delta > 0 then
   for i, key in ipairs(KEYS) do
-    if (mode == 1 and admitted == 1) or (mode == 2 and windows[i].fits) then
+    if (mode == 1 and admitted == 1) or (mode == 2 and windows[i].fits) or mode == 3 then
       take(i, key)
     end
   end
@@ -58,7 +61,7 @@ for i, _ in ipairs(KEYS) do
   local reset = 0
   if w.count > 0 then reset = w.start + w.period - now end
   local limited = 0
-  if not w.fits and mode ~= 2 then limited = 1 end
+  if not w.fits and mode < 2 then limited = 1 end
   reply[#reply + 1] = math.max(w.lim - w.count, 0)
   reply[#reply + 1] = reset
   reply[#reply + 1] = limited

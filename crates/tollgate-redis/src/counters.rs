@@ -30,6 +30,9 @@ pub enum CountersMode {
     Take = 1,
     /// Each counter takes `delta` if it fits, on its own (counting what already happened).
     Report = 2,
+    /// Each counter takes `delta`, or what is left of its limit if less (a local cache's allowed
+    /// hits, flushed).
+    Flush = 3,
 }
 
 /// The answer of a call.

@@ -31,6 +31,8 @@ async fn each_storage(body: impl AsyncFn(Server)) {
     let redis = RedisServer::start();
     let storage = Storage::Redis { url: redis.url(), prefix: "t:".into() };
     body(server_on(SEED_003, Mode::Accuracy, false, false, storage).await).await;
+    let storage = Storage::RedisCached { url: redis.url(), prefix: "c:".into(), flush: Duration::from_secs(3600) };
+    body(server_on(SEED_003, Mode::Accuracy, false, false, storage).await).await;
 }
 
 fn probe(method: &str, round: &str) -> String {
@@ -145,4 +147,32 @@ async fn redis_storage_rejects_other_algorithms_and_bad_urls() {
     let url = format!("redis://127.0.0.1:{port}");
     let error = tollgate_server::serve::start(&config(url.clone()), tollgate::SystemClock::new()).await.err().unwrap();
     assert!(error.to_string().contains(&format!("127.0.0.1:{port}")), "names the URL: {error}");
+}
+
+/// Two replicas on one Redis with local counters: each sees the other's hits after a flush; before
+/// it, each may allow what it last saw as remaining (the documented overshoot).
+#[tokio::test]
+async fn redis_cached_replicas_share_counts_through_flushes() {
+    let redis = RedisServer::start();
+    let yaml = "- {namespace: api, name: all, max_value: 4, seconds: 60}\n";
+    let storage = || Storage::RedisCached { url: redis.url(), prefix: "r:".into(), flush: Duration::from_secs(3600) };
+    let a = server_on(yaml, Mode::Accuracy, false, false, storage()).await;
+    let b = server_on(yaml, Mode::Accuracy, false, false, storage()).await;
+    let call = r#"{"namespace":"api","values":{},"delta":1}"#;
+    for _ in 0..3 {
+        assert_eq!(a.post("/check_and_report", call).await.0, 200);
+    }
+    assert_eq!(redis.cli(&["KEYS", "r:*"]).lines().count(), 0, "nothing written before a flush");
+    assert_eq!(a.running.engine.flush().await.unwrap(), 1);
+    assert_eq!(b.post("/check_and_report", call).await.0, 200, "b loads the counter: 1 left");
+    assert_eq!(b.post("/check_and_report", call).await.0, 429);
+    assert_eq!(b.running.engine.flush().await.unwrap(), 1);
+    assert_eq!(a.running.engine.flush().await.unwrap(), 0, "nothing new on a");
+    // a has not heard of b's hit: it still sees 1 left and allows it (overshoot of 1).
+    assert_eq!(a.post("/check_and_report", call).await.0, 200);
+    assert_eq!(a.running.engine.flush().await.unwrap(), 1);
+    assert_eq!(a.post("/check_and_report", call).await.0, 429, "after the flush a knows the window is full");
+    let key = redis.cli(&["KEYS", "r:*"]);
+    let count = redis.cli(&["HGET", key.trim(), "c"]);
+    assert_eq!(count.trim(), "4", "Redis saturates at the limit: {count}");
 }

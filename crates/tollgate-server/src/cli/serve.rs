@@ -38,6 +38,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "tollgate:", value_name = "PREFIX")]
     redis_prefix: String,
 
+    /// With `--storage redis-cached`: how often local counts are flushed to Redis.
+    #[arg(long, default_value = "100ms", value_name = "DURATION")]
+    flush_every: String,
+
     /// accuracy: all counters of a request are checked and updated together (no overshoot);
     /// throughput: each counter on its own (faster, may briefly overshoot under contention).
     #[arg(long, value_enum, default_value = "accuracy")]
@@ -58,6 +62,9 @@ enum StorageKind {
     Memory,
     /// In Redis: counters shared by several servers, kept across restarts.
     Redis,
+    /// Decided in memory, flushed to Redis in batches (`--flush-every`): faster; replicas may
+    /// overshoot a limit until they hear of each other's counts.
+    RedisCached,
 }
 
 pub(crate) fn main(args: ServeArgs) -> ExitCode {
@@ -72,6 +79,16 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         storage: match args.storage {
             StorageKind::Memory => Storage::Memory,
             StorageKind::Redis => Storage::Redis { url: args.redis_url, prefix: args.redis_prefix },
+            StorageKind::RedisCached => {
+                let flush = match humantime::parse_duration(args.flush_every.trim()) {
+                    Ok(d) if !d.is_zero() => d,
+                    _ => {
+                        eprintln!("error: invalid --flush-every `{}`: expected e.g. 100ms, 1s", args.flush_every);
+                        return ExitCode::from(2);
+                    }
+                };
+                Storage::RedisCached { url: args.redis_url, prefix: args.redis_prefix, flush }
+            }
         },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

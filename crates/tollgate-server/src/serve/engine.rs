@@ -113,6 +113,7 @@ pub struct Engine<C: Clock = SystemClock> {
     stripes: Box<[Mutex<()>]>,
     hasher: hashbrown::DefaultHashBuilder,
     redis: Option<RedisStore>,
+    cache: Option<super::cache::Cache>,
 }
 
 /// Counters in Redis instead of in memory.
@@ -142,7 +143,32 @@ impl<C: Clock + Clone> Engine<C> {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: Default::default(),
             redis: None,
+            cache: None,
         }
+    }
+
+    /// Decides in memory and flushes counts to Redis in batches (call [`Engine::flush`]
+    /// periodically): see `--storage redis-cached` for the overshoot this allows across replicas.
+    pub fn with_redis_cached(mut self, store: RedisStore) -> Result<Engine<C>, String> {
+        self.cache = Some(Default::default());
+        self.with_redis(store)
+    }
+
+    /// Sends the hits allowed locally since the last flush (redis-cached only); returns the
+    /// counters flushed.
+    pub async fn flush(&self) -> Result<usize, tollgate_redis::BackendError> {
+        match (&self.cache, &self.redis) {
+            (Some(cache), Some(store)) => {
+                let now = self.clock.now();
+                cache.flush(&store.redis, now, store.use_engine_clock.then_some(now / 1000)).await
+            }
+            _ => Ok(0),
+        }
+    }
+
+    /// True when counters are cached locally and flushed to Redis.
+    pub fn is_cached(&self) -> bool {
+        self.cache.is_some()
     }
 
     /// Keeps counters in Redis. Fails if a limit cannot be counted there.
@@ -198,10 +224,29 @@ impl<C: Clock + Clone> Engine<C> {
             Action::CheckAndReport => tollgate_redis::CountersMode::Take,
         };
         let now = store.use_engine_clock.then(|| self.clock.now() / 1000);
-        let answer = tollgate_redis::decide_windows(&store.redis, &counters, delta, mode, now).await?;
+        let decided = match &self.cache {
+            None => tollgate_redis::decide_windows(&store.redis, &counters, delta, mode, now).await?.counters,
+            Some(cache) => {
+                let missing = cache.missing(&counters);
+                if !missing.is_empty() {
+                    cache.load(&store.redis, missing, self.clock.now(), now).await?;
+                }
+                // A report counts what happened: each counter on its own, as far as it has room.
+                let take = action != Action::Check;
+                if action == Action::Report {
+                    counters
+                        .iter()
+                        .flat_map(|c| cache.decide(std::slice::from_ref(c), delta, take, self.clock.now()))
+                        .map(|(meta, _)| (meta, false))
+                        .collect()
+                } else {
+                    cache.decide(&counters, delta, take, self.clock.now())
+                }
+            }
+        };
         let statuses: Vec<Status> = hits
             .iter()
-            .zip(answer.counters)
+            .zip(decided)
             .map(|(hit, (meta, limited))| Status { limit: hit.index, descriptor: hit.descriptor, meta, limited })
             .collect();
         let would_limit = statuses.iter().any(|s| s.limited);

@@ -6,6 +6,7 @@
 //! - [`Metrics`]: Prometheus metrics; [`Reloader`]: watching the limits file;
 //! - [`start`]: all of it on the current tokio runtime.
 
+mod cache;
 mod counters;
 mod engine;
 pub mod http;

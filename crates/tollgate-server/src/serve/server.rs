@@ -46,6 +46,16 @@ pub enum Storage {
         /// Prefix of every key.
         prefix: String,
     },
+    /// Decided in memory, flushed to Redis every `flush`: one round trip per new counter instead
+    /// of per call; replicas may overshoot until they hear of each other (see the README).
+    RedisCached {
+        /// `redis://host:port/db`.
+        url: String,
+        /// Prefix of every key.
+        prefix: String,
+        /// How often local counts are sent.
+        flush: std::time::Duration,
+    },
 }
 
 /// Why the server could not start.
@@ -105,14 +115,21 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     })?;
     let policy = Policy::parse(&text, &name)?;
     let mut engine = Engine::new(policy, config.mode, config.shadow, clock);
-    if let Storage::Redis { url, prefix } = &config.storage {
-        let redis = tollgate_redis::Redis::connect(url).await.map_err(|e| ServeError::Storage(e.to_string()))?;
-        let store = RedisStore {
-            redis,
-            prefix: prefix.clone(),
-            use_engine_clock: std::any::TypeId::of::<C>() != std::any::TypeId::of::<SystemClock>(),
-        };
-        engine = engine.with_redis(store).map_err(|e| ServeError::Storage(format!("{name}: {e}")))?;
+    let manual_clock = std::any::TypeId::of::<C>() != std::any::TypeId::of::<SystemClock>();
+    let mut flush_every = None;
+    match &config.storage {
+        Storage::Memory => {}
+        Storage::Redis { url, prefix } => {
+            let redis = tollgate_redis::Redis::connect(url).await.map_err(|e| ServeError::Storage(e.to_string()))?;
+            let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock: manual_clock };
+            engine = engine.with_redis(store).map_err(|e| ServeError::Storage(format!("{name}: {e}")))?;
+        }
+        Storage::RedisCached { url, prefix, flush } => {
+            let redis = tollgate_redis::Redis::connect(url).await.map_err(|e| ServeError::Storage(e.to_string()))?;
+            let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock: manual_clock };
+            engine = engine.with_redis_cached(store).map_err(|e| ServeError::Storage(format!("{name}: {e}")))?;
+            flush_every = Some(*flush);
+        }
     }
     let engine = Arc::new(engine);
     let metrics = Arc::new(Metrics::new());
@@ -160,6 +177,27 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         }
     });
 
+    let mut tasks = Vec::new();
+    if let Some(every) = flush_every {
+        let (engine, mut stop) = (engine.clone(), signal.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stop.changed() => break,
+                }
+                if let Err(e) = engine.flush().await {
+                    tracing::warn!("flush to Redis failed, the hits stay pending: {e}");
+                }
+            }
+            // What was allowed before stopping is counted.
+            if let Err(e) = engine.flush().await {
+                tracing::warn!("last flush to Redis failed: {e}");
+            }
+        }));
+    }
+
     let app = http::router(engine.clone(), metrics.clone());
     let mut stop = signal;
     let http_task = tokio::spawn(async move {
@@ -176,7 +214,10 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         engine,
         reloader,
         shutdown,
-        tasks: vec![grpc_task, http_task, upkeep_task],
+        tasks: {
+            tasks.extend([grpc_task, http_task, upkeep_task]);
+            tasks
+        },
         _watcher: watcher,
     })
 }

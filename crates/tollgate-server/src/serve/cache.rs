@@ -1,0 +1,171 @@
+//! `--storage redis-cached`: counters decided in memory and flushed to Redis in batches.
+//!
+//! Each counter is read from Redis the first time it is needed (one round trip), then decided
+//! locally under one lock, all-or-nothing like accuracy mode; the hits allowed since the last
+//! flush are added to Redis every `flush` interval (saturating at the limit), and the answer
+//! refreshes the local view with what the other replicas counted meanwhile.
+//!
+//! Overshoot is bounded: within one flush interval each replica can allow up to what it last saw
+//! as remaining, so with R replicas a window can admit up to R × (what one replica saw remaining)
+//! before they hear of each other — at most (R − 1) × max_value beyond the limit in the worst case,
+//! and about (R − 1) × (hits per flush interval) in steady traffic. With one replica it is exact.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tollgate::Meta;
+use tollgate_redis::{BackendError, CountersMode, Redis, WindowCounter, decide_windows};
+
+#[derive(Debug)]
+struct Entry {
+    limit: u64,
+    window_ns: u64,
+    /// Remaining in Redis at the last sync.
+    synced: u64,
+    /// Allowed here since, not yet sent.
+    pending: u64,
+    /// Sent in the flush under way.
+    in_flight: u64,
+    /// When the window ends (engine clock, ns); `None` until a hit opens it.
+    ends: Option<u64>,
+}
+
+impl Entry {
+    fn remaining(&self) -> u64 {
+        self.synced.saturating_sub(self.pending + self.in_flight)
+    }
+
+    /// A window that is over starts again full. Its unsent hits are dropped: they counted in a
+    /// window that no longer limits anything, and sending them would charge the next one.
+    fn expire(&mut self, now: u64) {
+        if self.ends.is_some_and(|end| now >= end) {
+            self.synced = self.limit;
+            self.pending = 0;
+            self.ends = None;
+        }
+    }
+}
+
+/// The local counters of one engine.
+#[derive(Default)]
+pub(crate) struct Cache {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+/// One counter of a call: key, limit, window.
+pub(crate) type Wanted = WindowCounter;
+
+impl Cache {
+    /// The counters not yet known here.
+    pub(crate) fn missing(&self, counters: &[Wanted]) -> Vec<Wanted> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        counters.iter().filter(|c| !entries.contains_key(&c.key)).cloned().collect()
+    }
+
+    /// Loads counters from Redis (a probe: takes nothing).
+    pub(crate) async fn load(
+        &self,
+        redis: &Redis,
+        counters: Vec<Wanted>,
+        now: u64,
+        redis_now: Option<u64>,
+    ) -> Result<(), BackendError> {
+        let answer = decide_windows(redis, &counters, 0, CountersMode::Check, redis_now).await?;
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        for (c, (meta, _)) in counters.into_iter().zip(answer.counters) {
+            let ends = (meta.reset_ns > 0).then(|| now + meta.reset_ns);
+            let window_ns = u64::try_from(c.window.as_nanos()).unwrap_or(u64::MAX);
+            entries.entry(c.key).or_insert(Entry {
+                limit: c.limit,
+                window_ns,
+                synced: meta.remaining,
+                pending: 0,
+                in_flight: 0,
+                ends,
+            });
+        }
+        Ok(())
+    }
+
+    /// Decides `delta` on every counter together; takes when `take` and all have room.
+    /// Returns each counter's state and whether it alone lacked room.
+    pub(crate) fn decide(&self, counters: &[Wanted], delta: u64, take: bool, now: u64) -> Vec<(Meta, bool)> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut fits = Vec::with_capacity(counters.len());
+        for c in counters {
+            // Normally loaded just before; if a flush forgot it meanwhile, it starts fresh.
+            let e = entries.entry(c.key.clone()).or_insert_with(|| Entry {
+                limit: c.limit,
+                window_ns: u64::try_from(c.window.as_nanos()).unwrap_or(u64::MAX),
+                synced: c.limit,
+                pending: 0,
+                in_flight: 0,
+                ends: None,
+            });
+            e.limit = c.limit;
+            e.expire(now);
+            fits.push(e.remaining() >= delta);
+        }
+        let admitted = fits.iter().all(|f| *f);
+        counters
+            .iter()
+            .zip(fits)
+            .filter_map(|(c, fit)| {
+                let e = entries.get_mut(&c.key)?;
+                if take && admitted && delta > 0 {
+                    e.pending += delta;
+                    e.ends.get_or_insert(now + e.window_ns);
+                }
+                let reset_ns = e.ends.map(|end| end.saturating_sub(now)).unwrap_or(0);
+                Some((Meta { limit: e.limit, remaining: e.remaining(), reset_ns, retry_ns: None }, !fit))
+            })
+            .collect()
+    }
+
+    /// Sends the hits allowed since the last flush; returns how many counters were flushed.
+    /// On a Redis error the hits stay pending for the next flush.
+    pub(crate) async fn flush(&self, redis: &Redis, now: u64, redis_now: Option<u64>) -> Result<usize, BackendError> {
+        let batch: Vec<(String, u64, u64, u64)> = {
+            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            entries
+                .iter_mut()
+                .filter(|(_, e)| e.pending > 0)
+                .map(|(k, e)| {
+                    e.in_flight = e.pending;
+                    e.pending = 0;
+                    (k.clone(), e.limit, e.window_ns, e.in_flight)
+                })
+                .collect()
+        };
+        let mut first_error = None;
+        for (key, limit, window_ns, hits) in &batch {
+            let counter =
+                WindowCounter { key: key.clone(), limit: *limit, window: std::time::Duration::from_nanos(*window_ns) };
+            let answer = decide_windows(redis, &[counter], *hits, CountersMode::Flush, redis_now).await;
+            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(e) = entries.get_mut(key) else { continue };
+            match answer {
+                Ok(answer) => {
+                    let meta = answer.counters[0].0;
+                    e.synced = meta.remaining;
+                    e.ends = (meta.reset_ns > 0).then(|| now + meta.reset_ns);
+                    e.in_flight = 0;
+                }
+                Err(error) => {
+                    e.pending += e.in_flight;
+                    e.in_flight = 0;
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        // Forget counters whose window is over and that have nothing to send.
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, e| e.pending + e.in_flight > 0 || e.ends.is_none_or(|end| now < end));
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(batch.len()),
+        }
+    }
+}
