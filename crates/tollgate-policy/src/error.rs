@@ -45,7 +45,8 @@ pub struct PolicyError {
 }
 
 impl PolicyError {
-    pub(crate) fn new(source_name: &str, position: Position, message: impl Into<String>) -> PolicyError {
+    /// An error at `position` of `source_name` (`Position::default()` for the file as a whole).
+    pub fn new(source_name: &str, position: Position, message: impl Into<String>) -> PolicyError {
         PolicyError { source_name: source_name.to_string(), position, message: message.into() }
     }
 }

@@ -82,10 +82,18 @@ impl Policy {
 
     /// Reads and parses a limits file.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
-        let name = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| PolicyError::new(&name, Position::default(), format!("cannot read the limits file: {e}")))?;
-        Policy::parse(&text, &name)
+        Policy::parse(&Policy::read(path)?, &path.display().to_string())
+    }
+
+    /// Reads a limits file's text (for callers that keep it, e.g. to notice when it changes).
+    pub fn read(path: &Path) -> Result<String, PolicyError> {
+        std::fs::read_to_string(path).map_err(|e| {
+            PolicyError::new(
+                &path.display().to_string(),
+                Position::default(),
+                format!("cannot read the limits file: {e}"),
+            )
+        })
     }
 
     fn from_limits(limits: Vec<Limit>) -> Policy {

@@ -6,21 +6,8 @@ mod support;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use futures::future::join_all;
-use support::{descriptor, server, should_rate_limit};
+use support::{SEED_003, descriptor, seed_003_round, server, should_rate_limit};
 use tollgate_server::serve::Mode;
-
-/// Seed 003's two limits, with one counter per `round` so each round starts empty.
-const SEED_003: &str = r#"
-- namespace: example.org
-  max_value: 4
-  seconds: 60
-  variables: ["descriptors[0].round"]
-- namespace: example.org
-  max_value: 2
-  seconds: 1
-  conditions: ["req.method == 'POST'"]
-  variables: ["round"]
-"#;
 
 const METHODS: [&str; 5] = ["POST", "POST", "POST", "GET", "GET"];
 
@@ -31,18 +18,8 @@ async fn seed_003_scenario_over_rls_is_exact_in_accuracy_mode() {
     let client = server.rls().await;
     for round in 0..100 {
         let round = round.to_string();
-        let calls = METHODS.iter().map(|method| {
-            let mut client = client.clone();
-            let round = round.clone();
-            async move {
-                let d = descriptor(&[("req.method", method), ("round", &round)]);
-                (*method, should_rate_limit(&mut client, "example.org", vec![d], 1).await.overall_code)
-            }
-        });
-        let results = join_all(calls).await;
-        let allowed =
-            |m: &str| results.iter().filter(|(method, code)| *method == m && *code == Code::Ok as i32).count();
-        assert_eq!((allowed("POST"), allowed("GET")), (2, 2), "round {round}: {results:?}");
+        let (allowed, results) = seed_003_round(&client, &round).await;
+        assert_eq!(allowed, (2, 2), "round {round}: {results:?}");
         let (_, counters) = server.get("/counters/example.org").await;
         let counters: Vec<serde_json::Value> = serde_json::from_str(&counters).unwrap();
         let mine: Vec<u64> = counters
@@ -79,18 +56,8 @@ async fn throughput_mode_never_exceeds_a_limit() {
     let client = server.rls().await;
     for round in 0..100 {
         let round = round.to_string();
-        let calls = METHODS.iter().map(|method| {
-            let mut client = client.clone();
-            let round = round.clone();
-            async move {
-                let d = descriptor(&[("req.method", method), ("round", &round)]);
-                (*method, should_rate_limit(&mut client, "example.org", vec![d], 1).await.overall_code)
-            }
-        });
-        let results = join_all(calls).await;
-        let allowed =
-            |m: &str| results.iter().filter(|(method, code)| *method == m && *code == Code::Ok as i32).count();
-        assert!(allowed("POST") <= 2 && allowed("POST") + allowed("GET") <= 4, "round {round}: {results:?}");
+        let ((posts, gets), results) = seed_003_round(&client, &round).await;
+        assert!(posts <= 2 && posts + gets <= 4, "round {round}: {results:?}");
     }
 }
 

@@ -8,23 +8,9 @@ mod redis_common;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use futures::future::join_all;
 use redis_common::RedisServer;
-use support::{Server, descriptor, server_on, should_rate_limit};
+use support::{SEED_003, Server, descriptor, seed_003_round, server_on, should_rate_limit};
 use tollgate_server::serve::{Mode, Storage};
-
-const SEED_003: &str = r#"
-- namespace: example.org
-  max_value: 4
-  seconds: 60
-  variables: ["descriptors[0].round"]
-- namespace: example.org
-  name: posts
-  max_value: 2
-  seconds: 1
-  conditions: ["req.method == 'POST'"]
-  variables: ["round"]
-"#;
 
 async fn each_storage(body: impl AsyncFn(Server)) {
     body(server_on(SEED_003, Mode::Accuracy, false, false, Storage::Memory).await).await;
@@ -47,18 +33,8 @@ async fn seed_003_scenario_is_exact_on_every_storage() {
         let client = server.rls().await;
         for round in 0..30 {
             let round = round.to_string();
-            let calls = ["POST", "POST", "POST", "GET", "GET"].map(|method| {
-                let mut client = client.clone();
-                let round = round.clone();
-                async move {
-                    let d = descriptor(&[("req.method", method), ("round", &round)]);
-                    (method, should_rate_limit(&mut client, "example.org", vec![d], 1).await.overall_code)
-                }
-            });
-            let results = join_all(calls).await;
-            let allowed =
-                |m: &str| results.iter().filter(|(method, code)| *method == m && *code == Code::Ok as i32).count();
-            assert_eq!((allowed("POST"), allowed("GET")), (2, 2), "round {round}: {results:?}");
+            let (allowed, results) = seed_003_round(&client, &round).await;
+            assert_eq!(allowed, (2, 2), "round {round}: {results:?}");
             let (status, headers, _) = server.post("/check", &probe("POST", &round)).await;
             assert_eq!(status, 200);
             assert_eq!(headers["x-ratelimit-remaining"], "0", "round {round}: the counters are exactly full");

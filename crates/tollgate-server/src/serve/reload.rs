@@ -46,27 +46,17 @@ impl<C: Clock + Clone> Reloader<C> {
     /// Reads the file and applies it if it changed; on error the last good limits stay.
     pub fn reload(&self) -> Result<Reloaded, PolicyError> {
         let name = self.path.display().to_string();
-        let result = std::fs::read_to_string(&self.path)
-            .map_err(|e| PolicyError {
-                source_name: name.clone(),
-                position: Default::default(),
-                message: format!("cannot read: {e}"),
-            })
-            .and_then(|text| {
-                let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-                if last.as_deref() == Some(text.as_str()) {
-                    return Ok(Reloaded::Unchanged);
-                }
-                let policy = Policy::parse(&text, &name)?;
-                self.engine.accepts(&policy).map_err(|message| PolicyError {
-                    source_name: name.clone(),
-                    position: Default::default(),
-                    message,
-                })?;
-                let generation = self.engine.reload(policy);
-                *last = Some(text);
-                Ok(Reloaded::Applied(generation))
-            });
+        let result = Policy::read(&self.path).and_then(|text| {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            if last.as_deref() == Some(text.as_str()) {
+                return Ok(Reloaded::Unchanged);
+            }
+            let policy = Policy::parse(&text, &name)?;
+            self.engine.accepts(&policy).map_err(|message| PolicyError::new(&name, Default::default(), message))?;
+            let generation = self.engine.reload(policy);
+            *last = Some(text);
+            Ok(Reloaded::Applied(generation))
+        });
         match &result {
             Ok(Reloaded::Applied(generation)) => {
                 self.metrics.reload_succeeded();

@@ -108,11 +108,7 @@ impl<C: Clock + Clone> Running<C> {
 /// Loads the limits, binds both listeners and starts serving on the current tokio runtime.
 pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<Running<C>, ServeError> {
     let name = config.limits.display().to_string();
-    let text = std::fs::read_to_string(&config.limits).map_err(|e| PolicyError {
-        source_name: name.clone(),
-        position: Default::default(),
-        message: format!("cannot read the limits file: {e}"),
-    })?;
+    let text = Policy::read(&config.limits)?;
     let policy = Policy::parse(&text, &name)?;
     let mut engine = Engine::new(policy, config.mode, config.shadow, clock);
     let manual_clock = std::any::TypeId::of::<C>() != std::any::TypeId::of::<SystemClock>();

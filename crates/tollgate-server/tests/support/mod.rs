@@ -106,3 +106,36 @@ pub async fn should_rate_limit(
     let request = RateLimitRequest { domain: domain.to_string(), descriptors, hits_addend: hits };
     client.should_rate_limit(request).await.unwrap().into_inner()
 }
+
+/// Seed 003's two limits, with one counter per `round` so each round starts empty.
+pub const SEED_003: &str = r#"
+- namespace: example.org
+  max_value: 4
+  seconds: 60
+  variables: ["descriptors[0].round"]
+- namespace: example.org
+  name: posts
+  max_value: 2
+  seconds: 1
+  conditions: ["req.method == 'POST'"]
+  variables: ["round"]
+"#;
+
+/// Seed 003's POST, POST, POST, GET, GET sent at once over RLS: the POSTs and GETs allowed, and
+/// every answer (for the failure message).
+pub async fn seed_003_round(
+    client: &RateLimitServiceClient<Channel>,
+    round: &str,
+) -> ((usize, usize), Vec<(&'static str, i32)>) {
+    let calls = ["POST", "POST", "POST", "GET", "GET"].map(|method| {
+        let mut client = client.clone();
+        async move {
+            let d = descriptor(&[("req.method", method), ("round", round)]);
+            (method, should_rate_limit(&mut client, "example.org", vec![d], 1).await.overall_code)
+        }
+    });
+    let results = futures::future::join_all(calls).await;
+    let ok = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::Ok as i32;
+    let allowed = |m: &str| results.iter().filter(|(method, code)| *method == m && *code == ok).count();
+    ((allowed("POST"), allowed("GET")), results)
+}
