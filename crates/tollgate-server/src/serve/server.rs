@@ -177,7 +177,8 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     if let Some(every) = flush_every {
         let (engine, mut stop) = (engine.clone(), signal.clone());
         tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
+            // The first flush is one interval away (a plain interval ticks at once).
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
