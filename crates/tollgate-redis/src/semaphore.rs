@@ -16,6 +16,7 @@
 //! semaphore leaves nothing behind.
 
 mod guard;
+mod turn;
 mod wake;
 
 use std::sync::Arc;
@@ -127,6 +128,7 @@ impl RedisSemaphoreBuilder {
                 max_wait: self.max_wait,
                 next_id: AtomicU64::new(0),
                 wakeups: wake::Wakeups::default(),
+                turnstile: Arc::default(),
             }),
         })
     }
@@ -226,6 +228,7 @@ pub(crate) struct Inner {
     max_wait: Option<Duration>,
     next_id: AtomicU64,
     wakeups: wake::Wakeups,
+    turnstile: Arc<turn::Turnstile>,
 }
 
 /// How many hold a slot and how many wait, as Redis sees it now.
@@ -312,33 +315,48 @@ impl RedisSemaphore {
 
     /// Waits for a slot, first come first served across processes, for at most `max_wait`.
     ///
+    /// The call takes its place in line when it is made, not when the future is first polled:
+    /// calls on one `RedisSemaphore` value join the Redis queue in the order they were made (so
+    /// FIFO holds within a process however its tasks are scheduled), and the queue in Redis orders
+    /// them with every other process's.
+    ///
     /// Rejects with [`Reason::MaxWait`] when `max_wait` passes (having left the queue and taken
     /// nothing), or [`Reason::Unavailable`] when Redis fails. Dropping the future leaves the queue.
-    pub async fn acquire(&self) -> Result<SemaphoreGuard, Rejected> {
-        let inner = &self.inner;
+    pub fn acquire(&self) -> impl Future<Output = Result<SemaphoreGuard, Rejected>> + Send + 'static {
+        let inner = self.inner.clone();
+        let ticket = inner.turnstile.ticket();
         let deadline = inner.max_wait.map(|d| Instant::now() + d);
-        let mut waiter = wake::Waiter::register(inner.clone());
-        loop {
-            let sent = Instant::now();
-            let next_change = match inner.attempt(&waiter.id, true).await {
-                Ok(Attempt::Granted { token, meta }) => {
-                    let id = waiter.granted();
-                    return Ok(SemaphoreGuard::new(inner.clone(), id, token, meta, sent));
+        async move {
+            let mut ticket = Some(ticket);
+            let mut waiter = wake::Waiter::register(inner.clone());
+            loop {
+                if let Some(t) = &ticket {
+                    t.wait().await;
                 }
-                Ok(Attempt::Waiting { next_change }) => next_change,
-                // The waiter leaves the queue (and returns anything granted) when dropped.
-                Err(error) => return Err(inner.unavailable(&error)),
-            };
-            let now = Instant::now();
-            let mut nap = inner.heartbeat().min(next_change);
-            if let Some(deadline) = deadline {
-                if now >= deadline {
-                    waiter.leave().await;
-                    return Err(inner.rejected(Reason::MaxWait));
+                let sent = Instant::now();
+                let attempt = inner.attempt(&waiter.id, true).await;
+                // In the queue (or granted): the next local call may join behind us.
+                ticket = None;
+                let next_change = match attempt {
+                    Ok(Attempt::Granted { token, meta }) => {
+                        let id = waiter.granted();
+                        return Ok(SemaphoreGuard::new(inner.clone(), id, token, meta, sent));
+                    }
+                    Ok(Attempt::Waiting { next_change }) => next_change,
+                    // The waiter leaves the queue (and returns anything granted) when dropped.
+                    Err(error) => return Err(inner.unavailable(&error)),
+                };
+                let now = Instant::now();
+                let mut nap = inner.heartbeat().min(next_change);
+                if let Some(deadline) = deadline {
+                    if now >= deadline {
+                        waiter.leave().await;
+                        return Err(inner.rejected(Reason::MaxWait));
+                    }
+                    nap = nap.min(deadline - now);
                 }
-                nap = nap.min(deadline - now);
+                waiter.wait(nap).await;
             }
-            waiter.wait(nap).await;
         }
     }
 

@@ -142,6 +142,32 @@ async fn waiters_are_served_in_arrival_order() {
     assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "tokens grow: {order:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_join_in_the_order_acquire_was_called_not_polled() {
+    let server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    let sem = semaphore(&redis, "call-order", 1, 2000);
+    let holder = sem.try_acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    // Futures made in order 0..8, spawned (first polled) in reverse.
+    let futures: Vec<_> = (0..8).map(|i| (i, sem.acquire())).collect();
+    let mut tasks = Vec::new();
+    for (i, acquire) in futures.into_iter().rev() {
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = acquire.await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.release().await.unwrap();
+        }));
+    }
+    eventually("all to queue", Duration::from_secs(5), || async { waiting(&sem).await == 8 }).await;
+    holder.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>());
+}
+
 #[tokio::test]
 async fn try_acquire_does_not_take_a_slot_promised_to_a_waiter() {
     let server = RedisServer::start();
