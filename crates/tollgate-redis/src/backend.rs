@@ -68,6 +68,14 @@ struct Health {
 }
 
 impl Redis {
+    /// Checks that `url` parses as a Redis URL, without connecting — to report a bad address
+    /// where it is configured rather than at first use.
+    pub fn check_url(url: &str) -> Result<(), BackendError> {
+        redis::Client::open(url)
+            .map(drop)
+            .map_err(|e| BackendError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })
+    }
+
     /// Connects to one server with the default options (50 ms deadline per decision).
     pub async fn connect(url: &str) -> Result<Redis, BackendError> {
         Self::connect_with(url, RedisOptions::default()).await

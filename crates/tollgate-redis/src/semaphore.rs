@@ -322,7 +322,7 @@ impl RedisSemaphore {
     ///
     /// Rejects with [`Reason::MaxWait`] when `max_wait` passes (having left the queue and taken
     /// nothing), or [`Reason::Unavailable`] when Redis fails. Dropping the future leaves the queue.
-    pub fn acquire(&self) -> impl Future<Output = Result<SemaphoreGuard, Rejected>> + Send + 'static {
+    pub fn acquire(&self) -> impl Future<Output = Result<SemaphoreGuard, Rejected>> + Send + use<> {
         let inner = self.inner.clone();
         let ticket = inner.turnstile.ticket();
         let deadline = inner.max_wait.map(|d| Instant::now() + d);

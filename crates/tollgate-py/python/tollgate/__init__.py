@@ -1,0 +1,108 @@
+"""Tollgate: rate limiting that is correct to the permit.
+
+Distributed limiters shared by every process through Redis, as asyncio context managers::
+
+    from tollgate import Semaphore, TokenBucket
+
+    exports = Semaphore("exports", capacity=5, redis_url="redis://127.0.0.1:6379")
+    api = TokenBucket("partner-api", capacity=10, refill_frequency=1.0, refill_amount=10)
+
+    async def export(item):
+        async with exports:        # at most 5 at once, across every process
+            async with api:        # at most 10 per second, across every process
+                ...
+
+and in-process limiters for one process (``LocalTokenBucket``, ``LocalSlidingWindow``,
+``KeyedTokenBucket``, ``KeyedSlidingWindow``) whose ``try_acquire()`` answers at once with a
+``Decision``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Optional, Tuple
+
+from tollgate._tollgate import (
+    Decision,
+    KeyedSlidingWindow,
+    KeyedTokenBucket,
+    LocalSlidingWindow,
+    LocalTokenBucket,
+    ManualClock,
+    MaxSleepExceededError,
+    Permit,
+    RedisUnavailableError,
+    TokenBucket,
+    TollgateError,
+    __version__,
+)
+from tollgate._tollgate import Semaphore as _NativeSemaphore
+
+__all__ = [
+    "Decision",
+    "KeyedSlidingWindow",
+    "KeyedTokenBucket",
+    "LocalSlidingWindow",
+    "LocalTokenBucket",
+    "ManualClock",
+    "MaxSleepExceededError",
+    "Permit",
+    "RedisUnavailableError",
+    "Semaphore",
+    "TokenBucket",
+    "TollgateError",
+    "__version__",
+]
+
+
+class Semaphore(_NativeSemaphore):
+    """A counting semaphore in Redis shared by every process that uses the same ``name``.
+
+    At most ``capacity`` holders at once, served first come first served (in call order within
+    a process, and in arrival order at Redis across processes). A holder that dies frees its
+    slot within ``lease_ttl`` seconds (leases are renewed every ``lease_ttl / 3`` while held).
+
+    ``async with sem:`` holds a slot for the body and releases it however the body ends
+    (return, exception, cancellation). ``await sem.acquire()`` returns the ``Permit``;
+    ``await sem.release()`` gives back the latest permit the current task acquired, or call
+    ``await permit.release()``.
+
+    Args:
+        name: shared by every process using this semaphore (non-empty, no braces).
+        capacity: most holders at once (>= 1).
+        max_sleep: longest ``acquire`` waits, in seconds; ``None`` waits for ever. Past it,
+            ``MaxSleepExceededError`` is raised and nothing is held.
+        redis_url: a Redis URL, or a list of Redis Cluster node URLs.
+        lease_ttl: seconds a lease lives without renewal (>= 0.03; default 10).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Per task (asyncio copies the context into each task), the permits taken through
+        # `async with` / `acquire()` and not yet released, newest last.
+        self._held: contextvars.ContextVar[Tuple[Permit, ...]] = contextvars.ContextVar(
+            f"tollgate.Semaphore({self.name!r}).held", default=()
+        )
+
+    async def acquire(self) -> Permit:
+        """Waits for a slot; returns its ``Permit``."""
+        permit = await super().acquire()
+        self._held.set(self._held.get() + (permit,))
+        return permit
+
+    async def release(self) -> bool:
+        """Gives back the latest permit the current task acquired and has not released.
+
+        Returns ``True`` if its lease was still held. Raises ``RuntimeError`` if the task holds
+        none.
+        """
+        held = self._held.get()
+        if not held:
+            raise RuntimeError(f"Semaphore {self.name!r}: release() without a held permit in this task")
+        self._held.set(held[:-1])
+        return await held[-1].release()
+
+    async def __aenter__(self) -> Permit:
+        return await self.acquire()
+
+    async def __aexit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Any) -> None:
+        await self.release()

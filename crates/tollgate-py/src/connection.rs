@@ -1,0 +1,169 @@
+//! Redis connections: one per URL per process, opened on first use (so constructing a limiter
+//! never blocks or fails on the network), and [`Lazy`] values built on them.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use tokio::sync::{OnceCell, oneshot};
+use tollgate_redis::{Redis, RedisOptions};
+
+use crate::errors::RedisUnavailableError;
+
+/// The default `redis_url`.
+pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// Where a limiter's state lives: one server, or a Redis Cluster reached through any of its nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Target {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// `redis_url` as given: a URL, or a list of cluster nodes' URLs. Checked, not connected.
+    pub(crate) fn parse(redis_url: &Bound<'_, PyAny>) -> PyResult<Target> {
+        let target = if let Ok(url) = redis_url.extract::<String>() {
+            Target::Single(url)
+        } else if let Ok(urls) = redis_url.extract::<Vec<String>>() {
+            if urls.is_empty() {
+                return Err(PyValueError::new_err("redis_url: a cluster needs at least one node URL, got []"));
+            }
+            Target::Cluster(urls)
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "redis_url must be a URL string or a list of cluster node URLs, got {}",
+                redis_url.get_type().name()?
+            )));
+        };
+        for url in target.urls() {
+            Redis::check_url(url).map_err(|e| PyValueError::new_err(format!("redis_url: {e}")))?;
+        }
+        Ok(target)
+    }
+
+    fn urls(&self) -> &[String] {
+        match self {
+            Target::Single(url) => std::slice::from_ref(url),
+            Target::Cluster(urls) => urls,
+        }
+    }
+
+    /// For messages.
+    pub(crate) fn describe(&self) -> String {
+        self.urls().join(",")
+    }
+
+    async fn connect(&self) -> Result<Redis, String> {
+        let options = RedisOptions {
+            // Python callers wait on an event loop that may itself be busy: a tolerant deadline.
+            deadline: Duration::from_millis(500),
+            ..RedisOptions::default()
+        };
+        let result = match self {
+            Target::Single(url) => Redis::connect_with(url, options).await,
+            Target::Cluster(urls) => {
+                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+                Redis::connect_cluster(&urls, options).await
+            }
+        };
+        result.map_err(|e| format!("cannot reach Redis at {}: {e}", self.describe()))
+    }
+}
+
+/// One connection per target per process, shared by every limiter on it. A failed connection is
+/// not remembered: the next call tries again.
+async fn shared(target: &Target) -> Result<Redis, String> {
+    static POOL: LazyLock<Mutex<HashMap<Target, Arc<OnceCell<Redis>>>>> = LazyLock::new(Mutex::default);
+    let cell = POOL.lock().unwrap_or_else(|e| e.into_inner()).entry(target.clone()).or_default().clone();
+    cell.get_or_try_init(|| target.connect()).await.cloned()
+}
+
+/// The runtime every Redis future runs on (pyo3-async-runtimes' multi-threaded tokio runtime).
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
+    pyo3_async_runtimes::tokio::get_runtime()
+}
+
+type Waiting<T> = Box<dyn FnOnce(Result<(&T, &Redis), &str>) + Send>;
+
+enum State<T> {
+    Idle,
+    /// Calls made while connecting, in call order.
+    Connecting(Vec<Waiting<T>>),
+    Ready(T, Redis),
+}
+
+/// A value built on a connection made at first use. Calls made before the connection exists are
+/// served in the order they were made, which is what keeps a semaphore FIFO from the first call.
+pub(crate) struct Lazy<T> {
+    target: Target,
+    build: Box<dyn Fn(&Redis) -> T + Send + Sync>,
+    state: Mutex<State<T>>,
+}
+
+impl<T: Send + 'static> Lazy<T> {
+    pub(crate) fn new(target: Target, build: impl Fn(&Redis) -> T + Send + Sync + 'static) -> Arc<Lazy<T>> {
+        Arc::new(Lazy { target, build: Box::new(build), state: Mutex::new(State::Idle) })
+    }
+
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Runs `f` on the value now if it exists, else right after the connection is made (in call
+    /// order); the future yields what `f` returned, or `RedisUnavailableError`.
+    pub(crate) fn then<R: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&T, &Redis) -> R + Send + 'static,
+    ) -> impl Future<Output = PyResult<R>> + Send + 'static {
+        let (tx, rx) = oneshot::channel::<Result<R, String>>();
+        let waiting: Waiting<T> = Box::new(move |ready| {
+            let _ = tx.send(ready.map(|(value, redis)| f(value, redis)).map_err(str::to_owned));
+        });
+        {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            match &mut *state {
+                State::Ready(value, redis) => waiting(Ok((value, redis))),
+                State::Connecting(queue) => queue.push(waiting),
+                State::Idle => {
+                    *state = State::Connecting(vec![waiting]);
+                    runtime().spawn(self.clone().connect());
+                }
+            }
+        }
+        async move {
+            match rx.await {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(message)) => Err(RedisUnavailableError::new_err(message)),
+                Err(_) => Err(RedisUnavailableError::new_err("the connection attempt was abandoned")),
+            }
+        }
+    }
+
+    async fn connect(self: Arc<Self>) {
+        let result = shared(&self.target).await;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let queue = match std::mem::replace(&mut *state, State::Idle) {
+            State::Connecting(queue) => queue,
+            // Only `then` starts a connection, and only from Idle.
+            _ => unreachable!("a Lazy connects once at a time"),
+        };
+        match result {
+            Ok(redis) => {
+                let value = (self.build)(&redis);
+                for waiting in queue {
+                    waiting(Ok((&value, &redis)));
+                }
+                *state = State::Ready(value, redis);
+            }
+            Err(message) => {
+                for waiting in queue {
+                    waiting(Err(&message));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! `Decision`: the answer of a `try_acquire`, allowed or not, as data.
+
+use pyo3::prelude::*;
+use tollgate::{Lease, Rejected};
+
+/// What a `try_acquire` decided. Truthy when allowed; `retry_after` says when to try again.
+#[pyclass(frozen, module = "tollgate._tollgate", name = "Decision")]
+pub struct Decision {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after: Option<f64>,
+    reset_after: f64,
+    reason: String,
+}
+
+impl From<Result<Lease, Rejected>> for Decision {
+    fn from(decision: Result<Lease, Rejected>) -> Decision {
+        let secs = |d: std::time::Duration| d.as_secs_f64();
+        match decision {
+            Ok(lease) => Decision {
+                allowed: true,
+                limit: lease.limit(),
+                remaining: lease.remaining(),
+                retry_after: lease.retry_after().map(secs),
+                reset_after: secs(lease.reset_after()),
+                reason: lease.reason().to_string(),
+            },
+            Err(no) => Decision {
+                allowed: false,
+                limit: no.limit(),
+                remaining: no.remaining(),
+                retry_after: no.retry_after().map(secs),
+                reset_after: secs(no.reset_after()),
+                reason: no.reason().to_string(),
+            },
+        }
+    }
+}
+
+#[pymethods]
+impl Decision {
+    /// Whether the permits were taken.
+    #[getter]
+    fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The limit's capacity.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Permits left after this decision.
+    #[getter]
+    fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Seconds until the same request would be allowed (when allowed: until one more permit
+    /// would be, 0 if now); `None` when waiting cannot help (more than the capacity was asked for).
+    #[getter]
+    fn retry_after(&self) -> Option<f64> {
+        self.retry_after
+    }
+
+    /// Seconds until the limit is back to full.
+    #[getter]
+    fn reset_after(&self) -> f64 {
+        self.reset_after
+    }
+
+    /// Why: "granted", "exhausted", "exceeds capacity", ...
+    #[getter]
+    fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    fn __bool__(&self) -> bool {
+        self.allowed
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Decision(allowed={}, limit={}, remaining={}, retry_after={}, reset_after={}, reason={:?})",
+            if self.allowed { "True" } else { "False" },
+            self.limit,
+            self.remaining,
+            crate::semaphore::py_option(self.retry_after),
+            self.reset_after,
+            self.reason
+        )
+    }
+}

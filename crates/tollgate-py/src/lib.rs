@@ -1,0 +1,42 @@
+//! The native module of the `tollgate` Python package (`tollgate._tollgate`).
+//!
+//! - [`semaphore`]: `Semaphore` and `Permit`, over `tollgate_redis::RedisSemaphore`;
+//! - [`token_bucket`]: `TokenBucket`, over `tollgate_redis::RedisLimiter`;
+//! - [`local`]: the in-process limiters, with [`decision`]'s `Decision` and [`clock`]'s `ManualClock`;
+//! - [`connection`]: one Redis connection per URL, opened at first use.
+//!
+//! The Python package (`python/tollgate/__init__.py`) adds `async with` on `Semaphore`, which
+//! needs a per-task record of the permits held. Redis futures run on pyo3-async-runtimes' tokio
+//! runtime and are awaited from asyncio; cancelling the asyncio task drops the Rust future.
+#![deny(missing_docs)]
+
+mod args;
+mod clock;
+mod connection;
+mod decision;
+mod errors;
+mod local;
+mod semaphore;
+mod token_bucket;
+
+use pyo3::prelude::*;
+
+/// The module: classes and exceptions.
+#[pymodule]
+fn _tollgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<semaphore::Semaphore>()?;
+    m.add_class::<semaphore::Permit>()?;
+    m.add_class::<token_bucket::TokenBucket>()?;
+    m.add_class::<local::LocalTokenBucket>()?;
+    m.add_class::<local::LocalSlidingWindow>()?;
+    m.add_class::<local::KeyedTokenBucket>()?;
+    m.add_class::<local::KeyedSlidingWindow>()?;
+    m.add_class::<decision::Decision>()?;
+    m.add_class::<clock::ManualClock>()?;
+    m.add("TollgateError", py.get_type::<errors::TollgateError>())?;
+    m.add("MaxSleepExceededError", py.get_type::<errors::MaxSleepExceededError>())?;
+    m.add("RedisUnavailableError", py.get_type::<errors::RedisUnavailableError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

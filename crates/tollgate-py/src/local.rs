@@ -1,0 +1,147 @@
+//! The in-process limiters: for one Python process, no Redis. Thread-safe and lock-free where
+//! the Rust limiter is; `try_acquire` is synchronous and never waits.
+
+use std::num::NonZeroUsize;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use tollgate::{Keyed, Limiter, SlidingWindow, TokenBucket};
+
+use crate::args;
+use crate::clock::{AnyClock, ManualClock};
+use crate::decision::Decision;
+
+/// Segments of the in-process sliding window (its error is about `limit / segments`).
+const DEFAULT_SEGMENTS: i64 = 10;
+const DEFAULT_MAX_KEYS: i64 = 100_000;
+
+fn sliding_window(limit: i64, window: f64, segments: i64) -> PyResult<SlidingWindow> {
+    let quota = args::window_quota(limit, window)?;
+    let segments = args::count("segments", segments)?;
+    SlidingWindow::new(quota, segments).map_err(|e| PyValueError::new_err(format!("segments={segments}: {e}")))
+}
+
+fn max_keys(value: i64) -> PyResult<NonZeroUsize> {
+    let n = args::count("max_keys", value)?;
+    usize::try_from(n)
+        .ok()
+        .and_then(NonZeroUsize::new)
+        .ok_or_else(|| PyValueError::new_err(format!("max_keys is too large: {value}")))
+}
+
+/// An in-process token bucket (GCRA): `capacity` tokens, `refill_amount` more every
+/// `refill_frequency` seconds, spread evenly.
+///
+/// >>> bucket = LocalTokenBucket(capacity=2, refill_frequency=1.0, refill_amount=2)
+/// >>> bool(bucket.try_acquire()), bool(bucket.try_acquire()), bool(bucket.try_acquire())
+/// (True, True, False)
+#[pyclass(module = "tollgate._tollgate", name = "LocalTokenBucket")]
+pub struct LocalTokenBucket(Limiter<TokenBucket, AnyClock>);
+
+#[pymethods]
+impl LocalTokenBucket {
+    #[new]
+    #[pyo3(signature = (capacity, refill_frequency, refill_amount, clock=None))]
+    fn new(
+        capacity: i64,
+        refill_frequency: f64,
+        refill_amount: i64,
+        clock: Option<PyRef<'_, ManualClock>>,
+    ) -> PyResult<Self> {
+        let quota = args::bucket_quota(capacity, refill_frequency, refill_amount)?;
+        Ok(Self(Limiter::builder(TokenBucket::new(quota)).clock(AnyClock::from_arg(clock)).build()))
+    }
+
+    /// Takes `n` tokens if there are that many now.
+    #[pyo3(signature = (n=1))]
+    fn try_acquire(&self, n: i64) -> PyResult<Decision> {
+        Ok(Decision::from(self.0.try_acquire(args::count("n", n)?)))
+    }
+}
+
+/// An in-process sliding window: at most about `limit` permits in any `window` seconds (counted
+/// in `segments` slices; the error is at most `limit / segments`).
+#[pyclass(module = "tollgate._tollgate", name = "LocalSlidingWindow")]
+pub struct LocalSlidingWindow(Limiter<SlidingWindow, AnyClock>);
+
+#[pymethods]
+impl LocalSlidingWindow {
+    #[new]
+    #[pyo3(signature = (limit, window, segments=DEFAULT_SEGMENTS, clock=None))]
+    fn new(limit: i64, window: f64, segments: i64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
+        let algo = sliding_window(limit, window, segments)?;
+        Ok(Self(Limiter::builder(algo).clock(AnyClock::from_arg(clock)).build()))
+    }
+
+    /// Takes `n` permits if the window has room for them now.
+    #[pyo3(signature = (n=1))]
+    fn try_acquire(&self, n: i64) -> PyResult<Decision> {
+        Ok(Decision::from(self.0.try_acquire(args::count("n", n)?)))
+    }
+}
+
+/// One in-process token bucket per key (e.g. per user), at most `max_keys` keys in memory (idle
+/// ones are evicted first).
+#[pyclass(module = "tollgate._tollgate", name = "KeyedTokenBucket")]
+pub struct KeyedTokenBucket(Keyed<String, TokenBucket, AnyClock>);
+
+#[pymethods]
+impl KeyedTokenBucket {
+    #[new]
+    #[pyo3(signature = (capacity, refill_frequency, refill_amount, max_keys=DEFAULT_MAX_KEYS, clock=None))]
+    fn new(
+        capacity: i64,
+        refill_frequency: f64,
+        refill_amount: i64,
+        max_keys: i64,
+        clock: Option<PyRef<'_, ManualClock>>,
+    ) -> PyResult<Self> {
+        let quota = args::bucket_quota(capacity, refill_frequency, refill_amount)?;
+        let keyed = Keyed::builder(TokenBucket::new(quota))
+            .max_keys(self::max_keys(max_keys)?)
+            .clock(AnyClock::from_arg(clock))
+            .build();
+        Ok(Self(keyed))
+    }
+
+    /// Takes `n` tokens from `key`'s bucket if it has them now.
+    #[pyo3(signature = (key, n=1))]
+    fn try_acquire(&self, key: &str, n: i64) -> PyResult<Decision> {
+        Ok(Decision::from(self.0.try_acquire(key, args::count("n", n)?)))
+    }
+
+    fn __len__(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// One in-process sliding window per key, at most `max_keys` keys in memory.
+#[pyclass(module = "tollgate._tollgate", name = "KeyedSlidingWindow")]
+pub struct KeyedSlidingWindow(Keyed<String, SlidingWindow, AnyClock>);
+
+#[pymethods]
+impl KeyedSlidingWindow {
+    #[new]
+    #[pyo3(signature = (limit, window, segments=DEFAULT_SEGMENTS, max_keys=DEFAULT_MAX_KEYS, clock=None))]
+    fn new(
+        limit: i64,
+        window: f64,
+        segments: i64,
+        max_keys: i64,
+        clock: Option<PyRef<'_, ManualClock>>,
+    ) -> PyResult<Self> {
+        let algo = sliding_window(limit, window, segments)?;
+        let keyed = Keyed::builder(algo).max_keys(self::max_keys(max_keys)?).clock(AnyClock::from_arg(clock)).build();
+        Ok(Self(keyed))
+    }
+
+    /// Takes `n` permits from `key`'s window if it has room for them now.
+    #[pyo3(signature = (key, n=1))]
+    fn try_acquire(&self, key: &str, n: i64) -> PyResult<Decision> {
+        Ok(Decision::from(self.0.try_acquire(key, args::count("n", n)?)))
+    }
+
+    fn __len__(&self) -> usize {
+        self.0.len()
+    }
+}

@@ -1,0 +1,250 @@
+//! `Semaphore` (a [`RedisSemaphore`]) and the `Permit` it grants.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tollgate_redis::{RedisSemaphore, SemaphoreGuard};
+
+use crate::args;
+use crate::connection::{DEFAULT_URL, Lazy, Target, runtime};
+use crate::errors;
+
+/// A counting semaphore in Redis shared by every process that uses the same `name`: at most
+/// `capacity` holders at once, granted first come, first served (in call order within a process).
+///
+/// Each slot is a lease renewed in the background every `lease_ttl / 3`; a holder that dies
+/// (SIGKILL, lost network) frees its slot at most `lease_ttl` seconds after its last renewal.
+/// Keys are those of the Rust `RedisSemaphore::new(&redis, name, capacity)`, so Rust and Python
+/// processes can share one semaphore.
+#[pyclass(subclass, module = "tollgate._tollgate", name = "Semaphore")]
+pub struct Semaphore {
+    name: String,
+    capacity: u64,
+    lease_ttl: Duration,
+    max_sleep: Option<f64>,
+    lazy: Arc<Lazy<RedisSemaphore>>,
+}
+
+#[pymethods]
+impl Semaphore {
+    #[new]
+    #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=10.0))]
+    fn new(
+        name: String,
+        capacity: i64,
+        max_sleep: Option<f64>,
+        redis_url: Option<&Bound<'_, PyAny>>,
+        lease_ttl: f64,
+    ) -> PyResult<Semaphore> {
+        args::redis_name(&name)?;
+        let capacity = args::count("capacity", capacity)?;
+        let ttl = args::seconds("lease_ttl", lease_ttl, false)?;
+        if ttl < RedisSemaphore::MIN_LEASE_TTL {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "lease_ttl must be at least {} seconds, got {lease_ttl}",
+                RedisSemaphore::MIN_LEASE_TTL.as_secs_f64()
+            )));
+        }
+        let max_wait = args::max_sleep(max_sleep)?;
+        let target = match redis_url {
+            Some(url) => Target::parse(url)?,
+            None => Target::Single(DEFAULT_URL.to_owned()),
+        };
+        let key = name.clone();
+        let lazy = Lazy::new(target, move |redis| {
+            let mut builder = RedisSemaphore::builder(redis, &key, capacity).lease_ttl(ttl);
+            if let Some(max_wait) = max_wait {
+                builder = builder.max_wait(max_wait);
+            }
+            builder.build().expect("name, capacity and lease_ttl were checked by the constructor")
+        });
+        Ok(Semaphore { name, capacity, lease_ttl: ttl, max_sleep, lazy })
+    }
+
+    /// Waits for a slot (at most `max_sleep` seconds) and returns its `Permit`. Raises
+    /// `MaxSleepExceededError` (nothing taken) or `RedisUnavailableError`. Cancelling the wait
+    /// leaves the queue.
+    fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let what = format!("semaphore {:?}", self.name);
+        let max_sleep = self.max_sleep;
+        let url = self.lazy.target().describe();
+        // `acquire()` is called here, synchronously, so the call takes its place in line now.
+        let queued = self.lazy.then(|sem, redis| (sem.acquire(), redis.clone()));
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let (acquiring, redis) = queued.await?;
+            match acquiring.await {
+                Ok(guard) => Ok(Permit::new(guard)),
+                Err(no) => Err(errors::rejection(&what, &no, max_sleep, &url, redis.last_error())),
+            }
+        })
+    }
+
+    /// Takes a slot now if one is free and nobody queued is entitled to it; returns its `Permit`,
+    /// or `None`. Never waits.
+    fn try_acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let url = self.lazy.target().describe();
+        let ready = self.lazy.then(|sem, redis| (sem.clone(), redis.clone()));
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let (sem, redis) = ready.await?;
+            match sem.try_acquire().await {
+                Ok(guard) => Ok(Some(Permit::new(guard))),
+                Err(no) if no.reason() == tollgate::Reason::Unavailable => {
+                    Err(errors::unavailable(&url, redis.last_error()))
+                }
+                Err(_) => Ok(None),
+            }
+        })
+    }
+
+    /// `{"capacity": …, "holders": …, "waiting": …}` as Redis sees it now (expired leases purged).
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let url = self.lazy.target().describe();
+        let ready = self.lazy.then(|sem, _| sem.clone());
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let sem = ready.await?;
+            let state = sem.state().await.map_err(|e| errors::unavailable(&url, Some(e.to_string())))?;
+            Python::attach(|py| {
+                let dict = PyDict::new(py);
+                dict.set_item("capacity", state.capacity)?;
+                dict.set_item("holders", state.holders)?;
+                dict.set_item("waiting", state.waiting)?;
+                Ok(dict.unbind())
+            })
+        })
+    }
+
+    /// The name (shared by every process using this semaphore).
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Most holders at once.
+    #[getter]
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Seconds a lease lives without renewal.
+    #[getter]
+    fn lease_ttl(&self) -> f64 {
+        self.lease_ttl.as_secs_f64()
+    }
+
+    /// Longest `acquire` waits, in seconds (`None`: unbounded).
+    #[getter]
+    fn max_sleep(&self) -> Option<f64> {
+        self.max_sleep
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Semaphore(name={:?}, capacity={}, max_sleep={}, redis_url={:?}, lease_ttl={})",
+            self.name,
+            self.capacity,
+            py_option(self.max_sleep),
+            self.lazy.target().describe(),
+            self.lease_ttl.as_secs_f64()
+        )
+    }
+}
+
+/// A held slot of a `Semaphore`, renewed in the background until released. An async context
+/// manager itself (`async with await sem.acquire():`); dropped without `release()`, it is released
+/// in the background.
+#[pyclass(module = "tollgate._tollgate", name = "Permit")]
+pub struct Permit {
+    guard: Mutex<Option<SemaphoreGuard>>,
+    fencing_token: u64,
+    lease_id: String,
+}
+
+impl Permit {
+    fn new(guard: SemaphoreGuard) -> Permit {
+        Permit {
+            fencing_token: guard.fencing_token(),
+            lease_id: guard.lease_id().to_owned(),
+            guard: Mutex::new(Some(guard)),
+        }
+    }
+
+    /// Starts the release now; the future reports how it went.
+    fn releasing(&self) -> impl std::future::Future<Output = PyResult<bool>> + Send + use<> {
+        let lease = self.lease_id.clone();
+        // Spawned, not awaited in place: cancelling the caller must not cancel the release.
+        let released = self.take().map(|g| runtime().spawn(g.release()));
+        async move {
+            let Some(released) = released else { return Ok(false) };
+            match released.await {
+                Ok(Ok(held)) => Ok(held),
+                Ok(Err(e)) => Err(errors::RedisUnavailableError::new_err(format!(
+                    "could not release lease {lease}: {e}; the slot returns when the lease expires"
+                ))),
+                Err(e) => Err(errors::TollgateError::new_err(format!("release of lease {lease} failed: {e}"))),
+            }
+        }
+    }
+
+    fn take(&self) -> Option<SemaphoreGuard> {
+        self.guard.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+#[pymethods]
+impl Permit {
+    /// Gives the slot back. Resolves to `True` if the lease was still held, `False` if it had
+    /// expired or was already released. The release runs to completion even if the awaiting task
+    /// is cancelled.
+    fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        pyo3_async_runtimes::tokio::future_into_py(py, self.releasing())
+    }
+
+    /// True once the lease is known to be lost (it expired during a stall longer than the TTL):
+    /// stop the work. False after a release.
+    fn is_lost(&self) -> bool {
+        self.guard.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(SemaphoreGuard::is_lost)
+    }
+
+    /// Strictly greater than the token of every lease granted before this one: pass it to a
+    /// resource that must refuse a holder whose lease was lost.
+    #[getter]
+    fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// The lease id in Redis, for logs.
+    #[getter]
+    fn lease_id(&self) -> &str {
+        &self.lease_id
+    }
+
+    fn __aenter__<'py>(slf: Py<Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(slf) })
+    }
+
+    /// Releases; never suppresses the body's exception.
+    #[pyo3(signature = (*_exc))]
+    fn __aexit__<'py>(&self, py: Python<'py>, _exc: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+        let releasing = self.releasing();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move { releasing.await.map(|_| false) })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Permit(lease_id={:?}, fencing_token={})", self.lease_id, self.fencing_token)
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        // Python may drop it on a thread outside the runtime; the guard's release needs one.
+        let _runtime = runtime().enter();
+        drop(self.take());
+    }
+}
+
+/// `None` or the number, as Python writes it.
+pub(crate) fn py_option(value: Option<f64>) -> String {
+    value.map_or_else(|| "None".to_owned(), |v| v.to_string())
+}

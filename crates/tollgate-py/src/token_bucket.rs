@@ -1,0 +1,154 @@
+//! `TokenBucket`: a GCRA token bucket in Redis (a [`RedisLimiter`]) shared by every process
+//! that uses the same name.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use tollgate::{Quota, Reason};
+use tollgate_redis::{RedisAlgorithm, RedisLimiter};
+
+use crate::args;
+use crate::connection::{DEFAULT_URL, Lazy, Target};
+use crate::decision::Decision;
+use crate::errors;
+
+/// The key prefix and limit name of a Python `TokenBucket`: its Redis key is
+/// `tollgate:{<name>}:token_bucket`, the key of the Rust
+/// `RedisLimiter::builder(&redis, "tollgate", RedisAlgorithm::TokenBucket).limit("token_bucket", quota)`
+/// deciding for key `name`.
+const PREFIX: &str = "tollgate";
+const LIMIT: &str = "token_bucket";
+
+/// A token bucket in Redis: `capacity` tokens, `refill_amount` more every `refill_frequency`
+/// seconds (spread evenly, one every `refill_frequency / refill_amount` s), shared by every
+/// process using the same `name`.
+///
+/// `async with bucket:` waits for a token: the token is reserved in the same round trip that
+/// computes the wait, so callers are served in the order they reached Redis, and the time is
+/// Redis's own (client clocks never mix).
+#[pyclass(module = "tollgate._tollgate", name = "TokenBucket")]
+pub struct TokenBucket {
+    name: String,
+    quota: Quota,
+    refill_frequency: f64,
+    refill_amount: u64,
+    max_sleep: Option<f64>,
+    lazy: Arc<Lazy<RedisLimiter>>,
+}
+
+#[pymethods]
+impl TokenBucket {
+    #[new]
+    #[pyo3(signature = (name, capacity, refill_frequency, refill_amount, max_sleep=None, redis_url=None))]
+    fn new(
+        name: String,
+        capacity: i64,
+        refill_frequency: f64,
+        refill_amount: i64,
+        max_sleep: Option<f64>,
+        redis_url: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<TokenBucket> {
+        args::redis_name(&name)?;
+        let quota = args::bucket_quota(capacity, refill_frequency, refill_amount)?;
+        let max_wait = args::max_sleep(max_sleep)?;
+        let target = match redis_url {
+            Some(url) => Target::parse(url)?,
+            None => Target::Single(DEFAULT_URL.to_owned()),
+        };
+        let lazy = Lazy::new(target, move |redis| {
+            let mut builder = RedisLimiter::builder(redis, PREFIX, RedisAlgorithm::TokenBucket).limit(LIMIT, quota);
+            if let Some(max_wait) = max_wait {
+                builder = builder.max_wait(max_wait);
+            }
+            builder.build().expect("one limit is always given")
+        });
+        Ok(TokenBucket { name, quota, refill_frequency, refill_amount: refill_amount as u64, max_sleep, lazy })
+    }
+
+    /// Waits for one token (at most `max_sleep` seconds). Raises `MaxSleepExceededError` at once,
+    /// taking nothing, when the wait would be longer; `RedisUnavailableError` when Redis fails.
+    fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let what = format!("token bucket {:?}", self.name);
+        let key = self.name.clone();
+        let max_sleep = self.max_sleep;
+        let url = self.lazy.target().describe();
+        let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let (limiter, redis) = ready.await?;
+            match limiter.acquire(&key, 1).await {
+                Ok(_) => Ok(()),
+                Err(no) => Err(errors::rejection(&what, &no, max_sleep, &url, redis.last_error())),
+            }
+        })
+    }
+
+    /// Takes `n` tokens now if the bucket has them; never waits. Resolves to a `Decision`
+    /// (`retry_after`: seconds until `n` tokens would be there).
+    #[pyo3(signature = (n=1))]
+    fn try_acquire<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyAny>> {
+        let n = args::count("n", n)?;
+        let key = self.name.clone();
+        let url = self.lazy.target().describe();
+        let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let (limiter, redis) = ready.await?;
+            let decision = limiter.try_acquire(&key, n).await;
+            match &decision {
+                Err(no) if no.reason() == Reason::Unavailable => Err(errors::unavailable(&url, redis.last_error())),
+                _ => Ok(Decision::from(decision)),
+            }
+        })
+    }
+
+    fn __aenter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.acquire(py)
+    }
+
+    /// Nothing to give back (tokens are spent); never suppresses the body's exception.
+    #[pyo3(signature = (*_exc))]
+    fn __aexit__<'py>(&self, py: Python<'py>, _exc: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+        pyo3_async_runtimes::tokio::future_into_py(py, async { Ok(false) })
+    }
+
+    /// The name (shared by every process using this bucket).
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Most tokens at once.
+    #[getter]
+    fn capacity(&self) -> u64 {
+        self.quota.burst()
+    }
+
+    /// Seconds between refills of `refill_amount` tokens.
+    #[getter]
+    fn refill_frequency(&self) -> f64 {
+        self.refill_frequency
+    }
+
+    /// Tokens added per `refill_frequency`.
+    #[getter]
+    fn refill_amount(&self) -> u64 {
+        self.refill_amount
+    }
+
+    /// Longest `acquire` waits, in seconds (`None`: unbounded).
+    #[getter]
+    fn max_sleep(&self) -> Option<f64> {
+        self.max_sleep
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "TokenBucket(name={:?}, capacity={}, refill_frequency={}, refill_amount={}, max_sleep={}, redis_url={:?})",
+            self.name,
+            self.quota.burst(),
+            self.refill_frequency,
+            self.refill_amount,
+            crate::semaphore::py_option(self.max_sleep),
+            self.lazy.target().describe()
+        )
+    }
+}
