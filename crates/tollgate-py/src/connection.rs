@@ -82,9 +82,18 @@ async fn shared(target: &Target) -> Result<Redis, String> {
     cell.get_or_try_init(|| target.connect()).await.cloned()
 }
 
-/// The runtime every Redis future runs on (pyo3-async-runtimes' multi-threaded tokio runtime).
+/// The runtime every Redis future runs on: two worker threads are plenty for I/O-bound calls,
+/// and leave the cores to the Python process.
 pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
-    pyo3_async_runtimes::tokio::get_runtime()
+    static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tollgate")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime (threads, timers, I/O driver) can be created")
+    });
+    &RUNTIME
 }
 
 type Waiting<T> = Box<dyn FnOnce(Result<(&T, &Redis), &str>) + Send>;

@@ -1,7 +1,7 @@
 //! `Decision`: the answer of a `try_acquire`, allowed or not, as data.
 
 use pyo3::prelude::*;
-use tollgate::{Lease, Rejected};
+use tollgate::{Lease, Reason, Rejected};
 
 /// What a `try_acquire` decided. Truthy when allowed; `retry_after` says when to try again.
 #[pyclass(frozen, module = "tollgate._tollgate", name = "Decision")]
@@ -11,7 +11,7 @@ pub struct Decision {
     remaining: u64,
     retry_after: Option<f64>,
     reset_after: f64,
-    reason: String,
+    reason: &'static str,
 }
 
 impl From<Result<Lease, Rejected>> for Decision {
@@ -24,7 +24,7 @@ impl From<Result<Lease, Rejected>> for Decision {
                 remaining: lease.remaining(),
                 retry_after: lease.retry_after().map(secs),
                 reset_after: secs(lease.reset_after()),
-                reason: lease.reason().to_string(),
+                reason: code(lease.reason()),
             },
             Err(no) => Decision {
                 allowed: false,
@@ -32,9 +32,28 @@ impl From<Result<Lease, Rejected>> for Decision {
                 remaining: no.remaining(),
                 retry_after: no.retry_after().map(secs),
                 reset_after: secs(no.reset_after()),
-                reason: no.reason().to_string(),
+                reason: code(no.reason()),
             },
         }
+    }
+}
+
+/// A stable identifier for each reason (the Rust `Display` text is prose, free to change).
+fn code(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Granted => "granted",
+        Reason::Probe => "probe",
+        Reason::Exhausted => "exhausted",
+        Reason::ExceedsCapacity => "exceeds_capacity",
+        Reason::QueueFull => "queue_full",
+        Reason::Evicted => "evicted",
+        Reason::MaxWait => "max_wait",
+        Reason::Closed => "closed",
+        Reason::KeyLimit => "key_limit",
+        Reason::Unavailable => "unavailable",
+        Reason::FailOpen => "fail_open",
+        Reason::Fallback => "fallback",
+        _ => "other",
     }
 }
 
@@ -71,10 +90,11 @@ impl Decision {
         self.reset_after
     }
 
-    /// Why: "granted", "exhausted", "exceeds capacity", ...
+    /// Why, as a stable code: "granted", "exhausted" (try later), "exceeds_capacity" (never),
+    /// "key_limit" (a keyed limiter is full of busy keys), ...
     #[getter]
     fn reason(&self) -> &str {
-        &self.reason
+        self.reason
     }
 
     fn __bool__(&self) -> bool {

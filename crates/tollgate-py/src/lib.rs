@@ -6,11 +6,12 @@
 //! - [`connection`]: one Redis connection per URL, opened at first use.
 //!
 //! The Python package (`python/tollgate/__init__.py`) adds `async with` on `Semaphore`, which
-//! needs a per-task record of the permits held. Redis futures run on pyo3-async-runtimes' tokio
-//! runtime and are awaited from asyncio; cancelling the asyncio task drops the Rust future.
+//! needs a per-task record of the permits held. Redis futures run on our tokio runtime and are awaited from asyncio through [`bridge`]; cancelling the asyncio task drops the
+//! Rust future.
 #![deny(missing_docs)]
 
 mod args;
+mod bridge;
 mod clock;
 mod connection;
 mod decision;
@@ -37,6 +38,7 @@ fn _tollgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TollgateError", py.get_type::<errors::TollgateError>())?;
     m.add("MaxSleepExceededError", py.get_type::<errors::MaxSleepExceededError>())?;
     m.add("RedisUnavailableError", py.get_type::<errors::RedisUnavailableError>())?;
+    m.add_function(wrap_pyfunction!(bridge::_shutdown, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -72,7 +72,7 @@ impl Semaphore {
         let url = self.lazy.target().describe();
         // `acquire()` is called here, synchronously, so the call takes its place in line now.
         let queued = self.lazy.then(|sem, redis| (sem.acquire(), redis.clone()));
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::bridge::spawn(py, async move {
             let (acquiring, redis) = queued.await?;
             match acquiring.await {
                 Ok(guard) => Ok(Permit::new(guard)),
@@ -86,7 +86,7 @@ impl Semaphore {
     fn try_acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let url = self.lazy.target().describe();
         let ready = self.lazy.then(|sem, redis| (sem.clone(), redis.clone()));
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::bridge::spawn(py, async move {
             let (sem, redis) = ready.await?;
             match sem.try_acquire().await {
                 Ok(guard) => Ok(Some(Permit::new(guard))),
@@ -102,7 +102,7 @@ impl Semaphore {
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let url = self.lazy.target().describe();
         let ready = self.lazy.then(|sem, _| sem.clone());
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::bridge::spawn(py, async move {
             let sem = ready.await?;
             let state = sem.state().await.map_err(|e| errors::unavailable(&url, Some(e.to_string())))?;
             Python::attach(|py| {
@@ -198,13 +198,19 @@ impl Permit {
     /// expired or was already released. The release runs to completion even if the awaiting task
     /// is cancelled.
     fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        pyo3_async_runtimes::tokio::future_into_py(py, self.releasing())
+        crate::bridge::spawn(py, self.releasing())
     }
 
     /// True once the lease is known to be lost (it expired during a stall longer than the TTL):
     /// stop the work. False after a release.
     fn is_lost(&self) -> bool {
         self.guard.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(SemaphoreGuard::is_lost)
+    }
+
+    /// False once `release()` was called (or the permit was used as a context manager and exited).
+    #[getter]
+    fn held(&self) -> bool {
+        self.guard.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     /// Strictly greater than the token of every lease granted before this one: pass it to a
@@ -221,14 +227,14 @@ impl Permit {
     }
 
     fn __aenter__<'py>(slf: Py<Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(slf) })
+        crate::bridge::spawn(py, async move { Ok(slf) })
     }
 
     /// Releases; never suppresses the body's exception.
     #[pyo3(signature = (*_exc))]
     fn __aexit__<'py>(&self, py: Python<'py>, _exc: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
         let releasing = self.releasing();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move { releasing.await.map(|_| false) })
+        crate::bridge::spawn(py, async move { releasing.await.map(|_| false) })
     }
 
     fn __repr__(&self) -> String {

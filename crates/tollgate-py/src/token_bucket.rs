@@ -73,7 +73,7 @@ impl TokenBucket {
         let max_sleep = self.max_sleep;
         let url = self.lazy.target().describe();
         let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::bridge::spawn(py, async move {
             let (limiter, redis) = ready.await?;
             match limiter.acquire(&key, 1).await {
                 Ok(_) => Ok(()),
@@ -90,7 +90,7 @@ impl TokenBucket {
         let key = self.name.clone();
         let url = self.lazy.target().describe();
         let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        crate::bridge::spawn(py, async move {
             let (limiter, redis) = ready.await?;
             let decision = limiter.try_acquire(&key, n).await;
             match &decision {
@@ -107,7 +107,7 @@ impl TokenBucket {
     /// Nothing to give back (tokens are spent); never suppresses the body's exception.
     #[pyo3(signature = (*_exc))]
     fn __aexit__<'py>(&self, py: Python<'py>, _exc: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
-        pyo3_async_runtimes::tokio::future_into_py(py, async { Ok(false) })
+        crate::bridge::spawn(py, async { Ok(false) })
     }
 
     /// The name (shared by every process using this bucket).

@@ -19,6 +19,7 @@ and in-process limiters for one process (``LocalTokenBucket``, ``LocalSlidingWin
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 from typing import Any, Optional, Tuple
 
@@ -37,6 +38,10 @@ from tollgate._tollgate import (
     __version__,
 )
 from tollgate._tollgate import Semaphore as _NativeSemaphore
+from tollgate._tollgate import _shutdown
+
+# Stop completing futures from Rust threads before the interpreter finalizes.
+atexit.register(_shutdown)
 
 __all__ = [
     "Decision",
@@ -95,7 +100,8 @@ class Semaphore(_NativeSemaphore):
         Returns ``True`` if its lease was still held. Raises ``RuntimeError`` if the task holds
         none.
         """
-        held = self._held.get()
+        # Permits released directly (`permit.release()`) are no longer the task's to give back.
+        held = tuple(p for p in self._held.get() if p.held)
         if not held:
             raise RuntimeError(f"Semaphore {self.name!r}: release() without a held permit in this task")
         self._held.set(held[:-1])

@@ -1,0 +1,92 @@
+"""The in-process limiters, on a manual clock (no sleeping)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tollgate import (
+    KeyedSlidingWindow,
+    KeyedTokenBucket,
+    LocalSlidingWindow,
+    LocalTokenBucket,
+    ManualClock,
+)
+
+
+def test_token_bucket_admits_its_capacity_then_refills_evenly():
+    clock = ManualClock()
+    bucket = LocalTokenBucket(capacity=5, refill_frequency=1.0, refill_amount=10, clock=clock)
+    assert all(bucket.try_acquire() for _ in range(5))
+    no = bucket.try_acquire()
+    assert not no and no.remaining == 0
+    assert no.retry_after == pytest.approx(0.1)
+    clock.advance(0.1)
+    assert bucket.try_acquire()
+    assert not bucket.try_acquire()
+    # Over 10 s, exactly the configured rate.
+    admitted = 0
+    for _ in range(1000):
+        clock.advance(0.01)
+        admitted += bool(bucket.try_acquire())
+    assert admitted == 100
+
+
+def test_asking_for_more_than_the_capacity_can_never_succeed():
+    bucket = LocalTokenBucket(3, 1.0, 3)
+    no = bucket.try_acquire(4)
+    assert not no and no.retry_after is None and no.reason == "exceeds_capacity"
+
+
+def test_sliding_window_counts_the_last_window():
+    clock = ManualClock()
+    window = LocalSlidingWindow(limit=10, window=1.0, clock=clock)
+    assert window.try_acquire(10)
+    assert not window.try_acquire()
+    clock.advance(0.5)
+    assert not window.try_acquire(), "half a window later the old permits still count"
+    clock.advance(0.6)
+    assert window.try_acquire(10)
+
+
+def test_keyed_limiters_keep_one_limit_per_key():
+    clock = ManualClock()
+    buckets = KeyedTokenBucket(capacity=2, refill_frequency=1.0, refill_amount=2, max_keys=10, clock=clock)
+    assert buckets.try_acquire("alice", 2)
+    assert not buckets.try_acquire("alice")
+    assert buckets.try_acquire("bob", 2)
+    assert len(buckets) == 2
+    windows = KeyedSlidingWindow(limit=1, window=60, clock=clock)
+    assert windows.try_acquire("a") and windows.try_acquire("b")
+    assert not windows.try_acquire("a")
+
+
+def test_decision_is_data():
+    d = LocalTokenBucket(1, 1.0, 1).try_acquire()
+    assert d.allowed and d.limit == 1 and d.remaining == 0 and d.reason == "granted"
+    assert repr(d).startswith("Decision(allowed=True, limit=1, remaining=0")
+
+
+@pytest.mark.parametrize(
+    "make, param",
+    [
+        (lambda: LocalTokenBucket(0, 1, 1), "capacity"),
+        (lambda: LocalTokenBucket(1, -1, 1), "refill_frequency"),
+        (lambda: LocalTokenBucket(1, 1, 0), "refill_amount"),
+        (lambda: LocalSlidingWindow(0, 1), "limit"),
+        (lambda: LocalSlidingWindow(1, 0), "window"),
+        (lambda: LocalSlidingWindow(1, 1, segments=0), "segments"),
+        (lambda: KeyedTokenBucket(1, 1, 1, max_keys=0), "max_keys"),
+        (lambda: KeyedSlidingWindow(1, 1, max_keys=-1), "max_keys"),
+        (lambda: LocalTokenBucket(1, 1, 1).try_acquire(0), "n"),
+        (lambda: KeyedTokenBucket(1, 1, 1).try_acquire("k", -1), "n"),
+        (lambda: ManualClock().advance(-1), "seconds"),
+    ],
+)
+def test_bad_arguments_are_value_errors_naming_the_parameter(make, param):
+    with pytest.raises(ValueError, match=param):
+        make()
+
+
+def test_wrong_types_are_type_errors_naming_the_argument():
+    with pytest.raises(TypeError, match="capacity"):
+        LocalTokenBucket("ten", 1, 1)
