@@ -19,7 +19,6 @@ and in-process limiters for one process (``LocalTokenBucket``, ``LocalSlidingWin
 
 from __future__ import annotations
 
-import atexit
 import contextvars
 from typing import Any, Optional, Tuple
 
@@ -38,10 +37,6 @@ from tollgate._tollgate import (
     __version__,
 )
 from tollgate._tollgate import Semaphore as _NativeSemaphore
-from tollgate._tollgate import _shutdown
-
-# Stop completing futures from Rust threads before the interpreter finalizes.
-atexit.register(_shutdown)
 
 __all__ = [
     "Decision",
