@@ -21,7 +21,8 @@ mod wake;
 
 use std::sync::Arc;
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use redis::Script;
@@ -129,6 +130,7 @@ impl RedisSemaphoreBuilder {
                 next_id: AtomicU64::new(0),
                 wakeups: wake::Wakeups::default(),
                 turnstile: Arc::default(),
+                warm: AtomicBool::new(false),
             }),
         })
     }
@@ -229,6 +231,9 @@ pub(crate) struct Inner {
     next_id: AtomicU64,
     wakeups: wake::Wakeups,
     turnstile: Arc<turn::Turnstile>,
+    /// A script call succeeded since the last failure: the scripts are loaded, so first attempts
+    /// may be pipelined in call order.
+    warm: AtomicBool,
 }
 
 /// How many hold a slot and how many wait, as Redis sees it now.
@@ -330,13 +335,31 @@ impl RedisSemaphore {
             let mut ticket = Some(ticket);
             let mut waiter = wake::Waiter::register(inner.clone());
             loop {
-                if let Some(t) = &ticket {
-                    t.wait().await;
-                }
                 let sent = Instant::now();
-                let attempt = inner.attempt(&waiter.id, true).await;
-                // In the queue (or granted): the next local call may join behind us.
-                ticket = None;
+                let attempt = match ticket.take() {
+                    // Until a script call has succeeded on this value, the scripts may not be
+                    // loaded in Redis: EVALSHA would fail with NOSCRIPT and be re-sent after later
+                    // calls' requests. So the first calls wait for the answer before the next goes.
+                    Some(ticket) if !inner.warm.load(Ordering::Acquire) => {
+                        ticket.wait().await;
+                        let answer = inner.attempt(&waiter.id, true).await;
+                        drop(ticket);
+                        answer
+                    }
+                    Some(ticket) => {
+                        ticket.wait().await;
+                        let mut call = std::pin::pin!(inner.attempt(&waiter.id, true));
+                        // One poll puts the request in the connection's queue, which is FIFO: the
+                        // next call in line may send its own now, without waiting for our answer.
+                        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+                        drop(ticket);
+                        match first {
+                            Poll::Ready(answer) => answer,
+                            Poll::Pending => call.await,
+                        }
+                    }
+                    None => inner.attempt(&waiter.id, true).await,
+                };
                 let next_change = match attempt {
                     Ok(Attempt::Granted { token, meta }) => {
                         let id = waiter.granted();
@@ -422,7 +445,10 @@ impl Inner {
             ms(self.waiter_ttl()),
             self.wake_prefix.clone(),
         ];
-        let reply: Vec<i64> = self.redis.invoke(&ACQUIRE, &self.keys, &args).await?;
+        let reply = self.redis.invoke::<Vec<i64>>(&ACQUIRE, &self.keys, &args).await;
+        // A failure may be a restart that flushed the scripts.
+        self.warm.store(reply.is_ok(), Ordering::Release);
+        let reply = reply?;
         let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
         if get(0) == 1 {
             let remaining = self.capacity.saturating_sub(get(2) + get(3));

@@ -149,8 +149,8 @@ async fn waiters_join_in_the_order_acquire_was_called_not_polled() {
     let sem = semaphore(&redis, "call-order", 1, 2000);
     let holder = sem.try_acquire().await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
-    // Futures made in order 0..8, spawned (first polled) in reverse.
-    let futures: Vec<_> = (0..8).map(|i| (i, sem.acquire())).collect();
+    // Futures made in order 0..32, spawned (first polled) in reverse.
+    let futures: Vec<_> = (0..32).map(|i| (i, sem.acquire())).collect();
     let mut tasks = Vec::new();
     for (i, acquire) in futures.into_iter().rev() {
         let order = order.clone();
@@ -160,12 +160,12 @@ async fn waiters_join_in_the_order_acquire_was_called_not_polled() {
             guard.release().await.unwrap();
         }));
     }
-    eventually("all to queue", Duration::from_secs(5), || async { waiting(&sem).await == 8 }).await;
+    eventually("all to queue", Duration::from_secs(5), || async { waiting(&sem).await == 32 }).await;
     holder.release().await.unwrap();
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>());
+    assert_eq!(*order.lock().unwrap(), (0..32).collect::<Vec<_>>());
 }
 
 #[tokio::test]

@@ -2,8 +2,9 @@
 //! order they were made, not in the order their tasks happen to be polled.
 //!
 //! A ticket is taken when `acquire()` is called (synchronously); the call's first script run —
-//! the one that grants or queues it — waits until every earlier ticket has made its first run or
-//! was dropped. Later waiting is not serialized: only the entry into the queue is.
+//! the one that grants or queues it — is sent only after every earlier ticket's was sent (into
+//! the connection's FIFO request queue, so calls are pipelined, not serialized on round trips)
+//! or the earlier call was dropped.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
