@@ -58,7 +58,19 @@ def makers():
     )
 
 
+async def bridge_cost(n: int) -> float:
+    """One await of a Rust future that completes at once: the cost of crossing to Rust and back."""
+    from tollgate import _tollgate
+
+    await _tollgate._noop()
+    started = time.perf_counter()
+    for _ in range(n):
+        await _tollgate._noop()
+    return (time.perf_counter() - started) / n
+
+
 async def main() -> None:
+    print(f"tollgate bridge alone: {await bridge_cost(N) * 1e6:.1f} us per await")
     results = {}
     for library, make in makers():
         for kind in ("semaphore", "token_bucket"):
