@@ -57,3 +57,8 @@ pub(crate) fn window_quota(limit: i64, window: f64) -> PyResult<tollgate::Quota>
     tollgate::Quota::per(period, limit)
         .map_err(|e| PyValueError::new_err(format!("limit={limit}, window={window}: {e}")))
 }
+
+/// `None` or the number, as Python writes it (for `__repr__`).
+pub(crate) fn py_option(value: Option<f64>) -> String {
+    value.map_or_else(|| "None".to_owned(), |v| v.to_string())
+}

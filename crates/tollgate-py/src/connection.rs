@@ -14,7 +14,7 @@ use tollgate_redis::{Redis, RedisOptions};
 use crate::errors::RedisUnavailableError;
 
 /// The default `redis_url`.
-pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 /// Where a limiter's state lives: one server, or a Redis Cluster reached through any of its nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -24,8 +24,16 @@ pub(crate) enum Target {
 }
 
 impl Target {
-    /// `redis_url` as given: a URL, or a list of cluster nodes' URLs. Checked, not connected.
-    pub(crate) fn parse(redis_url: &Bound<'_, PyAny>) -> PyResult<Target> {
+    /// The `redis_url` argument: absent for [`DEFAULT_URL`], a URL, or a list of cluster nodes'
+    /// URLs. Checked, not connected.
+    pub(crate) fn from_arg(redis_url: Option<&Bound<'_, PyAny>>) -> PyResult<Target> {
+        match redis_url {
+            Some(url) => Target::parse(url),
+            None => Ok(Target::Single(DEFAULT_URL.to_owned())),
+        }
+    }
+
+    fn parse(redis_url: &Bound<'_, PyAny>) -> PyResult<Target> {
         let target = if let Ok(url) = redis_url.extract::<String>() {
             Target::Single(url)
         } else if let Ok(urls) = redis_url.extract::<Vec<String>>() {

@@ -107,7 +107,7 @@ impl Decision {
             if self.allowed { "True" } else { "False" },
             self.limit,
             self.remaining,
-            crate::semaphore::py_option(self.retry_after),
+            crate::args::py_option(self.retry_after),
             self.reset_after,
             self.reason
         )

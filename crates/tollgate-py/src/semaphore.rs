@@ -8,7 +8,7 @@ use pyo3::types::PyDict;
 use tollgate_redis::{RedisSemaphore, SemaphoreGuard};
 
 use crate::args;
-use crate::connection::{DEFAULT_URL, Lazy, Target, runtime};
+use crate::connection::{Lazy, Target, runtime};
 use crate::errors;
 
 /// A counting semaphore in Redis shared by every process that uses the same `name`: at most
@@ -48,10 +48,7 @@ impl Semaphore {
             )));
         }
         let max_wait = args::max_sleep(max_sleep)?;
-        let target = match redis_url {
-            Some(url) => Target::parse(url)?,
-            None => Target::Single(DEFAULT_URL.to_owned()),
-        };
+        let target = Target::from_arg(redis_url)?;
         let key = name.clone();
         let lazy = Lazy::new(target, move |redis| {
             let mut builder = RedisSemaphore::builder(redis, &key, capacity).lease_ttl(ttl);
@@ -144,7 +141,7 @@ impl Semaphore {
             "Semaphore(name={:?}, capacity={}, max_sleep={}, redis_url={:?}, lease_ttl={})",
             self.name,
             self.capacity,
-            py_option(self.max_sleep),
+            args::py_option(self.max_sleep),
             self.lazy.target().describe(),
             self.lease_ttl.as_secs_f64()
         )
@@ -248,9 +245,4 @@ impl Drop for Permit {
         let _runtime = runtime().enter();
         drop(self.take());
     }
-}
-
-/// `None` or the number, as Python writes it.
-pub(crate) fn py_option(value: Option<f64>) -> String {
-    value.map_or_else(|| "None".to_owned(), |v| v.to_string())
 }

@@ -8,7 +8,7 @@ use tollgate::{Quota, Reason};
 use tollgate_redis::{RedisAlgorithm, RedisLimiter};
 
 use crate::args;
-use crate::connection::{DEFAULT_URL, Lazy, Target};
+use crate::connection::{Lazy, Target};
 use crate::decision::Decision;
 use crate::errors;
 
@@ -51,10 +51,7 @@ impl TokenBucket {
         args::redis_name(&name)?;
         let quota = args::bucket_quota(capacity, refill_frequency, refill_amount)?;
         let max_wait = args::max_sleep(max_sleep)?;
-        let target = match redis_url {
-            Some(url) => Target::parse(url)?,
-            None => Target::Single(DEFAULT_URL.to_owned()),
-        };
+        let target = Target::from_arg(redis_url)?;
         let lazy = Lazy::new(target, move |redis| {
             let mut builder = RedisLimiter::builder(redis, PREFIX, RedisAlgorithm::TokenBucket).limit(LIMIT, quota);
             if let Some(max_wait) = max_wait {
@@ -147,7 +144,7 @@ impl TokenBucket {
             self.quota.burst(),
             self.refill_frequency,
             self.refill_amount,
-            crate::semaphore::py_option(self.max_sleep),
+            args::py_option(self.max_sleep),
             self.lazy.target().describe()
         )
     }
