@@ -60,8 +60,7 @@ impl Target {
         }
     }
 
-    /// For messages.
-    pub(crate) fn describe(&self) -> String {
+    fn describe(&self) -> String {
         self.urls().join(",")
     }
 
@@ -117,17 +116,20 @@ enum State<T> {
 /// served in the order they were made, which is what keeps a semaphore FIFO from the first call.
 pub(crate) struct Lazy<T> {
     target: Target,
+    /// `target` described once: messages on the hot path's error branches share it.
+    url: Arc<str>,
     build: Box<dyn Fn(&Redis) -> T + Send + Sync>,
     state: Mutex<State<T>>,
 }
 
 impl<T: Send + 'static> Lazy<T> {
     pub(crate) fn new(target: Target, build: impl Fn(&Redis) -> T + Send + Sync + 'static) -> Arc<Lazy<T>> {
-        Arc::new(Lazy { target, build: Box::new(build), state: Mutex::new(State::Idle) })
+        Arc::new(Lazy { url: target.describe().into(), target, build: Box::new(build), state: Mutex::new(State::Idle) })
     }
 
-    pub(crate) fn target(&self) -> &Target {
-        &self.target
+    /// Where it connects, for messages.
+    pub(crate) fn url(&self) -> &Arc<str> {
+        &self.url
     }
 
     /// Runs `f` on the value now if it exists, else right after the connection is made (in call

@@ -21,6 +21,8 @@ use crate::errors;
 #[pyclass(subclass, module = "tollgate._tollgate", name = "Semaphore")]
 pub struct Semaphore {
     name: String,
+    /// "semaphore \"name\"", for messages.
+    label: Arc<str>,
     capacity: u64,
     lease_ttl: Duration,
     max_sleep: Option<f64>,
@@ -57,16 +59,17 @@ impl Semaphore {
             }
             builder.build().expect("name, capacity and lease_ttl were checked by the constructor")
         });
-        Ok(Semaphore { name, capacity, lease_ttl: ttl, max_sleep, lazy })
+        let label = format!("semaphore {name:?}").into();
+        Ok(Semaphore { name, label, capacity, lease_ttl: ttl, max_sleep, lazy })
     }
 
     /// Waits for a slot (at most `max_sleep` seconds) and returns its `Permit`. Raises
     /// `MaxSleepExceededError` (nothing taken) or `RedisUnavailableError`. Cancelling the wait
     /// leaves the queue.
     fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let what = format!("semaphore {:?}", self.name);
+        let what = self.label.clone();
         let max_sleep = self.max_sleep;
-        let url = self.lazy.target().describe();
+        let url = self.lazy.url().clone();
         // `acquire()` is called here, synchronously, so the call takes its place in line now.
         let queued = self.lazy.then(|sem, redis| (sem.acquire(), redis.clone()));
         crate::bridge::spawn(py, async move {
@@ -81,7 +84,7 @@ impl Semaphore {
     /// Takes a slot now if one is free and nobody queued is entitled to it; returns its `Permit`,
     /// or `None`. Never waits.
     fn try_acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let url = self.lazy.target().describe();
+        let url = self.lazy.url().clone();
         let ready = self.lazy.then(|sem, redis| (sem.clone(), redis.clone()));
         crate::bridge::spawn(py, async move {
             let (sem, redis) = ready.await?;
@@ -97,7 +100,7 @@ impl Semaphore {
 
     /// `{"capacity": …, "holders": …, "waiting": …}` as Redis sees it now (expired leases purged).
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let url = self.lazy.target().describe();
+        let url = self.lazy.url().clone();
         let ready = self.lazy.then(|sem, _| sem.clone());
         crate::bridge::spawn(py, async move {
             let sem = ready.await?;
@@ -142,7 +145,7 @@ impl Semaphore {
             self.name,
             self.capacity,
             args::py_option(self.max_sleep),
-            self.lazy.target().describe(),
+            self.lazy.url().clone(),
             self.lease_ttl.as_secs_f64()
         )
     }

@@ -28,7 +28,10 @@ const LIMIT: &str = "token_bucket";
 /// Redis's own (client clocks never mix).
 #[pyclass(module = "tollgate._tollgate", name = "TokenBucket")]
 pub struct TokenBucket {
-    name: String,
+    /// Also the Redis key decided on each call.
+    name: Arc<str>,
+    /// "token bucket \"name\"", for messages.
+    label: Arc<str>,
     quota: Quota,
     refill_frequency: f64,
     refill_amount: u64,
@@ -59,16 +62,25 @@ impl TokenBucket {
             }
             builder.build().expect("one limit is always given")
         });
-        Ok(TokenBucket { name, quota, refill_frequency, refill_amount: refill_amount as u64, max_sleep, lazy })
+        let label = format!("token bucket {name:?}").into();
+        Ok(TokenBucket {
+            name: name.into(),
+            label,
+            quota,
+            refill_frequency,
+            refill_amount: refill_amount as u64,
+            max_sleep,
+            lazy,
+        })
     }
 
     /// Waits for one token (at most `max_sleep` seconds). Raises `MaxSleepExceededError` at once,
     /// taking nothing, when the wait would be longer; `RedisUnavailableError` when Redis fails.
     fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let what = format!("token bucket {:?}", self.name);
+        let what = self.label.clone();
         let key = self.name.clone();
         let max_sleep = self.max_sleep;
-        let url = self.lazy.target().describe();
+        let url = self.lazy.url().clone();
         let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
         crate::bridge::spawn(py, async move {
             let (limiter, redis) = ready.await?;
@@ -85,7 +97,7 @@ impl TokenBucket {
     fn try_acquire<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyAny>> {
         let n = args::count("n", n)?;
         let key = self.name.clone();
-        let url = self.lazy.target().describe();
+        let url = self.lazy.url().clone();
         let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
         crate::bridge::spawn(py, async move {
             let (limiter, redis) = ready.await?;
@@ -145,7 +157,7 @@ impl TokenBucket {
             self.refill_frequency,
             self.refill_amount,
             args::py_option(self.max_sleep),
-            self.lazy.target().describe()
+            self.lazy.url().clone()
         )
     }
 }

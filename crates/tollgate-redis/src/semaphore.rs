@@ -337,28 +337,25 @@ impl RedisSemaphore {
             loop {
                 let sent = Instant::now();
                 let attempt = match ticket.take() {
-                    // Until a script call has succeeded on this value, the scripts may not be
-                    // loaded in Redis: EVALSHA would fail with NOSCRIPT and be re-sent after later
-                    // calls' requests. So the first calls wait for the answer before the next goes.
-                    Some(ticket) if !inner.warm.load(Ordering::Acquire) => {
-                        ticket.wait().await;
-                        let answer = inner.attempt(&waiter.id, true).await;
-                        drop(ticket);
-                        answer
-                    }
+                    None => inner.attempt(&waiter.id, true).await,
                     Some(ticket) => {
                         ticket.wait().await;
                         let mut call = std::pin::pin!(inner.attempt(&waiter.id, true));
-                        // One poll puts the request in the connection's queue, which is FIFO: the
-                        // next call in line may send its own now, without waiting for our answer.
-                        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+                        // Once the scripts are known loaded, one poll puts the request in the
+                        // connection's FIFO queue and the next call in line may send its own
+                        // without waiting for our answer. Before that (and after a failure) we
+                        // wait for it: a NOSCRIPT re-send would land behind later calls.
+                        let first = if inner.warm.load(Ordering::Acquire) {
+                            std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await
+                        } else {
+                            Poll::Ready(call.as_mut().await)
+                        };
                         drop(ticket);
                         match first {
                             Poll::Ready(answer) => answer,
                             Poll::Pending => call.await,
                         }
                     }
-                    None => inner.attempt(&waiter.id, true).await,
                 };
                 let next_change = match attempt {
                     Ok(Attempt::Granted { token, meta }) => {
