@@ -10,7 +10,8 @@
 -- ARGV[6 + 2(i-1)]  counter i: limit.
 -- ARGV[7 + 2(i-1)]  counter i: period in microseconds.
 --
--- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting counter}.
+-- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting counter,
+--          now_us (the decision's time)}.
 -- A key lives until its window ends.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
@@ -70,4 +71,4 @@ if admitted == 1 and n > 0 and mode ~= 0 then
     end
   end
 end
-return {admitted, limit, remaining, reset, retry, 0, limiting}
+return {admitted, limit, remaining, reset, retry, 0, limiting, now}

@@ -11,7 +11,8 @@
 -- ARGV[6 + 2(i-1)]  log i: limit.
 -- ARGV[7 + 2(i-1)]  log i: period in microseconds.
 --
--- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting log}.
+-- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting log,
+--          now_us (the decision's time)}.
 -- A key lives until its newest member leaves the window.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
@@ -66,4 +67,4 @@ for i, key in ipairs(KEYS) do
   reset = math.max(reset, rst)
   retry = math.max(retry, rty)
 end
-return {admitted, limit, remaining, reset, retry, 0, limiting}
+return {admitted, limit, remaining, reset, retry, 0, limiting, now}

@@ -12,7 +12,7 @@
 -- ARGV[7 + 2(i-1)]  bucket i: burst (most permits at once).
 --
 -- Returns {admitted (0|1), limit, remaining, reset_us, retry_us (-1 = never), wait_us,
---          index of the limiting bucket (1-based; 0 when admitted)}.
+--          index of the limiting bucket (1-based; 0 when admitted), now_us (the decision's time)}.
 -- A key is written only when permits are taken, and expires when its bucket would be full.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
@@ -65,4 +65,4 @@ if take then
     redis.call('SET', key, string.format('%.0f', new_tats[i]), 'PX', ttl)
   end
 end
-return {admitted, limit, remaining, reset, retry, wait, limiting}
+return {admitted, limit, remaining, reset, retry, wait, limiting, now}

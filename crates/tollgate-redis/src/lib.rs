@@ -8,6 +8,8 @@
 //! - several limits (per user, per tenant) decided together, all-or-nothing;
 //! - keys that expire as soon as they stop mattering;
 //! - hash-tagged keys, so it works on Redis Cluster;
+//! - a real refund: a lease given back restores what it took, so a [`tollgate::Chain`] of a Redis
+//!   limit and a local one is all-or-nothing (`RedisLimiter` is a [`tollgate::RateLimiter`]);
 //! - a deadline on every call, and a [`FailurePolicy`] (deny, allow, or a local limiter) that
 //!   decides when Redis cannot — reported with its own [`tollgate::Reason`], never as "limited".
 //!
@@ -31,6 +33,7 @@ mod backend;
 mod counters;
 mod error;
 mod failure;
+mod key;
 mod limiter;
 mod scripts;
 mod semaphore;
@@ -39,12 +42,9 @@ pub use backend::{Redis, RedisOptions};
 pub use counters::{CountersAnswer, CountersMode, WindowCounter, decide_windows};
 pub use error::BackendError;
 pub use failure::FailurePolicy;
-pub use limiter::{RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
+pub use key::RedisKey;
+pub use limiter::{KeyCountError, RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
 pub use semaphore::{RedisSemaphore, RedisSemaphoreBuilder, SemaphoreConfigError, SemaphoreGuard, SemaphoreState};
-
-use std::future::Future;
-
-use tollgate::{Algorithm, Clock, Keyed, Lease, Meta, Rejected};
 
 /// A misconfigured limiter, naming what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,31 +56,4 @@ pub enum ConfigError {
         /// The limiter's key prefix.
         prefix: String,
     },
-}
-
-/// A limiter keyed by strings that may live in this process or in Redis: code written against
-/// this trait swaps one for the other without changing call sites.
-pub trait AsyncKeyed: Send + Sync {
-    /// Takes `n` permits for `key` now or rejects.
-    fn try_acquire(&self, key: &str, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send;
-    /// Would `n` permits for `key` be granted now? Takes nothing.
-    fn check(&self, key: &str, n: u64) -> impl Future<Output = Result<Meta, Rejected>> + Send;
-}
-
-impl<A: Algorithm, C: Clock> AsyncKeyed for Keyed<String, A, C> {
-    fn try_acquire(&self, key: &str, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
-        std::future::ready(Keyed::try_acquire(self, key, n))
-    }
-    fn check(&self, key: &str, n: u64) -> impl Future<Output = Result<Meta, Rejected>> + Send {
-        std::future::ready(Keyed::check(self, key, n))
-    }
-}
-
-impl AsyncKeyed for RedisLimiter {
-    fn try_acquire(&self, key: &str, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
-        RedisLimiter::try_acquire(self, key, n)
-    }
-    fn check(&self, key: &str, n: u64) -> impl Future<Output = Result<Meta, Rejected>> + Send {
-        RedisLimiter::check(self, key, n)
-    }
 }

@@ -1,14 +1,16 @@
 //! [`RedisLimiter`]: one decision per round trip, time from Redis, several limits at once.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Script;
-use tollgate::{Clock, Lease, Meta, Quota, Reason, Rejected};
+use tollgate::{Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected};
 
 use crate::backend::Redis;
 use crate::error::BackendError;
 use crate::failure::FailurePolicy;
+use crate::key::RedisKey;
 use crate::scripts;
 
 /// Which algorithm the script runs (the same rules as the in-memory limiters of the same name).
@@ -19,7 +21,7 @@ pub enum RedisAlgorithm {
     /// Fixed window opened by the first request ([`tollgate::FixedWindow`]).
     FixedWindow,
     /// Weighted two-window sliding counter ([`tollgate::WeightedWindow`]).
-    SlidingWindow,
+    WeightedWindow,
     /// Exact sliding log ([`tollgate::SlidingLog`]).
     SlidingLog,
 }
@@ -29,8 +31,18 @@ impl RedisAlgorithm {
         match self {
             RedisAlgorithm::TokenBucket => &scripts::TOKEN_BUCKET,
             RedisAlgorithm::FixedWindow => &scripts::FIXED_WINDOW,
-            RedisAlgorithm::SlidingWindow => &scripts::SLIDING_WINDOW,
+            RedisAlgorithm::WeightedWindow => &scripts::WEIGHTED_WINDOW,
             RedisAlgorithm::SlidingLog => &scripts::SLIDING_LOG,
+        }
+    }
+
+    /// The algorithm's name in `refund.lua`.
+    fn name(self) -> &'static str {
+        match self {
+            RedisAlgorithm::TokenBucket => "token_bucket",
+            RedisAlgorithm::FixedWindow => "fixed_window",
+            RedisAlgorithm::WeightedWindow => "weighted_window",
+            RedisAlgorithm::SlidingLog => "sliding_log",
         }
     }
 
@@ -56,6 +68,7 @@ type NowFn = Arc<dyn Fn() -> u64 + Send + Sync>;
 type SleepFn = Arc<dyn Fn(u64) -> tollgate::Sleep + Send + Sync>;
 
 /// Builds a [`RedisLimiter`].
+#[must_use = "a builder does nothing until .build()"]
 pub struct RedisLimiterBuilder {
     redis: Redis,
     prefix: String,
@@ -167,10 +180,22 @@ enum Mode {
 }
 
 /// The script's answer.
-struct Answer {
+struct Reply {
     admitted: bool,
     meta: Meta,
     wait_us: u64,
+    /// The decision's time (Redis `TIME`, or the test clock).
+    now_us: u64,
+}
+
+/// A multi-key decision named a number of keys other than the limiter's number of limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{given} key(s) given for a redis limiter with {limits} limit(s): pass one key per limit, in order")]
+pub struct KeyCountError {
+    /// Keys passed.
+    pub given: usize,
+    /// Limits the limiter has (keys it needs).
+    pub limits: usize,
 }
 
 impl RedisLimiter {
@@ -233,9 +258,29 @@ impl RedisLimiter {
     /// Several limits on different keys in one atomic decision: `keys[i]` is the key for the
     /// i-th limit (e.g. `["user:42", "tenant:acme"]`). All keys are stored under the hash tag
     /// `tag`; on Redis Cluster choose the coarsest key (the tenant), so that a tenant's counter is
-    /// one key shared by all its users.
-    pub async fn try_acquire_keys(&self, tag: &str, keys: &[&str], n: u64) -> Result<Lease, Rejected> {
-        self.decide_keys(tag, keys, n, Mode::Take).await
+    /// one key shared by all its users. A number of keys other than the number of limits is a
+    /// [`KeyCountError`], and nothing is asked of Redis.
+    pub async fn try_acquire_keys(
+        &self,
+        tag: &str,
+        keys: &[&str],
+        n: u64,
+    ) -> Result<Result<Lease, Rejected>, KeyCountError> {
+        let limits = self.inner.limits.len();
+        if keys.len() != limits {
+            return Err(KeyCountError { given: keys.len(), limits });
+        }
+        Ok(self.decide_keys(tag, keys, n, Mode::Take).await)
+    }
+
+    /// Gives back a lease this limiter granted for `key` (by [`RedisLimiter::try_acquire`] or
+    /// [`RedisLimiter::acquire`]): one script call restores what it took and still counts (a token
+    /// bucket's tokens, a window's count while the window lasts, a log's entries). A lease
+    /// admitted by the failure policy is given back where it came from (nothing for
+    /// [`FailurePolicy::Allow`], the local limiter for [`FailurePolicy::Local`]). If Redis fails,
+    /// the permits stay taken (the safe side) and the error is returned.
+    pub async fn give_back(&self, key: &str, lease: Lease) -> Result<(), BackendError> {
+        self.refund(key, lease).await
     }
 
     /// Like [`RedisLimiter::try_acquire`], but a Redis failure is returned as the error it is
@@ -262,11 +307,11 @@ impl RedisLimiter {
         let keys = vec![key; self.inner.limits.len()];
         let max_wait_us = self.inner.max_wait.map_or(u64::MAX / 4, |d| d.as_micros() as u64);
         if self.inner.algorithm == RedisAlgorithm::TokenBucket {
-            let lease = self.decide_with(key, &keys, n, Mode::Reserve, max_wait_us).await?;
-            let wait = lease.granted_at();
-            let now = self.now_ns();
-            if wait > now {
-                self.sleep_until(wait).await;
+            // The lease is granted at its slot on Redis's clock; we sleep the same span on ours.
+            let asked = self.now_ns();
+            let (lease, wait_us) = self.decide_with(key, &keys, n, Mode::Reserve, max_wait_us).await?;
+            if wait_us > 0 {
+                self.sleep_until(asked.saturating_add(wait_us.saturating_mul(1000))).await;
             }
             return Ok(lease);
         }
@@ -294,9 +339,10 @@ impl RedisLimiter {
     }
 
     async fn decide_keys(&self, tag: &str, keys: &[&str], n: u64, mode: Mode) -> Result<Lease, Rejected> {
-        self.decide_with(tag, keys, n, mode, 0).await
+        self.decide_with(tag, keys, n, mode, 0).await.map(|(lease, _)| lease)
     }
 
+    /// The decision and, for a reservation, the µs until its slot.
     async fn decide_with(
         &self,
         tag: &str,
@@ -304,9 +350,8 @@ impl RedisLimiter {
         n: u64,
         mode: Mode,
         max_wait_us: u64,
-    ) -> Result<Lease, Rejected> {
+    ) -> Result<(Lease, u64), Rejected> {
         let i = &self.inner;
-        assert_eq!(keys.len(), i.limits.len(), "one key per limit");
         if n > i.capacity {
             // Report the key's state, as the in-memory limiters do; waiting cannot help.
             let meta = match self.call(tag, keys, 0, Mode::Check, 0).await {
@@ -317,18 +362,22 @@ impl RedisLimiter {
         }
         let reserve = matches!(mode, Mode::Reserve);
         match self.call(tag, keys, n, mode, max_wait_us).await {
-            Ok(answer) => self.outcome(answer, n, reserve),
+            Ok(reply) => {
+                let wait_us = reply.wait_us;
+                self.outcome(reply, n, reserve).map(|lease| (lease, wait_us))
+            }
             Err(error) => {
                 tracing::debug!(%error, prefix = %i.prefix, key = tag, "redis decision failed; failure policy decides");
-                i.failure.decide(tag, n, i.capacity)
+                i.failure.decide(tag, n, i.capacity).map(|lease| (lease, 0))
             }
         }
     }
 
-    fn outcome(&self, answer: Answer, n: u64, reserve: bool) -> Result<Lease, Rejected> {
+    fn outcome(&self, answer: Reply, n: u64, reserve: bool) -> Result<Lease, Rejected> {
         if answer.admitted {
-            // A reservation's lease is granted when its slot comes.
-            let at = self.now_ns().saturating_add(answer.wait_us.saturating_mul(1000));
+            // Granted at the decision's time on Redis's clock (a reservation: at its slot); a
+            // refund names this time to find what the grant took.
+            let at = answer.now_us.saturating_add(answer.wait_us).saturating_mul(1000);
             Ok(Lease::new(answer.meta, n, at))
         } else if reserve {
             Err(Rejected::new(answer.meta, n, Reason::MaxWait))
@@ -344,25 +393,118 @@ impl RedisLimiter {
         n: u64,
         mode: Mode,
         max_wait_us: u64,
-    ) -> Result<Answer, BackendError> {
+    ) -> Result<Reply, BackendError> {
         let i = &self.inner;
-        let redis_keys = self.keys_for(tag, keys);
+        let args = self.args(n, (mode as u8).to_string(), max_wait_us.to_string());
+        let reply: Vec<i64> = i.redis.invoke(i.algorithm.script(), &self.keys_for(tag, keys), &args).await?;
+        let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
+        Ok(Reply {
+            admitted: get(0) == 1,
+            meta: Meta { limit: get(1), remaining: get(2), reset_ns: get(3) * 1000, retry_ns: Some(get(4) * 1000) },
+            wait_us: get(5),
+            now_us: get(7),
+        })
+    }
+
+    /// ARGV of the decision and refund scripts: now, n, two script-specific values, the minimum
+    /// TTL, then each limit's two numbers.
+    fn args(&self, n: u64, third: String, fourth: String) -> Vec<String> {
+        let i = &self.inner;
         let (now_arg, min_ttl) = match &i.clock {
             // A manual clock runs at its own pace: keep keys for a minute of real time at least.
             Some((now, _)) => ((now() / 1000).to_string(), 60_000),
             None => (String::new(), 0),
         };
         let mut args = Vec::with_capacity(5 + 2 * i.limits.len());
-        args.extend([now_arg, n.to_string(), (mode as u8).to_string(), max_wait_us.to_string(), min_ttl.to_string()]);
+        args.extend([now_arg, n.to_string(), third, fourth, min_ttl.to_string()]);
         for l in &i.limits {
             args.extend(l.params.iter().map(u64::to_string));
         }
-        let reply: Vec<i64> = i.redis.invoke(i.algorithm.script(), &redis_keys, &args).await?;
-        let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
-        Ok(Answer {
-            admitted: get(0) == 1,
-            meta: Meta { limit: get(1), remaining: get(2), reset_ns: get(3) * 1000, retry_ns: Some(get(4) * 1000) },
-            wait_us: get(5),
-        })
+        args
+    }
+
+    async fn refund(&self, key: &str, lease: Lease) -> Result<(), BackendError> {
+        let i = &self.inner;
+        if lease.permits() == 0 {
+            return Ok(());
+        }
+        match lease.reason() {
+            Reason::Granted => {}
+            Reason::Fallback => {
+                if let FailurePolicy::Local(local) = &i.failure {
+                    tollgate::Keyed::give_back(local, key, lease);
+                }
+                return Ok(());
+            }
+            // Fail-open leases took nothing.
+            _ => return Ok(()),
+        }
+        let granted_us = (lease.granted_at() / 1000).to_string();
+        let args = self.args(lease.permits(), i.algorithm.name().to_owned(), granted_us);
+        let keys = self.keys_for(key, &vec![key; i.limits.len()]);
+        let _refunded: i64 = i.redis.invoke(&scripts::REFUND, &keys, &args).await?;
+        Ok(())
+    }
+}
+
+/// A Redis limiter is a [`RateLimiter`] for any key with a text form: the same decisions as
+/// [`RedisLimiter::try_acquire`], and a real refund ([`RedisLimiter::give_back`]; a refund that
+/// fails is logged, and leaves the permits taken).
+impl<K: RedisKey + ?Sized> RateLimiter<K> for RedisLimiter {
+    fn decide(&self, key: &K, n: u64) -> Decision {
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        Answer::Pending(Box::pin(async move { limiter.try_acquire(&key, n).await }))
+    }
+
+    fn check(&self, key: &K, n: u64) -> Check {
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        Answer::Pending(Box::pin(async move { RedisLimiter::check(&limiter, &key, n).await }))
+    }
+
+    fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        async move { RedisLimiter::acquire(&limiter, &key, n).await }
+    }
+
+    fn give_back(&self, key: &K, lease: Lease) -> Refund {
+        if lease.permits() == 0 || lease.reason() == Reason::FailOpen {
+            return Answer::Ready(());
+        }
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        Answer::Pending(Box::pin(async move {
+            if let Err(error) = limiter.refund(&key, lease).await {
+                tracing::warn!(%error, prefix = %limiter.inner.prefix, %key, "refund to redis failed; the permits stay taken");
+            }
+        }))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.inner.capacity
+    }
+
+    fn window(&self) -> Option<Duration> {
+        self.inner.window
+    }
+}
+
+impl std::fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("RedisLimiter")
+            .field("prefix", &i.prefix)
+            .field("algorithm", &i.algorithm)
+            .field("limits", &i.limits)
+            .field("failure", &i.failure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RedisLimiterBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLimiterBuilder")
+            .field("prefix", &self.prefix)
+            .field("algorithm", &self.algorithm)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
     }
 }

@@ -22,7 +22,7 @@ async fn several_limits_are_all_or_nothing() {
     for algorithm in [
         RedisAlgorithm::TokenBucket,
         RedisAlgorithm::FixedWindow,
-        RedisAlgorithm::SlidingWindow,
+        RedisAlgorithm::WeightedWindow,
         RedisAlgorithm::SlidingLog,
     ] {
         let l = RedisLimiter::builder(&redis, &format!("multi:{algorithm:?}"), algorithm)
@@ -31,12 +31,12 @@ async fn several_limits_are_all_or_nothing() {
             .clock(clock.clone())
             .build()
             .unwrap();
-        let _ = l.try_acquire_keys("acme", &["alice", "acme"], 5).await.unwrap();
+        let _ = l.try_acquire_keys("acme", &["alice", "acme"], 5).await.unwrap().unwrap();
         // Bob's own limit has room (5) but the tenant has only 3 left: nothing may be taken from bob.
-        let no = l.try_acquire_keys("acme", &["bob", "acme"], 4).await.unwrap_err();
+        let no = l.try_acquire_keys("acme", &["bob", "acme"], 4).await.unwrap().unwrap_err();
         assert_eq!(no.reason(), Reason::Exhausted, "{algorithm:?}");
         assert_eq!(no.remaining(), 3, "{algorithm:?}: tightest remaining is the tenant's");
-        let lease = l.try_acquire_keys("acme", &["bob", "acme"], 3).await.unwrap();
+        let lease = l.try_acquire_keys("acme", &["bob", "acme"], 3).await.unwrap().unwrap();
         assert_eq!(lease.remaining(), 0, "{algorithm:?}");
         // Bob took 3 of his 5, not 3 + 4.
         let alone = RedisLimiter::builder(&redis, &format!("multi:{algorithm:?}"), algorithm)
@@ -44,7 +44,7 @@ async fn several_limits_are_all_or_nothing() {
             .clock(clock.clone())
             .build()
             .unwrap();
-        let probe = alone.try_acquire_keys("acme", &["bob"], 0).await.unwrap();
+        let probe = alone.try_acquire_keys("acme", &["bob"], 0).await.unwrap().unwrap();
         assert_eq!(probe.remaining(), 2, "{algorithm:?}: the rejected attempt took nothing from bob");
     }
 }
@@ -57,7 +57,7 @@ async fn keys_expire_when_they_stop_mattering() {
     for algorithm in [
         RedisAlgorithm::TokenBucket,
         RedisAlgorithm::FixedWindow,
-        RedisAlgorithm::SlidingWindow,
+        RedisAlgorithm::WeightedWindow,
         RedisAlgorithm::SlidingLog,
     ] {
         let l = RedisLimiter::builder(&redis, &format!("ttl:{algorithm:?}"), algorithm)
@@ -88,7 +88,7 @@ async fn dbsize_returns_to_zero() {
     for algorithm in [
         RedisAlgorithm::TokenBucket,
         RedisAlgorithm::FixedWindow,
-        RedisAlgorithm::SlidingWindow,
+        RedisAlgorithm::WeightedWindow,
         RedisAlgorithm::SlidingLog,
     ] {
         let l = RedisLimiter::builder(&redis, &format!("gone:{algorithm:?}"), algorithm)
@@ -336,10 +336,10 @@ async fn works_on_a_three_node_cluster() {
     // Many tenants, so the keys spread over all three nodes' slots.
     for t in 0..30 {
         let tenant = format!("tenant{t}");
-        let _ = l.try_acquire_keys(&tenant, &["u1", &tenant], 3).await.unwrap();
-        let no = l.try_acquire_keys(&tenant, &["u2", &tenant], 3).await.unwrap_err();
+        let _ = l.try_acquire_keys(&tenant, &["u1", &tenant], 3).await.unwrap().unwrap();
+        let no = l.try_acquire_keys(&tenant, &["u2", &tenant], 3).await.unwrap().unwrap_err();
         assert_eq!(no.reason(), Reason::Exhausted, "{tenant}");
-        let _ = l.try_acquire_keys(&tenant, &["u2", &tenant], 2).await.unwrap();
+        let _ = l.try_acquire_keys(&tenant, &["u2", &tenant], 2).await.unwrap().unwrap();
     }
     let per_node: Vec<u64> = nodes.iter().map(|n| n.cli(&["DBSIZE"]).parse().unwrap()).collect();
     assert!(per_node.iter().filter(|&&k| k > 0).count() >= 2, "keys on one node only: {per_node:?}");

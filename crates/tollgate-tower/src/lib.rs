@@ -1,7 +1,8 @@
 //! # tollgate-tower: rate limiting as a tower layer
 //!
-//! Put any Tollgate limiter (local, keyed, chained) in front of tower services and axum routers,
-//! with the answers clients need:
+//! Put any Tollgate limiter — anything that implements [`tollgate::RateLimiter`] for the
+//! policy's key: local, keyed, chained, or (feature `redis`) `tollgate_redis::RedisLimiter` — in
+//! front of tower services and axum routers, with the answers clients need:
 //!
 //! - 429 by default (configurable status and body, e.g. RFC 9457 problem JSON);
 //! - `Retry-After` in whole seconds rounded **up** — never `0` while still limited;
@@ -36,7 +37,6 @@
 mod body;
 pub mod headers;
 mod key;
-mod limit;
 mod policy;
 mod proxy;
 mod service;
@@ -45,9 +45,6 @@ pub use body::RateLimitBody;
 #[cfg(feature = "axum")]
 pub use key::Route;
 pub use key::{ClientIp, Extension, Global, Header, KeyExtractor, KeyFn, RequestInfo};
-#[cfg(feature = "redis")]
-pub use limit::RedisKey;
-pub use limit::{Decision, Limit, PendingDecision};
 pub use policy::{Both, CostFn, Denied, MissingKey, Policies, Policy, PolicyPermit, PolicyState, Verdict};
 pub use service::{RateLimit, RateLimitLayer, RejectBody, ResponseFuture, problem_json};
 

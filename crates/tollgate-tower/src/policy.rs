@@ -1,15 +1,12 @@
 //! A [`Policy`]: a name, a key, a limit and a cost; [`Policies`] combine them all-or-nothing.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use tollgate::{Lease, Meta, Rejected};
+use tollgate::{Answer, Lease, Meta, RateLimiter, Refund, Rejected};
 
 use crate::key::{KeyExtractor, RequestInfo};
-use crate::limit::{Decision, Limit};
 
 /// What to do with a request whose key cannot be extracted (no peer address, no header...).
 #[derive(Clone, Debug)]
@@ -57,7 +54,7 @@ impl<X: KeyExtractor, L> Clone for Policy<X, L> {
     }
 }
 
-impl<X: KeyExtractor, L: Limit<X::Key>> Policy<X, L> {
+impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
     /// A policy named `name` (it appears in the `RateLimit` headers), keyed by `key`, limited by
     /// `limit`. Each request costs 1 permit; requests without a key are rejected with 400.
     pub fn new(name: &str, key: X, limit: L) -> Self {
@@ -111,12 +108,7 @@ pub struct Denied {
 }
 
 /// A policies' answer: at once, or after the distributed limiters among them answered.
-pub enum Verdict<P> {
-    /// Decided now.
-    Ready(Result<P, Box<Denied>>),
-    /// Decided when the future completes.
-    Pending(Pin<Box<dyn Future<Output = Result<P, Box<Denied>>> + Send>>),
-}
+pub type Verdict<P> = Answer<Result<P, Box<Denied>>>;
 
 /// One or more policies decided together, all-or-nothing.
 pub trait Policies: Clone + Send + Sync + 'static {
@@ -132,8 +124,9 @@ pub trait Policies: Clone + Send + Sync + 'static {
     /// Decides; `status` is what a rejection answers with.
     fn run(&self, prepared: Self::Prepared, status: StatusCode) -> Verdict<Self::Permit>;
 
-    /// Undoes an admission (a later policy said no).
-    fn give_back(&self, permit: Self::Permit);
+    /// Undoes an admission (a later policy said no): a real refund, pending while a distributed
+    /// limiter's refund is on its way.
+    fn give_back(&self, permit: Self::Permit) -> Refund;
 
     /// True when dropping the permit releases something (a concurrency limit), so it must be
     /// held until the response body ends.
@@ -148,14 +141,14 @@ pub struct PolicyPermit<K> {
     taken: Option<(K, Lease)>,
 }
 
-impl<X: KeyExtractor, L: Limit<X::Key>> Policy<X, L> {
+impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
     fn denied(&self, status: StatusCode, rejected: Rejected) -> Box<Denied> {
         let policy = PolicyState { name: self.name.clone(), meta: rejected.meta(), window: self.limit.window() };
         Box::new(Denied { status, policy, rejected: Some(rejected) })
     }
 }
 
-impl<X: KeyExtractor, L: Limit<X::Key>> Policies for Policy<X, L> {
+impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L> {
     type Permit = PolicyPermit<X::Key>;
     /// The key and cost, or `None` when the request is let through uncounted.
     type Prepared = Option<(X::Key, u64)>;
@@ -181,9 +174,9 @@ impl<X: KeyExtractor, L: Limit<X::Key>> Policies for Policy<X, L> {
     fn run(&self, prepared: Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
         let Some((key, n)) = prepared else { return Verdict::Ready(Ok(PolicyPermit { taken: None })) };
         match self.limit.decide(&key, n) {
-            Decision::Ready(Ok(lease)) => Verdict::Ready(Ok(PolicyPermit { taken: Some((key, lease)) })),
-            Decision::Ready(Err(rejected)) => Verdict::Ready(Err(self.denied(status, rejected))),
-            Decision::Pending(fut) => {
+            Answer::Ready(Ok(lease)) => Verdict::Ready(Ok(PolicyPermit { taken: Some((key, lease)) })),
+            Answer::Ready(Err(rejected)) => Verdict::Ready(Err(self.denied(status, rejected))),
+            Answer::Pending(fut) => {
                 let this = self.clone();
                 Verdict::Pending(Box::pin(async move {
                     match fut.await {
@@ -195,9 +188,10 @@ impl<X: KeyExtractor, L: Limit<X::Key>> Policies for Policy<X, L> {
         }
     }
 
-    fn give_back(&self, permit: Self::Permit) {
-        if let Some((key, lease)) = permit.taken {
-            self.limit.give_back(&key, lease);
+    fn give_back(&self, permit: Self::Permit) -> Refund {
+        match permit.taken {
+            Some((key, lease)) => self.limit.give_back(&key, lease),
+            None => Answer::Ready(()),
         }
     }
 
@@ -217,13 +211,11 @@ impl<X: KeyExtractor, L: Limit<X::Key>> Policies for Policy<X, L> {
 pub struct Both<A, B>(pub A, pub B);
 
 impl<A: Policies, B: Policies> Both<A, B> {
-    fn second(&self, a: A::Permit, b: Result<B::Permit, Box<Denied>>) -> Result<(A::Permit, B::Permit), Box<Denied>> {
+    /// The second policy answered: both permits, or the first one refunded and the denial.
+    fn second(&self, a: A::Permit, b: Result<B::Permit, Box<Denied>>) -> Verdict<(A::Permit, B::Permit)> {
         match b {
-            Ok(b) => Ok((a, b)),
-            Err(denied) => {
-                self.0.give_back(a);
-                Err(denied)
-            }
+            Ok(b) => Answer::Ready(Ok((a, b))),
+            Err(denied) => self.0.give_back(a).map(move |()| Err(denied)),
         }
     }
 }
@@ -240,34 +232,33 @@ impl<A: Policies, B: Policies> Policies for Both<A, B> {
     #[inline]
     fn run(&self, (pa, pb): Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
         match self.0.run(pa, status) {
-            Verdict::Ready(Err(denied)) => Verdict::Ready(Err(denied)),
-            Verdict::Ready(Ok(a)) => match self.1.run(pb, status) {
-                Verdict::Ready(b) => Verdict::Ready(self.second(a, b)),
-                Verdict::Pending(fb) => {
+            Answer::Ready(Err(denied)) => Answer::Ready(Err(denied)),
+            Answer::Ready(Ok(a)) => match self.1.run(pb, status) {
+                Answer::Ready(b) => self.second(a, b),
+                Answer::Pending(fb) => {
                     let this = self.clone();
-                    Verdict::Pending(Box::pin(async move {
-                        let b = fb.await;
-                        this.second(a, b)
-                    }))
+                    Answer::Pending(Box::pin(async move { this.second(a, fb.await).await }))
                 }
             },
-            Verdict::Pending(fa) => {
+            Answer::Pending(fa) => {
                 let this = self.clone();
-                Verdict::Pending(Box::pin(async move {
+                Answer::Pending(Box::pin(async move {
                     let a = fa.await?;
-                    let b = match this.1.run(pb, status) {
-                        Verdict::Ready(b) => b,
-                        Verdict::Pending(fb) => fb.await,
-                    };
-                    this.second(a, b)
+                    let b = this.1.run(pb, status).await;
+                    this.second(a, b).await
                 }))
             }
         }
     }
 
-    fn give_back(&self, (a, b): Self::Permit) {
-        self.1.give_back(b);
-        self.0.give_back(a);
+    fn give_back(&self, (a, b): Self::Permit) -> Refund {
+        match (self.1.give_back(b), self.0.give_back(a)) {
+            (Answer::Ready(()), Answer::Ready(())) => Answer::Ready(()),
+            (b, a) => Answer::Pending(Box::pin(async move {
+                b.await;
+                a.await;
+            })),
+        }
     }
 
     fn holds((a, b): &Self::Permit) -> bool {

@@ -8,14 +8,14 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use pin_project_lite::pin_project;
-use tollgate::Reason;
+use tollgate::{Answer, Reason};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::body::RateLimitBody;
 use crate::headers::{insert_ratelimit, retry_after};
 use crate::key::RequestInfo;
-use crate::policy::{Both, Denied, Policies, Verdict};
+use crate::policy::{Both, Denied, Policies};
 
 /// Builds the response for a rejected request: `(content type, body)`.
 pub type RejectBody = Arc<dyn Fn(&Denied) -> (HeaderValue, Bytes) + Send + Sync>;
@@ -205,12 +205,12 @@ where
         let shared = &*self.shared;
         let verdict = match shared.policies.prepare(&RequestInfo::of(&req)) {
             Ok(prepared) => shared.policies.run(prepared, shared.config.status),
-            Err(denied) => Verdict::Ready(Err(denied)),
+            Err(denied) => Answer::Ready(Err(denied)),
         };
         let state = match verdict {
-            Verdict::Ready(Ok(permit)) => admitted(shared, &mut self.inner, req, permit),
-            Verdict::Ready(Err(denied)) => State::Rejected { response: Some(rejection(&shared.config, &denied)) },
-            Verdict::Pending(decision) => {
+            Answer::Ready(Ok(permit)) => admitted(shared, &mut self.inner, req, permit),
+            Answer::Ready(Err(denied)) => State::Rejected { response: Some(rejection(&shared.config, &denied)) },
+            Answer::Pending(decision) => {
                 // The ready service goes with the request; a clone stays for the next poll_ready.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
@@ -267,7 +267,7 @@ fn rejection<B>(config: &Config, denied: &Denied) -> Response<RateLimitBody<B>> 
     res
 }
 
-type Decision<T> = Pin<Box<dyn Future<Output = Result<T, Box<Denied>>> + Send>>;
+type Decision<T> = tollgate::BoxFuture<Result<T, Box<Denied>>>;
 
 pin_project! {
     /// The response future of [`RateLimit`].

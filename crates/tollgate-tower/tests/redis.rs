@@ -75,3 +75,37 @@ async fn redis_limits_through_the_layer_and_its_failure_policy_answers_when_it_i
 fn get_ok() -> axum::routing::MethodRouter {
     axum::routing::get(|| async { "ok" })
 }
+
+/// A Redis policy, then a local policy that rejects: the layer refunds what Redis took, so the
+/// counter read back from Redis is what the admitted requests alone left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_local_rejection_gives_the_redis_permits_back() {
+    let server = common::RedisServer::start();
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let clock = ManualClock::new();
+    let shared = RedisLimiter::builder(&redis, "refund", RedisAlgorithm::FixedWindow)
+        .limit("key", Quota::per_minute(10).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let local: Keyed<std::net::IpAddr, _, _> =
+        Keyed::builder(TokenBucket::new(Quota::per_minute(1).unwrap())).clock(clock.clone()).build();
+    let app = serve(Router::new().route("/", get_ok()).layer(
+        RateLimitLayer::new(Policy::new("shared", Header::new("x-key".parse().unwrap()), shared)).and(Policy::new(
+            "per-ip",
+            ClientIp::new(),
+            local,
+        )),
+    ))
+    .await;
+    let count = || server.cli(&["HGET", "refund:{a}:key", "c"]);
+
+    assert_eq!(fetch(app, "a").await.status(), StatusCode::OK);
+    assert_eq!(count(), "1");
+    for _ in 0..3 {
+        let limited = fetch(app, "a").await;
+        assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(limited.headers()["ratelimit"], r#""per-ip";r=0;t=60"#, "the local policy said no");
+    }
+    assert_eq!(count(), "1", "Redis still counts only the admitted request");
+}

@@ -55,6 +55,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod algorithm;
+mod answer;
 mod chain;
 mod clock;
 mod concurrency;
@@ -75,6 +76,7 @@ mod token_bucket;
 mod weighted_window;
 
 pub use algorithm::Algorithm;
+pub use answer::{Answer, AnswerFuture, BoxFuture, Check, Decision, Refund};
 pub use chain::Chain;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use concurrency::{Concurrency, ConcurrencyState};

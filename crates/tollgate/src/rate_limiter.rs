@@ -1,95 +1,142 @@
-//! [`RateLimiter`]: the one trait every limiter implements, so limiters can be chained, wrapped by
-//! middleware and compared by the simulator without knowing which algorithm is inside.
+//! [`RateLimiter`]: the one contract for "may `n` permits for this key go now?", whether the
+//! answer is in this process or across the network.
+//!
+//! Every limiter implements it — [`Limiter`] (one state, the key is ignored), [`Keyed`] (a state
+//! per key), [`Chain`](crate::Chain) (several, all-or-nothing), `Arc<L>`, and distributed limiters
+//! in other crates (`tollgate_redis::RedisLimiter`) — so middleware, servers and bindings take any
+//! of them and mix them freely.
 
+use std::borrow::Borrow;
 use std::future::Future;
+use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::algorithm::Algorithm;
+use crate::answer::{Answer, Check, Decision, Refund};
 use crate::clock::Clock;
-use crate::decision::{Lease, Meta, Rejected};
+use crate::decision::{Lease, Rejected};
+use crate::keyed::Keyed;
 use crate::limiter::Limiter;
-use crate::stats::Statistics;
 
-/// A limiter that decides on permits.
+/// A limiter that decides on permits for a key.
+///
+/// - [`decide`](RateLimiter::decide) takes `n` permits or rejects, never waits; `n == 0` is a
+///   probe that reports the state and takes nothing.
+/// - [`check`](RateLimiter::check) says whether `n` would go, taking nothing.
+/// - [`acquire`](RateLimiter::acquire) waits for `n` permits.
+/// - [`give_back`](RateLimiter::give_back) refunds a lease as if it had never been granted (what
+///   still counts at the time of the refund), so all-or-nothing over several limiters holds.
+///
+/// The key type defaults to `()` for limiters with one state:
 ///
 /// ```
-/// use tollgate::{Limiter, Quota, RateLimiter, TokenBucket};
-/// fn admit(limiter: &impl RateLimiter) -> bool {
-///     limiter.try_acquire(1).is_ok()
+/// use tollgate::{Keyed, Limiter, Quota, RateLimiter, TokenBucket};
+///
+/// async fn admit<K: ?Sized>(limiter: &impl RateLimiter<K>, key: &K) -> bool {
+///     limiter.decide(key, 1).await.is_ok()
 /// }
-/// assert!(admit(&Limiter::new(TokenBucket::new(Quota::per_second(1)?))));
-/// # Ok::<(), tollgate::QuotaError>(())
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tollgate::QuotaError> {
+/// assert!(admit(&Limiter::new(TokenBucket::new(Quota::per_second(1)?)), &()).await);
+/// let per_user: Keyed<String, _> = Keyed::new(TokenBucket::new(Quota::per_second(1)?));
+/// assert!(admit(&per_user, "alice").await);
+/// # Ok(()) }
 /// ```
-pub trait RateLimiter: Send + Sync {
-    /// Takes `n` permits now or rejects; never waits. `n == 0` is a probe.
-    fn try_acquire(&self, n: u64) -> Result<Lease, Rejected>;
+pub trait RateLimiter<K: ?Sized = ()>: Send + Sync {
+    /// Takes `n` permits for `key` now or rejects; never waits. `n == 0` is a probe.
+    fn decide(&self, key: &K, n: u64) -> Decision;
 
-    /// Would `n` permits be granted now? Takes nothing.
-    fn check(&self, n: u64) -> Result<Meta, Rejected>;
+    /// Would `n` permits for `key` be granted now? Takes nothing.
+    fn check(&self, key: &K, n: u64) -> Check;
 
-    /// Waits for `n` permits (see [`Limiter::acquire`]).
-    fn acquire(&self, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send;
+    /// Waits for `n` permits for `key` (each limiter documents its queue or retry rule).
+    fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send;
 
-    /// Gives a lease back as if it had never been granted.
-    fn give_back(&self, lease: Lease);
-
-    /// Cheap counters.
-    fn statistics(&self) -> Statistics;
+    /// Gives `lease` (granted for `key` by this limiter) back: what it took and still counts is
+    /// restored. Concurrency permits are released.
+    fn give_back(&self, key: &K, lease: Lease) -> Refund;
 
     /// Most permits one request can be granted.
     fn capacity(&self) -> u64;
 
-    /// The period the quota is counted over; `None` when not counted over time.
-    fn window(&self) -> Option<std::time::Duration> {
-        None
-    }
+    /// The period the quota is counted over (HTTP's `RateLimit-Policy` window); `None` when not
+    /// counted over time (concurrency).
+    fn window(&self) -> Option<Duration>;
 }
 
+/// One state for everything: the key is `()`.
 impl<A: Algorithm, C: Clock> RateLimiter for Limiter<A, C> {
     #[inline]
-    fn try_acquire(&self, n: u64) -> Result<Lease, Rejected> {
-        Limiter::try_acquire(self, n)
+    fn decide(&self, _key: &(), n: u64) -> Decision {
+        Answer::Ready(Limiter::try_acquire(self, n))
     }
-    fn check(&self, n: u64) -> Result<Meta, Rejected> {
-        Limiter::check(self, n)
+    fn check(&self, _key: &(), n: u64) -> Check {
+        Answer::Ready(Limiter::check(self, n))
     }
-    fn acquire(&self, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
+    fn acquire(&self, _key: &(), n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
         Limiter::acquire(self, n)
     }
-    fn give_back(&self, lease: Lease) {
-        Limiter::give_back(self, lease)
-    }
-    fn statistics(&self) -> Statistics {
-        Limiter::statistics(self)
+    fn give_back(&self, _key: &(), lease: Lease) -> Refund {
+        Limiter::give_back(self, lease);
+        Answer::Ready(())
     }
     fn capacity(&self) -> u64 {
         Limiter::capacity(self)
     }
-    fn window(&self) -> Option<std::time::Duration> {
+    fn window(&self) -> Option<Duration> {
         Limiter::window(self)
     }
 }
 
-impl<L: RateLimiter> RateLimiter for Arc<L> {
-    fn try_acquire(&self, n: u64) -> Result<Lease, Rejected> {
-        (**self).try_acquire(n)
+/// A key-by-key limiter. `acquire` retries at each `retry_after` without a bound on the wait (use
+/// [`Keyed::acquire`] for one).
+impl<K, Q, A, C> RateLimiter<Q> for Keyed<K, A, C>
+where
+    K: Borrow<Q> + Hash + Eq + Send + Sync + 'static,
+    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    A: Algorithm,
+    C: Clock,
+{
+    #[inline]
+    fn decide(&self, key: &Q, n: u64) -> Decision {
+        Answer::Ready(Keyed::try_acquire(self, key, n))
     }
-    fn check(&self, n: u64) -> Result<Meta, Rejected> {
-        (**self).check(n)
+    fn check(&self, key: &Q, n: u64) -> Check {
+        Answer::Ready(Keyed::check(self, key, n))
     }
-    fn acquire(&self, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
-        (**self).acquire(n)
+    fn acquire(&self, key: &Q, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
+        Keyed::acquire(self, key, n, None)
     }
-    fn give_back(&self, lease: Lease) {
-        (**self).give_back(lease)
+    fn give_back(&self, key: &Q, lease: Lease) -> Refund {
+        Keyed::give_back(self, key, lease);
+        Answer::Ready(())
     }
-    fn statistics(&self) -> Statistics {
-        (**self).statistics()
+    fn capacity(&self) -> u64 {
+        Keyed::capacity(self)
+    }
+    fn window(&self) -> Option<Duration> {
+        Keyed::window(self)
+    }
+}
+
+impl<K: ?Sized, L: RateLimiter<K> + ?Sized> RateLimiter<K> for Arc<L> {
+    #[inline]
+    fn decide(&self, key: &K, n: u64) -> Decision {
+        (**self).decide(key, n)
+    }
+    fn check(&self, key: &K, n: u64) -> Check {
+        (**self).check(key, n)
+    }
+    fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
+        (**self).acquire(key, n)
+    }
+    fn give_back(&self, key: &K, lease: Lease) -> Refund {
+        (**self).give_back(key, lease)
     }
     fn capacity(&self) -> u64 {
         (**self).capacity()
     }
-    fn window(&self) -> Option<std::time::Duration> {
+    fn window(&self) -> Option<Duration> {
         (**self).window()
     }
 }

@@ -25,8 +25,8 @@ use std::thread;
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Chain, Clock, Concurrency, FixedWindow, IntervalBucket, Limiter, ManualClock, Meta, Quota, RateLimiter,
-    Reason, SlidingLog, SlidingWindow, TokenBucket, WeightedWindow,
+    Algorithm, Answer, Chain, Clock, Concurrency, FixedWindow, IntervalBucket, Limiter, ManualClock, Meta, Quota,
+    RateLimiter, Reason, SlidingLog, SlidingWindow, TokenBucket, WeightedWindow,
 };
 
 const THREADS: usize = 3;
@@ -505,7 +505,7 @@ fn chain_case<A: Algorithm, B: Algorithm>(
                     let mut leases = Vec::new();
                     for _ in 0..3 * ATTEMPTS {
                         let n = 1 + rng.below(max_n);
-                        if let Ok(lease) = chain.try_acquire(n) {
+                        if let Answer::Ready(Ok(lease)) = chain.decide(&(), n) {
                             successes.fetch_add(1, Ordering::SeqCst);
                             permits.fetch_add(n, Ordering::SeqCst);
                             leases.push(lease);

@@ -1,4 +1,4 @@
--- sliding_window.lua: weighted two-window sliding counters (previous window's count weighted by
+-- weighted_window.lua: weighted two-window sliding counters (previous window's count weighted by
 -- its overlap with the sliding window, plus the current window's), all-or-nothing.
 -- Windows are aligned to multiples of the period since the clock's origin.
 --
@@ -12,7 +12,8 @@
 -- ARGV[7 + 2(i-1)]  counter i: period in microseconds.
 --
 -- Admits when prev * (P - elapsed) + (curr + n) * P <= limit * P, in exact integers.
--- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting counter}.
+-- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting counter,
+--          now_us (the decision's time)}.
 -- A key lives until both of its counts have left the sliding window.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
@@ -91,4 +92,4 @@ for i, key in ipairs(KEYS) do
   reset = math.max(reset, rst)
   retry = math.max(retry, rty)
 end
-return {admitted, limit, remaining, reset, retry, 0, limiting}
+return {admitted, limit, remaining, reset, retry, 0, limiting, now}

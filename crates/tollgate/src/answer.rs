@@ -1,0 +1,111 @@
+//! [`Answer`]: a result that is ready now (an in-process limiter) or after I/O (a distributed one),
+//! without boxing or awaiting on the ready path.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::decision::{Lease, Meta, Rejected};
+
+/// A future that owns everything it needs, so it can outlive the call that made it.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// An answer now, or a future of it.
+///
+/// In-process limiters always answer [`Answer::Ready`], so callers that inspect the answer pay
+/// neither an allocation nor a poll; `.await` works on either.
+///
+/// ```
+/// use tollgate::{Answer, Limiter, Quota, RateLimiter, TokenBucket};
+/// let limiter = Limiter::new(TokenBucket::new(Quota::per_second(1)?));
+/// match limiter.decide(&(), 1) {
+///     Answer::Ready(Ok(lease)) => assert_eq!(lease.permits(), 1),
+///     Answer::Ready(Err(no)) => panic!("a full bucket admits: {no}"),
+///     Answer::Pending(_) => unreachable!("in-process limiters answer at once"),
+/// }
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[must_use = "an Answer does nothing until it is inspected or awaited; a dropped Decision may drop a lease"]
+pub enum Answer<T> {
+    /// Decided now.
+    Ready(T),
+    /// Decided when the future completes.
+    Pending(BoxFuture<T>),
+}
+
+/// The answer to "may `n` permits go now?": a [`Lease`] or a [`Rejected`].
+pub type Decision = Answer<Result<Lease, Rejected>>;
+
+/// The answer to "would `n` permits go now?" (nothing taken).
+pub type Check = Answer<Result<Meta, Rejected>>;
+
+/// A lease given back; [`Answer::Pending`] while a distributed limiter's refund is on its way.
+pub type Refund = Answer<()>;
+
+impl<T: Send + 'static> Answer<T> {
+    /// The value if it is ready, else the answer unchanged.
+    pub fn now(self) -> Result<T, Answer<T>> {
+        match self {
+            Answer::Ready(value) => Ok(value),
+            pending => Err(pending),
+        }
+    }
+
+    /// Applies `f` to the value, now or when it arrives.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U + Send + 'static) -> Answer<U> {
+        match self {
+            Answer::Ready(value) => Answer::Ready(f(value)),
+            Answer::Pending(fut) => Answer::Pending(Box::pin(async move { f(fut.await) })),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Answer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Answer::Ready(_) => "Answer::Ready(..)",
+            Answer::Pending(_) => "Answer::Pending(..)",
+        })
+    }
+}
+
+impl<T: Send + 'static> IntoFuture for Answer<T> {
+    type Output = T;
+    type IntoFuture = AnswerFuture<T>;
+
+    fn into_future(self) -> AnswerFuture<T> {
+        AnswerFuture(match self {
+            Answer::Ready(value) => Inner::Ready(Some(value)),
+            Answer::Pending(fut) => Inner::Pending(fut),
+        })
+    }
+}
+
+/// The future of an [`Answer`] (`answer.await`).
+#[must_use = "futures do nothing unless awaited"]
+pub struct AnswerFuture<T>(Inner<T>);
+
+enum Inner<T> {
+    Ready(Option<T>),
+    Pending(BoxFuture<T>),
+}
+
+// The value is moved out, never pinned; the pending future is boxed.
+impl<T> Unpin for AnswerFuture<T> {}
+
+impl<T> Future for AnswerFuture<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match &mut self.get_mut().0 {
+            Inner::Ready(value) => Poll::Ready(value.take().expect("AnswerFuture polled after completion")),
+            Inner::Pending(fut) => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for AnswerFuture<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AnswerFuture")
+    }
+}
