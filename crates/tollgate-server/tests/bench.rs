@@ -26,6 +26,7 @@ async fn server(name: &str) -> Running {
         mode: Mode::Accuracy,
         shadow: false,
         watch: false,
+        time: Default::default(),
         storage: Default::default(),
     };
     start(&config, SystemClock::new()).await.expect("the server starts")

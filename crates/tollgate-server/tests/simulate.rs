@@ -277,3 +277,19 @@ fn simulated_time_is_not_wall_time() {
     assert!(sim.offered.len() > 590_000);
     assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
 }
+
+/// A quota is the same rate on every algorithm: with a burst smaller than the limit, the interval
+/// bucket admits the quota's rate in smaller steps (issue 15: it used to admit only the burst per
+/// period, 200 instead of about 1000 here).
+#[test]
+fn the_interval_bucket_admits_the_quotas_rate_whatever_the_burst() {
+    let q = parse_quota("100/s", Some(20)).unwrap();
+    let mut scenario = Scenario::new(q, Traffic::parse("poisson:150/s", &q).unwrap());
+    scenario.duration = Duration::from_secs(10);
+    let sim = simulate(&scenario).unwrap();
+    let interval = sim.run(AlgorithmKind::IntervalBucket).unwrap().admitted.len() as f64;
+    let bucket = sim.run(AlgorithmKind::TokenBucket).unwrap().admitted.len() as f64;
+    // 100/s for 10 s plus the first burst, whatever the step.
+    assert!((950.0..=1020.0).contains(&interval), "interval bucket admitted {interval}");
+    assert!((interval - bucket).abs() <= 0.03 * bucket, "interval bucket {interval} vs token bucket {bucket}");
+}

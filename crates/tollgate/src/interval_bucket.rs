@@ -1,12 +1,18 @@
-//! Token bucket with interval replenishment (.NET's `TokenBucketRateLimiter`): `limit` tokens are
-//! added every `period` (at multiples of the period since the clock's origin), up to `burst`;
-//! or, in manual mode, only when [`crate::Limiter::replenish`] is called.
+//! Token bucket with interval replenishment (.NET's `TokenBucketRateLimiter`): tokens are added in
+//! steps (at multiples of the step's interval since the clock's origin), up to `burst`; or, in
+//! manual mode, only when [`crate::Limiter::replenish`] is called.
+//!
+//! A [`Quota`] means the same rate here as on every other algorithm: `limit` per `period`. When the
+//! burst holds a whole period's tokens, a step is `limit` tokens every `period`; when it holds
+//! fewer, a step is `burst` tokens every `period × burst / limit` (rounded up to the nanosecond, so
+//! the rate is never above the quota's). .NET's own triple — tokens per period, period, token
+//! limit — is [`IntervalBucket::replenishing`].
 
 use std::sync::Mutex;
 
 use crate::algorithm::Algorithm;
 use crate::decision::Meta;
-use crate::quota::Quota;
+use crate::quota::{Quota, QuotaError};
 use crate::seqlock::SeqCell;
 
 /// Token bucket refilled in steps.
@@ -22,14 +28,36 @@ use crate::seqlock::SeqCell;
 /// assert_eq!(limiter.try_acquire(6).unwrap_err().retry_after(), Some(Duration::from_millis(200)));
 /// clock.advance(Duration::from_millis(100));
 /// assert_eq!(limiter.try_acquire(0).unwrap().remaining(), 5);
+///
+/// // 100 per second with a burst of 20: 20 tokens every 200 ms, still 100 per second.
+/// let quota = Quota::per_second(100)?.with_burst(20)?;
+/// let limiter = Limiter::builder(IntervalBucket::new(quota)).clock(clock.clone()).build();
+/// let _ = limiter.try_acquire(20).unwrap();
+/// clock.advance(Duration::from_millis(200));
+/// assert_eq!(limiter.try_acquire(0).unwrap().remaining(), 20);
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 ///
 /// Quota changes keep the tokens already spent: a bucket `k` short of its old burst is `k` short
 /// of its new one.
 pub struct IntervalBucket {
+    /// The step: `limit` tokens every `period`, up to `burst` (read on every decision).
     quota: SeqCell<Quota>,
+    /// What the caller configured (its rate and window).
+    config: SeqCell<Quota>,
     auto: bool,
+    /// Built from .NET's triple: the configuration is the step itself.
+    exact: bool,
+}
+
+impl std::fmt::Debug for IntervalBucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntervalBucket")
+            .field("config", &self.config.load())
+            .field("step", &self.quota.load())
+            .field("auto", &self.auto)
+            .finish()
+    }
 }
 
 /// The state of one [`IntervalBucket`].
@@ -43,15 +71,49 @@ struct Tokens {
 }
 
 impl IntervalBucket {
-    /// Adds `quota.limit()` tokens every `quota.period()`, up to `quota.burst()`.
+    /// `quota.limit()` tokens per `quota.period()`, up to `quota.burst()` stored, added in steps
+    /// (see the module docs: a burst smaller than the limit makes the steps smaller and more
+    /// frequent, never the rate lower).
     pub fn new(quota: Quota) -> IntervalBucket {
-        IntervalBucket { quota: SeqCell::new(quota), auto: true }
+        IntervalBucket::with(quota, true, false)
     }
 
-    /// Like [`IntervalBucket::new`], but tokens are only added by
-    /// [`crate::Limiter::replenish`] (e.g. driven by an external timer or signal).
+    /// .NET's `TokenBucketRateLimiter` triple: `tokens` added every `period`, at most `capacity`
+    /// stored. Later configuration changes ([`crate::Limiter::set_quota`]) are read the same way:
+    /// `limit` tokens every `period`, up to `burst`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::IntervalBucket;
+    /// let bucket = IntervalBucket::replenishing(5, Duration::from_secs(1), 20)?; // 5/s, 20 stored
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn replenishing(tokens: u64, period: std::time::Duration, capacity: u64) -> Result<IntervalBucket, QuotaError> {
+        Ok(IntervalBucket::with(Quota::per(period, tokens)?.with_burst(capacity)?, true, true))
+    }
+
+    /// Tokens are only added by [`crate::Limiter::replenish`] (e.g. driven by an external timer or
+    /// signal): `quota.limit()` per call, up to `quota.burst()`.
     pub fn manual(quota: Quota) -> IntervalBucket {
-        IntervalBucket { quota: SeqCell::new(quota), auto: false }
+        IntervalBucket::with(quota, false, true)
+    }
+
+    fn with(quota: Quota, auto: bool, exact: bool) -> IntervalBucket {
+        let bucket = IntervalBucket { quota: SeqCell::new(quota), config: SeqCell::new(quota), auto, exact };
+        bucket.quota.store(bucket.step(quota));
+        bucket
+    }
+
+    /// The step that gives `quota`'s rate with at most `burst` tokens per step.
+    fn step(&self, quota: Quota) -> Quota {
+        if self.exact || quota.burst() >= quota.limit() {
+            return quota;
+        }
+        let interval = (u128::from(quota.period_ns()) * u128::from(quota.burst())).div_ceil(u128::from(quota.limit()));
+        let interval = std::time::Duration::from_nanos(u64::try_from(interval).unwrap_or(u64::MAX));
+        // Both are nonzero (burst >= 1, interval >= 1 ns), so this cannot fail; if it did, the
+        // quota itself is the safe fallback (a lower rate, never a higher one).
+        Quota::per(interval, quota.burst()).and_then(|q| q.with_burst(quota.burst())).unwrap_or(quota)
     }
 
     /// True unless built with [`IntervalBucket::manual`].
@@ -150,19 +212,21 @@ impl Algorithm for IntervalBucket {
     }
 
     fn config(&self) -> Quota {
-        self.quota.load()
+        self.config.load()
     }
 
     fn window(&self) -> Option<std::time::Duration> {
-        Some(self.quota.load().period())
+        Some(self.config.load().period())
     }
 
     fn set_config(&self, quota: Quota) -> Quota {
-        self.quota.store(quota)
+        self.quota.store(self.step(quota));
+        self.config.store(quota)
     }
 
     fn carry_over(&self, state: &IntervalBucketState, now: u64, old: Quota) {
         let q = self.quota.load();
+        let old = self.step(old);
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
         let t = self.refreshed(*guard, now, &old);
         let used = old.burst().saturating_sub(t.tokens);

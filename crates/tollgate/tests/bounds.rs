@@ -207,14 +207,18 @@ fn interval_bucket_never_exceeds_burst_plus_refills() {
     ];
     for (k, q) in quotas.into_iter().enumerate() {
         let p = ns(q.period());
-        // Auto: `limit` more at every multiple of the period since the origin.
-        let rounds = hammer(IntervalBucket::new(q), &[p, p / 3 + 1], 3, 21 + k as u64, None);
+        // Auto: a step of tokens at every multiple of the step's interval since the origin; the
+        // quota's rate in steps the burst holds (`burst` every p × burst / limit when it holds
+        // fewer than `limit`).
+        let (step, sp) =
+            if q.burst() < q.limit() { (q.burst(), (p * q.burst()).div_ceil(q.limit())) } else { (q.limit(), p) };
+        let rounds = hammer(IntervalBucket::new(q), &[sp, sp / 3 + 1], 3, 21 + k as u64, None);
         let tight = check_pairs(&format!("interval bucket {q}"), &rounds, |a, b, _, _| {
-            q.burst() + q.limit() * (b.t / p - a.t / p)
+            q.burst() + step * (b.t / sp - a.t / sp)
         });
         assert!(tight > 0, "interval bucket {q}: the bound was never reached");
         for w in rounds.windows(2).filter(|w| w[0].drained && w[1].drained) {
-            let refill = (q.limit() * (w[1].t / p - w[0].t / p)).min(q.burst());
+            let refill = (step * (w[1].t / sp - w[0].t / sp)).min(q.burst());
             assert_eq!(w[1].admitted, refill, "interval bucket {q}: drained round after a drain, {:?}", w[1]);
         }
 

@@ -107,8 +107,14 @@ struct IntervalModel {
 
 impl IntervalModel {
     fn new(q: &Quota, auto: bool, now: u64) -> Self {
-        let period = ns(q.period());
-        IntervalModel { limit: q.limit(), burst: q.burst(), period, auto, tokens: q.burst(), tick: now / period }
+        let (mut limit, mut period) = (q.limit(), ns(q.period()));
+        if auto && q.burst() < limit {
+            // The quota's rate in steps the burst can hold: `burst` tokens every
+            // period × burst / limit, rounded up.
+            period = (period * q.burst()).div_ceil(limit);
+            limit = q.burst();
+        }
+        IntervalModel { limit, burst: q.burst(), period, auto, tokens: q.burst(), tick: now / period }
     }
     fn tokens_at(&self, t: u64) -> u64 {
         if !self.auto {

@@ -76,6 +76,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         mode: args.mode,
         shadow: args.shadow,
         watch: !args.no_watch,
+        time: Default::default(),
         storage: match args.storage {
             StorageKind::Memory => Storage::Memory,
             StorageKind::Redis => Storage::Redis { url: args.redis_url, prefix: args.redis_prefix },

@@ -18,4 +18,4 @@ mod server;
 pub use engine::{Action, CounterView, Engine, Loaded, Mode, Outcome, RedisStore, Status};
 pub use metrics::Metrics;
 pub use reload::{Reloaded, Reloader};
-pub use server::{Running, ServeConfig, ServeError, Storage, start};
+pub use server::{Running, ServeConfig, ServeError, Storage, TimeSource, start};

@@ -31,6 +31,20 @@ pub struct ServeConfig {
     pub watch: bool,
     /// Where counters live.
     pub storage: Storage,
+    /// Whose clock times the windows of counters kept in Redis.
+    pub time: TimeSource,
+}
+
+/// Whose clock times the windows of counters kept in Redis (with in-memory storage the server's
+/// clock always does).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeSource {
+    /// Redis `TIME`: every replica agrees, whatever its own clock says. The default.
+    #[default]
+    Redis,
+    /// The clock passed to [`start`] (tests on a [`tollgate::ManualClock`]; replicas with
+    /// different clocks would disagree).
+    Server,
 }
 
 /// Where counters live.
@@ -111,18 +125,18 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let text = Policy::read(&config.limits)?;
     let policy = Policy::parse(&text, &name)?;
     let mut engine = Engine::new(policy, config.mode, config.shadow, clock);
-    let manual_clock = std::any::TypeId::of::<C>() != std::any::TypeId::of::<SystemClock>();
+    let use_engine_clock = config.time == TimeSource::Server;
     let mut flush_every = None;
     match &config.storage {
         Storage::Memory => {}
         Storage::Redis { url, prefix } => {
             let redis = tollgate_redis::Redis::connect(url).await.map_err(|e| ServeError::Storage(e.to_string()))?;
-            let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock: manual_clock };
+            let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock };
             engine = engine.with_redis(store).map_err(|e| ServeError::Storage(format!("{name}: {e}")))?;
         }
         Storage::RedisCached { url, prefix, flush } => {
             let redis = tollgate_redis::Redis::connect(url).await.map_err(|e| ServeError::Storage(e.to_string()))?;
-            let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock: manual_clock };
+            let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock };
             engine = engine.with_redis_cached(store).map_err(|e| ServeError::Storage(format!("{name}: {e}")))?;
             flush_every = Some(*flush);
         }
