@@ -117,3 +117,9 @@ impl Algorithm for Concurrency {
         false
     }
 }
+
+impl std::fmt::Debug for Concurrency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Concurrency").field("max", &self.config()).finish()
+    }
+}

@@ -125,3 +125,9 @@ impl Algorithm for FixedWindow {
 
     fn carry_over(&self, _state: &FixedWindowState, _now: u64, _old: Quota) {}
 }
+
+impl std::fmt::Debug for FixedWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FixedWindow").field("quota", &self.config()).finish()
+    }
+}

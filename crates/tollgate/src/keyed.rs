@@ -67,6 +67,7 @@ pub struct KeyedStatistics {
 }
 
 /// Builds a [`Keyed`] limiter.
+#[must_use = "a builder does nothing until .build()"]
 pub struct KeyedBuilder<K, A: Algorithm, C: Clock> {
     algo: A,
     clock: C,
@@ -413,5 +414,26 @@ where
     /// Changes the quota of every key at run time.
     pub fn set_quota(&self, quota: Quota) {
         self.set_config(quota)
+    }
+}
+
+impl<K, A: Algorithm, C: Clock> std::fmt::Debug for Keyed<K, A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = &*self.inner;
+        f.debug_struct("Keyed")
+            .field("config", &inner.algo.config())
+            .field("shards", &inner.shards.len())
+            .field("max_keys", &(inner.max_per_shard * inner.shards.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, A: Algorithm, C: Clock> std::fmt::Debug for KeyedBuilder<K, A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedBuilder")
+            .field("config", &self.algo.config())
+            .field("shards", &self.shards)
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
     }
 }

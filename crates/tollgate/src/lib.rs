@@ -52,7 +52,8 @@
 //! [`Keyed`] keeps one state per key with bounded memory; [`Chain`] combines limits
 //! all-or-nothing.
 #![deny(missing_docs)]
-#![warn(rust_2018_idioms, unreachable_pub)]
+#![warn(rust_2018_idioms, unreachable_pub, missing_debug_implementations)]
+#![forbid(unsafe_code)]
 
 mod algorithm;
 mod answer;

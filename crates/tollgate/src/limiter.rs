@@ -59,6 +59,7 @@ pub(crate) struct Shared<A: Algorithm, C: Clock> {
 }
 
 /// Builds a [`Limiter`]: clock, queue order, queue limit and maximum wait.
+#[must_use = "a builder does nothing until .build()"]
 pub struct Builder<A: Algorithm, C: Clock> {
     algo: A,
     clock: C,
@@ -327,5 +328,28 @@ impl<A: Algorithm, C: Clock> PermitPool for Shared<A, C> {
         if self.queued.load(Ordering::Relaxed) > 0 {
             self.drive(None);
         }
+    }
+}
+
+impl<A: Algorithm, C: Clock> std::fmt::Debug for Limiter<A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &*self.shared;
+        f.debug_struct("Limiter")
+            .field("config", &s.algo.config())
+            .field("order", &s.order)
+            .field("queued", &s.queued.load(Ordering::Relaxed))
+            .field("closed", &s.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Algorithm, C: Clock> std::fmt::Debug for Builder<A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("config", &self.algo.config())
+            .field("order", &self.order)
+            .field("queue_limit", &self.queue_limit)
+            .field("max_wait_ns", &self.max_wait)
+            .finish_non_exhaustive()
     }
 }

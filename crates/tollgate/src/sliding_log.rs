@@ -161,3 +161,9 @@ impl Algorithm for SlidingLog {
 
     fn carry_over(&self, _state: &SlidingLogState, _now: u64, _old: Quota) {}
 }
+
+impl std::fmt::Debug for SlidingLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlidingLog").field("quota", &self.config()).finish()
+    }
+}

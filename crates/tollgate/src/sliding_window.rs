@@ -201,3 +201,9 @@ impl Algorithm for SlidingWindow {
         segs.counts[i] = total;
     }
 }
+
+impl std::fmt::Debug for SlidingWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlidingWindow").field("quota", &self.config()).finish()
+    }
+}

@@ -130,3 +130,9 @@ impl Algorithm for TokenBucket {
         });
     }
 }
+
+impl std::fmt::Debug for TokenBucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenBucket").field("quota", &self.config()).finish()
+    }
+}

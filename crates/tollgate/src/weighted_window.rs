@@ -184,3 +184,9 @@ impl Algorithm for WeightedWindow {
         *guard = TwoWindows { index: now / p, ..w };
     }
 }
+
+impl std::fmt::Debug for WeightedWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeightedWindow").field("quota", &self.config()).finish()
+    }
+}

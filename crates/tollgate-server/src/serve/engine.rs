@@ -112,8 +112,17 @@ pub struct Engine<C: Clock = SystemClock> {
     shadow: bool,
     stripes: Box<[Mutex<()>]>,
     hasher: hashbrown::DefaultHashBuilder,
-    redis: Option<RedisStore>,
-    cache: Option<super::cache::Cache>,
+    store: Store,
+}
+
+/// Where the counters live: one value, so no combination of settings can be half-configured.
+enum Store {
+    /// In the engine's own counters.
+    Memory,
+    /// In Redis, one round trip per call.
+    Redis(RedisStore),
+    /// Decided in memory, flushed to Redis in batches.
+    RedisCached(RedisStore, super::cache::Cache),
 }
 
 /// Counters in Redis instead of in memory.
@@ -142,50 +151,50 @@ impl<C: Clock + Clone> Engine<C> {
             shadow,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: Default::default(),
-            redis: None,
-            cache: None,
+            store: Store::Memory,
         }
     }
 
     /// Decides in memory and flushes counts to Redis in batches (call [`Engine::flush`]
     /// periodically): see `--storage redis-cached` for the overshoot this allows across replicas.
     pub fn with_redis_cached(mut self, store: RedisStore) -> Result<Engine<C>, String> {
-        self.cache = Some(Default::default());
-        self.with_redis(store)
+        self.store = Store::RedisCached(store, Default::default());
+        self.accepts(&self.loaded().policy)?;
+        Ok(self)
     }
 
     /// Sends the hits allowed locally since the last flush (redis-cached only); returns the
     /// counters flushed.
     pub async fn flush(&self) -> Result<usize, tollgate_redis::BackendError> {
-        match (&self.cache, &self.redis) {
-            (Some(cache), Some(store)) => {
+        match &self.store {
+            Store::RedisCached(store, cache) => {
                 let now = self.clock.now();
                 cache.flush(&store.redis, now, store.use_engine_clock.then_some(now / 1000)).await
             }
-            _ => Ok(0),
+            Store::Memory | Store::Redis(_) => Ok(0),
         }
     }
 
     /// True when counters are cached locally and flushed to Redis.
     pub fn is_cached(&self) -> bool {
-        self.cache.is_some()
+        matches!(self.store, Store::RedisCached(..))
     }
 
     /// Keeps counters in Redis. Fails if a limit cannot be counted there.
     pub fn with_redis(mut self, store: RedisStore) -> Result<Engine<C>, String> {
-        self.redis = Some(store);
+        self.store = Store::Redis(store);
         self.accepts(&self.loaded().policy)?;
         Ok(self)
     }
 
-    /// True when counters live in Redis.
+    /// True when counters live in Redis (directly or cached).
     pub fn uses_redis(&self) -> bool {
-        self.redis.is_some()
+        !matches!(self.store, Store::Memory)
     }
 
     /// Whether `policy` can be served by this engine's storage: Redis counts fixed windows only.
     pub fn accepts(&self, policy: &Policy) -> Result<(), String> {
-        if self.redis.is_none() {
+        if !self.uses_redis() {
             return Ok(());
         }
         match policy.limits().iter().find(|l| l.algorithm() != tollgate_policy::AlgorithmKind::FixedWindow) {
@@ -207,7 +216,11 @@ impl<C: Clock + Clone> Engine<C> {
         delta: u64,
         action: Action,
     ) -> Result<Outcome<C>, tollgate_redis::BackendError> {
-        let Some(store) = &self.redis else { return Ok(self.decide(namespace, descriptors, delta, action)) };
+        let (store, cache) = match &self.store {
+            Store::Memory => return Ok(self.decide(namespace, descriptors, delta, action)),
+            Store::Redis(store) => (store, None),
+            Store::RedisCached(store, cache) => (store, Some(cache)),
+        };
         let loaded = self.loaded();
         let hits = loaded.policy.hits(namespace, descriptors);
         let counters: Vec<tollgate_redis::WindowCounter> = hits
@@ -224,7 +237,7 @@ impl<C: Clock + Clone> Engine<C> {
             Action::CheckAndReport => tollgate_redis::CountersMode::Take,
         };
         let now = store.use_engine_clock.then(|| self.clock.now() / 1000);
-        let decided = match &self.cache {
+        let decided = match cache {
             None => tollgate_redis::decide_windows(&store.redis, &counters, delta, mode, now).await?.counters,
             Some(cache) => {
                 let missing = cache.missing(&counters);
