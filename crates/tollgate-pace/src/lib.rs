@@ -25,6 +25,8 @@
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
+#![warn(missing_debug_implementations)]
+#![forbid(unsafe_code)]
 
 mod budget;
 mod pacer;

@@ -19,6 +19,8 @@ use tollgate::{Clock, IntervalBucket, Limiter, Quota, SystemClock};
 use crate::{Budget, PaceError};
 
 /// Builds a [`Pacer`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until .build()"]
 pub struct PacerBuilder<C: Clock = SystemClock> {
     budget: Budget,
     granularity: Duration,
@@ -125,6 +127,21 @@ pub struct Pacer<C: Clock = SystemClock> {
     increase: f64,
     min_rate: f64,
     state: Mutex<Adapt>,
+}
+
+impl<C: Clock> std::fmt::Debug for Pacer<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Pacer");
+        d.field("granularity", &self.granularity)
+            .field("decrease", &self.decrease)
+            .field("increase", &self.increase)
+            .field("min_rate", &self.min_rate);
+        // try_lock: formatting must never wait for (or deadlock with) the pacer's own lock.
+        if let Ok(state) = self.state.try_lock() {
+            d.field("rate", &state.rate).field("ceiling", &state.ceiling).field("paused_until", &state.paused_until);
+        }
+        d.finish_non_exhaustive()
+    }
 }
 
 impl Pacer<SystemClock> {

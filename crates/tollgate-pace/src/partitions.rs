@@ -19,6 +19,8 @@ use tollgate_redis::{Redis, RedisSemaphore, SemaphoreGuard};
 use crate::{Budget, PaceError, Pacer};
 
 /// Builds [`Partitions`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until .join()"]
 pub struct PartitionsBuilder {
     redis: Redis,
     name: String,
@@ -85,6 +87,7 @@ impl PartitionsBuilder {
     }
 }
 
+#[derive(Debug)]
 struct Shared {
     semaphore: RedisSemaphore,
     held: Mutex<Vec<SemaphoreGuard>>,
@@ -117,6 +120,7 @@ impl Shared {
 }
 
 /// The partitions a worker holds; released when dropped (or by [`Partitions::leave`]).
+#[must_use = "the partitions are released when this is dropped; keep it for as long as the worker runs"]
 pub struct Partitions {
     shared: Arc<Shared>,
     stop: tokio::sync::watch::Sender<bool>,
@@ -174,6 +178,17 @@ impl Partitions {
             guard.release().await?;
         }
         Ok(())
+    }
+}
+
+impl std::fmt::Debug for Partitions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partitions")
+            .field("semaphore", &self.shared.semaphore)
+            .field("want", &self.shared.want)
+            .field("share", &self.shared.share)
+            .field("held", &self.held())
+            .finish_non_exhaustive()
     }
 }
 

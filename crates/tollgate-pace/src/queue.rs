@@ -53,6 +53,17 @@ pub struct RedisStreams {
     max_attempts: u64,
 }
 
+impl std::fmt::Debug for RedisStreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStreams")
+            .field("stream", &self.stream)
+            .field("group", &self.group)
+            .field("idle", &self.idle)
+            .field("max_attempts", &self.max_attempts)
+            .finish_non_exhaustive()
+    }
+}
+
 impl RedisStreams {
     /// Opens (creating if needed) the stream `name` and its consumer group `workers`. Items idle
     /// for `idle` are reclaimed; an item failing `max_attempts` times goes to `{name}:dead`.

@@ -33,6 +33,8 @@
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
 #![deny(missing_docs)]
+#![warn(missing_debug_implementations)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod expr;

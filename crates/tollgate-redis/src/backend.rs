@@ -243,3 +243,49 @@ impl Redis {
         }
     }
 }
+
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("Redis")
+            .field("url", &redact_url(&i.url))
+            .field("cluster", &matches!(i.conn, Conn::Cluster(_)))
+            .field("options", &i.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` (or a comma-separated list of them) with what may hold a secret left out: the user info
+/// (`user:password@`) becomes `***@`, and the query (`?pass=...` on unix sockets) is dropped.
+pub(crate) fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let one = one.split(['?', '#']).next().unwrap_or_default();
+            let Some((scheme, rest)) = one.split_once("://") else {
+                return "<not a URL>".to_owned();
+            };
+            // The last `@`, not the first one in the authority: a password may hold a raw `/` or `@`.
+            match rest.rsplit_once('@') {
+                Some((_, host_and_path)) => format!("{scheme}://***@{host_and_path}"),
+                None => one.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redact_url_hides_credentials() {
+        assert_eq!(redact_url("redis://127.0.0.1:6379/0"), "redis://127.0.0.1:6379/0");
+        assert_eq!(redact_url("redis://:s3cret@10.0.0.1:6379/2"), "redis://***@10.0.0.1:6379/2");
+        assert_eq!(redact_url("rediss://app:p@ss@cache.internal"), "rediss://***@cache.internal");
+        assert_eq!(redact_url("redis+unix:///tmp/redis.sock?db=1&pass=s3cret"), "redis+unix:///tmp/redis.sock");
+        assert_eq!(redact_url("redis://u:a@h1:7000,redis://u:b@h2:7001"), "redis://***@h1:7000,redis://***@h2:7001");
+        assert_eq!(redact_url("redis://:pa/ss@host/0"), "redis://***@host/0");
+        assert_eq!(redact_url("s3cret"), "<not a URL>");
+    }
+}

@@ -28,6 +28,8 @@
 //! ```
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
+#![warn(missing_debug_implementations)]
+#![forbid(unsafe_code)]
 
 mod backend;
 mod counters;

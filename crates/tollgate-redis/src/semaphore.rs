@@ -76,7 +76,8 @@ pub enum SemaphoreConfigError {
 }
 
 /// Builds a [`RedisSemaphore`].
-#[derive(Clone)]
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until .build()"]
 pub struct RedisSemaphoreBuilder {
     redis: Redis,
     name: String,
@@ -397,7 +398,7 @@ impl std::fmt::Debug for RedisSemaphore {
             .field("capacity", &self.inner.capacity)
             .field("lease_ttl", &self.inner.lease_ttl)
             .field("max_wait", &self.inner.max_wait)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -49,6 +49,17 @@ impl<B> RateLimitBody<B> {
     }
 }
 
+impl<B> std::fmt::Debug for RateLimitBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("RateLimitBody");
+        match &self.kind {
+            Kind::Inner { permit, .. } => d.field("kind", &"inner").field("holds_permit", &permit.is_some()),
+            Kind::Rejected { bytes } => d.field("kind", &"rejected").field("bytes", bytes),
+        };
+        d.finish_non_exhaustive()
+    }
+}
+
 impl<B> Body for RateLimitBody<B>
 where
     B: Body<Data = Bytes>,

@@ -177,6 +177,12 @@ impl<F> KeyFn<F> {
     }
 }
 
+impl<F> std::fmt::Debug for KeyFn<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("KeyFn").finish_non_exhaustive()
+    }
+}
+
 impl<F> Clone for KeyFn<F> {
     fn clone(&self) -> Self {
         KeyFn(self.0.clone())

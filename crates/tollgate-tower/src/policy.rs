@@ -270,3 +270,33 @@ impl<A: Policies, B: Policies> Policies for Both<A, B> {
         self.1.describe(b, out);
     }
 }
+
+impl<X: KeyExtractor, L> std::fmt::Debug for Policy<X, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key extractor, the limiter and the key need not be `Debug`: name their types.
+        let missing = match &self.missing {
+            MissingKey::Reject(status) => format!("Reject({status})"),
+            MissingKey::Allow => "Allow".to_owned(),
+            MissingKey::Shared(_) => "Shared(..)".to_owned(),
+        };
+        f.debug_struct("Policy")
+            .field("name", &self.name)
+            .field("key", &std::any::type_name::<X>())
+            .field("limit", &std::any::type_name::<L>())
+            .field("cost", &if self.cost.is_some() { "custom" } else { "1" })
+            .field("on_missing_key", &missing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: std::fmt::Debug> std::fmt::Debug for PolicyPermit<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyPermit").field("taken", &self.taken).finish()
+    }
+}
+
+impl<A: std::fmt::Debug, B: std::fmt::Debug> std::fmt::Debug for Both<A, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Both").field(&self.0).field(&self.1).finish()
+    }
+}

@@ -340,3 +340,44 @@ where
         }
     }
 }
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("status", &self.status)
+            .field("unavailable_status", &self.unavailable_status)
+            .field("headers_on_success", &self.headers_on_success)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: std::fmt::Debug> std::fmt::Debug for RateLimitLayer<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitLayer").field("policies", &self.policies).field("config", &self.config).finish()
+    }
+}
+
+impl<S: std::fmt::Debug, P: std::fmt::Debug> std::fmt::Debug for RateLimit<S, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("policies", &self.shared.policies)
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl<S, B, P> std::fmt::Debug for ResponseFuture<S, B, P>
+where
+    S: Service<Request<B>>,
+    P: Policies,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Deciding { .. } => "deciding",
+            State::Admitted { .. } => "admitted",
+            State::Rejected { .. } => "rejected",
+        };
+        f.debug_struct("ResponseFuture").field("state", &state).finish_non_exhaustive()
+    }
+}

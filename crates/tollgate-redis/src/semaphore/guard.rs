@@ -122,7 +122,7 @@ impl std::fmt::Debug for SemaphoreGuard {
             .field("lease_id", &self.id)
             .field("fencing_token", &self.token)
             .field("lost", &self.is_lost())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 

@@ -1,0 +1,24 @@
+//! Compile-time check: the pacer, the partitions and the queue can be shared across threads and
+//! tasks (workers hold them in `Arc`s and the pump spawns handlers).
+
+use tollgate::ManualClock;
+use tollgate_pace::{
+    Budget, Item, PaceError, Pacer, PacerBuilder, Partitions, PartitionsBuilder, Progress, PumpOptions, RedisStreams,
+};
+
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    assert_send_sync::<Pacer>();
+    assert_send_sync::<Pacer<ManualClock>>();
+    assert_send_sync::<PacerBuilder>();
+    assert_send_sync::<Partitions>();
+    assert_send_sync::<PartitionsBuilder>();
+    assert_send_sync::<RedisStreams>();
+    assert_send_sync::<Budget>();
+    assert_send_sync::<Item>();
+    assert_send_sync::<Progress>();
+    assert_send_sync::<PumpOptions>();
+    assert_send_sync::<PaceError>();
+}
