@@ -280,7 +280,26 @@ impl RedisLimiter {
     /// [`FailurePolicy::Allow`], the local limiter for [`FailurePolicy::Local`]). If Redis fails,
     /// the permits stay taken (the safe side) and the error is returned.
     pub async fn give_back(&self, key: &str, lease: Lease) -> Result<(), BackendError> {
-        self.refund(key, lease).await
+        let i = &self.inner;
+        if lease.permits() == 0 {
+            return Ok(());
+        }
+        match lease.reason() {
+            Reason::Granted => {}
+            Reason::Fallback => {
+                if let FailurePolicy::Local(local) = &i.failure {
+                    tollgate::Keyed::give_back(local, key, lease);
+                }
+                return Ok(());
+            }
+            // Fail-open leases took nothing.
+            _ => return Ok(()),
+        }
+        let granted_us = (lease.granted_at() / 1000).to_string();
+        let args = self.args(lease.permits(), i.algorithm.name().to_owned(), granted_us);
+        let keys = self.keys_for(key, &vec![key; i.limits.len()]);
+        let _refunded: i64 = i.redis.invoke(&scripts::REFUND, &keys, &args).await?;
+        Ok(())
     }
 
     /// Like [`RedisLimiter::try_acquire`], but a Redis failure is returned as the error it is
@@ -422,29 +441,6 @@ impl RedisLimiter {
         }
         args
     }
-
-    async fn refund(&self, key: &str, lease: Lease) -> Result<(), BackendError> {
-        let i = &self.inner;
-        if lease.permits() == 0 {
-            return Ok(());
-        }
-        match lease.reason() {
-            Reason::Granted => {}
-            Reason::Fallback => {
-                if let FailurePolicy::Local(local) = &i.failure {
-                    tollgate::Keyed::give_back(local, key, lease);
-                }
-                return Ok(());
-            }
-            // Fail-open leases took nothing.
-            _ => return Ok(()),
-        }
-        let granted_us = (lease.granted_at() / 1000).to_string();
-        let args = self.args(lease.permits(), i.algorithm.name().to_owned(), granted_us);
-        let keys = self.keys_for(key, &vec![key; i.limits.len()]);
-        let _refunded: i64 = i.redis.invoke(&scripts::REFUND, &keys, &args).await?;
-        Ok(())
-    }
 }
 
 /// A Redis limiter is a [`RateLimiter`] for any key with a text form: the same decisions as
@@ -467,12 +463,9 @@ impl<K: RedisKey + ?Sized> RateLimiter<K> for RedisLimiter {
     }
 
     fn give_back(&self, key: &K, lease: Lease) -> Refund {
-        if lease.permits() == 0 || lease.reason() == Reason::FailOpen {
-            return Answer::Ready(());
-        }
         let (limiter, key) = (self.clone(), key.redis_key().into_owned());
         Answer::Pending(Box::pin(async move {
-            if let Err(error) = limiter.refund(&key, lease).await {
+            if let Err(error) = RedisLimiter::give_back(&limiter, &key, lease).await {
                 tracing::warn!(%error, prefix = %limiter.inner.prefix, %key, "refund to redis failed; the permits stay taken");
             }
         }))

@@ -252,13 +252,7 @@ impl<A: Policies, B: Policies> Policies for Both<A, B> {
     }
 
     fn give_back(&self, (a, b): Self::Permit) -> Refund {
-        match (self.1.give_back(b), self.0.give_back(a)) {
-            (Answer::Ready(()), Answer::Ready(())) => Answer::Ready(()),
-            (b, a) => Answer::Pending(Box::pin(async move {
-                b.await;
-                a.await;
-            })),
-        }
+        self.1.give_back(b).and(self.0.give_back(a))
     }
 
     fn holds((a, b): &Self::Permit) -> bool {

@@ -60,6 +60,20 @@ impl<T: Send + 'static> Answer<T> {
     }
 }
 
+impl Answer<()> {
+    /// Both refunds (or other unit answers): ready when both are, else one future awaiting `self`
+    /// then `other`.
+    pub fn and(self, other: Answer<()>) -> Answer<()> {
+        match (self, other) {
+            (Answer::Ready(()), Answer::Ready(())) => Answer::Ready(()),
+            (first, then) => Answer::Pending(Box::pin(async move {
+                first.await;
+                then.await;
+            })),
+        }
+    }
+}
+
 impl<T> std::fmt::Debug for Answer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

@@ -148,13 +148,7 @@ where
     fn give_back(&self, key: &K, lease: Lease) -> Refund {
         let mut parts = lease.take_parts().into_iter();
         let (Some(a), Some(b)) = (parts.next(), parts.next()) else { return Answer::Ready(()) };
-        match (self.second.give_back(key, b), self.first.give_back(key, a)) {
-            (Answer::Ready(()), Answer::Ready(())) => Answer::Ready(()),
-            (b, a) => Answer::Pending(Box::pin(async move {
-                b.await;
-                a.await;
-            })),
-        }
+        self.second.give_back(key, b).and(self.first.give_back(key, a))
     }
 
     fn capacity(&self) -> u64 {

@@ -1,0 +1,55 @@
+//! A fixed number of decisions on one path, for instruction counts that do not depend on the
+//! machine's load: run it under callgrind with two counts and divide the difference.
+//!
+//! ```text
+//! cargo build --release -p tollgate --example decisions
+//! for n in 100000 200000; do
+//!   valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/decisions admit/tollgate $n 2>&1 | grep refs
+//! done
+//! ```
+//! Paths: `admit/{tollgate,governor}`, `reject/{tollgate,governor}`, `concurrency/{tollgate,tokio}`.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+
+use governor::{DefaultDirectRateLimiter, RateLimiter};
+use tollgate::{Concurrency, Limiter, Quota, TokenBucket};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: decisions <admit|reject|concurrency>/<tollgate|governor|tokio> <count>";
+    let path = args.next().ok_or(usage)?;
+    let count: u64 = args.next().ok_or(usage)?.parse()?;
+    let nz = |n: u32| NonZeroU32::new(n).expect("nonzero");
+    match path.as_str() {
+        "admit/tollgate" => {
+            let l = Limiter::new(TokenBucket::new(Quota::per_second(1_000_000_000)?.with_burst(u64::from(u32::MAX))?));
+            (0..count).for_each(|_| drop(black_box(l.try_acquire(black_box(1)))));
+        }
+        "admit/governor" => {
+            let l: DefaultDirectRateLimiter =
+                RateLimiter::direct(governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(u32::MAX)));
+            (0..count).for_each(|_| drop(black_box(l.check())));
+        }
+        "reject/tollgate" => {
+            let l = Limiter::new(TokenBucket::new(Quota::per_hour(1)?));
+            let _first = l.try_acquire(1);
+            (0..count).for_each(|_| drop(black_box(l.try_acquire(black_box(1)))));
+        }
+        "reject/governor" => {
+            let l: DefaultDirectRateLimiter = RateLimiter::direct(governor::Quota::per_hour(nz(1)));
+            let _first = l.check();
+            (0..count).for_each(|_| drop(black_box(l.check())));
+        }
+        "concurrency/tollgate" => {
+            let l = Limiter::new(Concurrency::new(1_000)?);
+            (0..count).for_each(|_| drop(black_box(l.try_acquire(black_box(1)))));
+        }
+        "concurrency/tokio" => {
+            let s = tokio::sync::Semaphore::new(1_000);
+            (0..count).for_each(|_| drop(black_box(s.try_acquire())));
+        }
+        other => return Err(format!("unknown path {other:?}; {usage}").into()),
+    }
+    Ok(())
+}
