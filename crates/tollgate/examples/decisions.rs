@@ -7,17 +7,27 @@
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/decisions admit/tollgate $n 2>&1 | grep refs
 //! done
 //! ```
-//! Paths: `admit/{tollgate,governor}`, `reject/{tollgate,governor}`, `concurrency/{tollgate,tokio}`.
+//! Paths: `admit/{tollgate,governor}`, `reject/{tollgate,governor}`, `keyed/{tollgate,governor}`
+//! (1,000 `u64` keys, all present, walked in a fixed stride), `concurrency/{tollgate,tokio}`.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
 
-use governor::{DefaultDirectRateLimiter, RateLimiter};
-use tollgate::{Concurrency, Limiter, Quota, TokenBucket};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, RateLimiter};
+use tollgate::{Concurrency, Keyed, Limiter, Quota, TokenBucket};
+
+/// Keys of the keyed path: all in cache.
+const KEYS: u64 = 1_000;
+
+/// The `i`th key of the walk: a stride coprime with `KEYS`, so consecutive decisions hit
+/// different keys (and shards) without a random number generator's cost.
+fn key(i: u64) -> u64 {
+    (i * 617) % KEYS
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: decisions <admit|reject|concurrency>/<tollgate|governor|tokio> <count>";
+    let usage = "usage: decisions <admit|reject|keyed|concurrency>/<tollgate|governor|tokio> <count>";
     let path = args.next().ok_or(usage)?;
     let count: u64 = args.next().ok_or(usage)?.parse()?;
     let nz = |n: u32| NonZeroU32::new(n).expect("nonzero");
@@ -40,6 +50,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let l: DefaultDirectRateLimiter = RateLimiter::direct(governor::Quota::per_hour(nz(1)));
             let _first = l.check();
             (0..count).for_each(|_| drop(black_box(l.check())));
+        }
+        "keyed/tollgate" => {
+            let l: Keyed<u64, _> =
+                Keyed::new(TokenBucket::new(Quota::per_second(1_000_000_000)?.with_burst(u64::from(u32::MAX))?));
+            (0..KEYS).for_each(|k| drop(l.try_acquire(&k, 1)));
+            (0..count).for_each(|i| drop(black_box(l.try_acquire(&key(i), black_box(1)))));
+        }
+        "keyed/governor" => {
+            let l: DefaultKeyedRateLimiter<u64> =
+                RateLimiter::keyed(governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(u32::MAX)));
+            (0..KEYS).for_each(|k| drop(l.check_key(&k)));
+            (0..count).for_each(|i| drop(black_box(l.check_key(&key(i)))));
         }
         "concurrency/tollgate" => {
             let l = Limiter::new(Concurrency::new(1_000)?);

@@ -1,0 +1,76 @@
+//! A fixed number of requests through one layer over a no-op service, for instruction counts that
+//! do not depend on the machine's load (see `.ci/instructions`, which subtracts the no-op's own
+//! count to get the layer's overhead).
+//!
+//! Paths: `layer/{noop,tollgate,tower_governor}` (one client IP) and `layer_1k/...` (1,000 IPs).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use futures::executor::block_on;
+use http::{Request, Response};
+use http_body_util::Empty;
+use tollgate::{Keyed, Quota, TokenBucket};
+use tollgate_tower::{ClientIp, Policy, RateLimitLayer};
+use tower::{Layer, Service, ServiceExt, service_fn};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::PeerIpKeyExtractor;
+
+fn request(ip: u32) -> Request<Empty<Bytes>> {
+    let mut req = Request::new(Empty::new());
+    req.extensions_mut().insert(ConnectInfo(SocketAddr::from((std::net::Ipv4Addr::from(ip), 4000))));
+    req
+}
+
+fn noop() -> impl Service<Request<Empty<Bytes>>, Response = Response<Body>, Error = Infallible> + Clone {
+    service_fn(|_req: Request<Empty<Bytes>>| async { Ok::<_, Infallible>(Response::new(Body::empty())) })
+}
+
+/// Sends `count` requests from `ips` client addresses through `service`.
+fn run<S>(service: S, ips: u32, count: u64)
+where
+    S: Service<Request<Empty<Bytes>>, Error = Infallible> + Clone,
+{
+    for i in 0..count {
+        let ip = (i % u64::from(ips)) as u32;
+        std::hint::black_box(block_on(service.clone().oneshot(request(ip))).unwrap_or_else(|e| match e {}));
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: layer_decisions <layer|layer_1k>/<noop|tollgate|tower_governor> <count>";
+    let path = args.next().ok_or(usage)?;
+    let count: u64 = args.next().ok_or(usage)?.parse()?;
+    let (walk, side) = path.split_once('/').ok_or(usage)?;
+    let ips = match walk {
+        "layer" => 1,
+        "layer_1k" => 1000,
+        _ => return Err(usage.into()),
+    };
+    // Every request admitted: the path every request takes.
+    let quota = Quota::per_second(1_000_000_000)?.with_burst(1_000_000_000)?;
+    match side {
+        "noop" => run(noop(), ips, count),
+        "tollgate" => run(
+            RateLimitLayer::new(Policy::new("per-ip", ClientIp::new(), Keyed::new(TokenBucket::new(quota))))
+                .layer(noop()),
+            ips,
+            count,
+        ),
+        "tower_governor" => {
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(1_000_000_000)
+                .key_extractor(PeerIpKeyExtractor)
+                .finish()
+                .ok_or("tower_governor config")?;
+            run(tower_governor::GovernorLayer::new(config).layer(noop()), ips, count)
+        }
+        _ => return Err(usage.into()),
+    }
+    Ok(())
+}
