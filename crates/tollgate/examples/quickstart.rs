@@ -18,7 +18,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // At most 2 jobs at once; the others wait their turn in order.
-    let jobs = Arc::new(Limiter::builder(Concurrency::new(2)?).queue_limit(10).build());
+    let jobs = Arc::new(Limiter::builder(Concurrency::new(2)?).queue_limit(10).statistics(true).build());
     let start = Instant::now();
     let handles: Vec<_> = (0..6)
         .map(|i| {
@@ -34,6 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         h.await?;
     }
     let stats = jobs.statistics();
-    println!("concurrency: {} admitted, {} rejected", stats.admitted, stats.rejected);
+    let (admitted, rejected) = (stats.admitted.unwrap_or(0), stats.rejected.unwrap_or(0));
+    println!("concurrency: {admitted} admitted, {rejected} rejected");
     Ok(())
 }

@@ -86,7 +86,7 @@ fn merge_rejection(r: Rejected, other: Result<Meta, Rejected>) -> Rejected {
 fn combine(a: Lease, b: Lease, n: u64) -> Lease {
     let meta = tightest(a.meta(), b.meta());
     let at = a.acquired_at.max(b.acquired_at);
-    Lease::combine(meta, n, at, vec![a, b])
+    Lease::combine(meta, n, at, [a, b])
 }
 
 impl<K, A, B> RateLimiter<K> for Chain<A, B>
@@ -146,8 +146,7 @@ where
     }
 
     fn give_back(&self, key: &K, lease: Lease) -> Refund {
-        let mut parts = lease.take_parts().into_iter();
-        let (Some(a), Some(b)) = (parts.next(), parts.next()) else { return Answer::Ready(()) };
+        let Some([a, b]) = lease.take_parts() else { return Answer::Ready(()) };
         self.second.give_back(key, b).and(self.first.give_back(key, a))
     }
 

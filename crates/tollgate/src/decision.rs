@@ -73,10 +73,12 @@ pub(crate) trait PermitPool: Send + Sync {
     fn release(self: Arc<Self>, n: u64);
 }
 
+/// What a lease gives back when dropped. An `Option<Hold>` that is `None` (a rate limit's lease)
+/// costs one test to drop.
 enum Hold {
-    None,
     Permits(Arc<dyn PermitPool>),
-    Many(Vec<Lease>),
+    /// A chain's two parts.
+    Pair(Box<[Lease; 2]>),
 }
 
 /// Permits that were granted, with the limiter's state at the time.
@@ -89,7 +91,7 @@ pub struct Lease {
     permits: u64,
     reason: Reason,
     pub(crate) acquired_at: u64,
-    hold: Hold,
+    hold: Option<Hold>,
 }
 
 impl Lease {
@@ -97,7 +99,7 @@ impl Lease {
     /// this crate (e.g. a Redis backend). Nothing is released on drop.
     pub fn new(meta: Meta, permits: u64, granted_at: u64) -> Lease {
         let reason = if permits == 0 { Reason::Probe } else { Reason::Granted };
-        Lease { meta, permits, reason, acquired_at: granted_at, hold: Hold::None }
+        Lease { meta, permits, reason, acquired_at: granted_at, hold: None }
     }
 
     /// The same lease with another reason ([`Reason::FailOpen`], [`Reason::Fallback`]).
@@ -108,21 +110,22 @@ impl Lease {
 
     pub(crate) fn holding(mut self, pool: Arc<dyn PermitPool>) -> Lease {
         if self.permits > 0 {
-            self.hold = Hold::Permits(pool);
+            self.hold = Some(Hold::Permits(pool));
         }
         self
     }
 
-    pub(crate) fn combine(meta: Meta, permits: u64, acquired_at: u64, leases: Vec<Lease>) -> Lease {
+    pub(crate) fn combine(meta: Meta, permits: u64, acquired_at: u64, parts: [Lease; 2]) -> Lease {
         let mut lease = Lease::new(meta, permits, acquired_at);
-        lease.hold = Hold::Many(leases);
+        lease.hold = Some(Hold::Pair(Box::new(parts)));
         lease
     }
 
-    pub(crate) fn take_parts(mut self) -> Vec<Lease> {
-        match std::mem::replace(&mut self.hold, Hold::None) {
-            Hold::Many(v) => v,
-            _ => Vec::new(),
+    /// A chain's two parts; `None` for a lease that is not a chain's.
+    pub(crate) fn take_parts(mut self) -> Option<[Lease; 2]> {
+        match self.hold.take() {
+            Some(Hold::Pair(parts)) => Some(*parts),
+            _ => None,
         }
     }
 
@@ -164,9 +167,9 @@ impl Lease {
     /// so it must be kept for as long as the work runs.
     pub fn releases_on_drop(&self) -> bool {
         match &self.hold {
-            Hold::None => false,
-            Hold::Permits(_) => true,
-            Hold::Many(parts) => parts.iter().any(Lease::releases_on_drop),
+            None => false,
+            Some(Hold::Permits(_)) => true,
+            Some(Hold::Pair(parts)) => parts.iter().any(Lease::releases_on_drop),
         }
     }
 
@@ -175,8 +178,11 @@ impl Lease {
 }
 
 impl Drop for Lease {
+    #[inline]
     fn drop(&mut self) {
-        if let Hold::Permits(pool) = std::mem::replace(&mut self.hold, Hold::None) {
+        if let Some(Hold::Permits(_)) = &self.hold
+            && let Some(Hold::Permits(pool)) = self.hold.take()
+        {
             pool.release(self.permits);
         }
     }

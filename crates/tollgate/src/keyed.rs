@@ -13,7 +13,6 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -23,6 +22,7 @@ use crate::algorithm::Algorithm;
 use crate::clock::{Clock, SystemClock, nanos};
 use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
 use crate::quota::Quota;
+use crate::stats::Counts;
 
 /// One limiter state per key.
 ///
@@ -51,8 +51,7 @@ struct Inner<K, A: Algorithm, C: Clock> {
 #[repr(align(128))]
 struct Shard<K, S> {
     table: RwLock<HashTable<(K, S)>>,
-    admitted: AtomicU64,
-    rejected: AtomicU64,
+    counts: Counts,
 }
 
 /// Counters of a [`Keyed`] limiter.
@@ -60,10 +59,11 @@ struct Shard<K, S> {
 pub struct KeyedStatistics {
     /// Keys currently stored.
     pub keys: usize,
-    /// Requests admitted so far (probes excluded).
-    pub admitted: u64,
-    /// Requests rejected so far.
-    pub rejected: u64,
+    /// Requests admitted so far (probes excluded); `None` unless built with
+    /// [`KeyedBuilder::statistics`].
+    pub admitted: Option<u64>,
+    /// Requests rejected so far; `None` unless built with [`KeyedBuilder::statistics`].
+    pub rejected: Option<u64>,
 }
 
 /// Builds a [`Keyed`] limiter.
@@ -73,13 +73,21 @@ pub struct KeyedBuilder<K, A: Algorithm, C: Clock> {
     clock: C,
     max_keys: usize,
     shards: usize,
+    statistics: bool,
     _key: PhantomData<fn() -> K>,
 }
 
 impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
     /// Uses `clock` instead of the system clock.
     pub fn clock<C2: Clock>(self, clock: C2) -> KeyedBuilder<K, A, C2> {
-        KeyedBuilder { algo: self.algo, clock, max_keys: self.max_keys, shards: self.shards, _key: PhantomData }
+        KeyedBuilder {
+            algo: self.algo,
+            clock,
+            max_keys: self.max_keys,
+            shards: self.shards,
+            statistics: self.statistics,
+            _key: PhantomData,
+        }
     }
 
     /// Hard cap on stored keys (default: 10 million). Rounded up to a multiple of the shard count.
@@ -95,14 +103,17 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
         self
     }
 
+    /// Counts admitted and rejected requests for [`Keyed::statistics`] (default: off; the counts
+    /// are kept per shard, but still cost an atomic add per decision).
+    pub fn statistics(mut self, on: bool) -> Self {
+        self.statistics = on;
+        self
+    }
+
     /// The keyed limiter.
     pub fn build(self) -> Keyed<K, A, C> {
         let shards: Box<[_]> = (0..self.shards)
-            .map(|_| Shard {
-                table: RwLock::new(HashTable::new()),
-                admitted: AtomicU64::new(0),
-                rejected: AtomicU64::new(0),
-            })
+            .map(|_| Shard { table: RwLock::new(HashTable::new()), counts: Counts::new(self.statistics) })
             .collect();
         let bits = self.shards.trailing_zeros();
         Keyed {
@@ -130,7 +141,14 @@ impl<K, A: Algorithm> Keyed<K, A, SystemClock> {
 
     /// Starts building a keyed limiter.
     pub fn builder(algo: A) -> KeyedBuilder<K, A, SystemClock> {
-        KeyedBuilder { algo, clock: SystemClock::new(), max_keys: 10_000_000, shards: 64, _key: PhantomData }
+        KeyedBuilder {
+            algo,
+            clock: SystemClock::new(),
+            max_keys: 10_000_000,
+            shards: 64,
+            statistics: false,
+            _key: PhantomData,
+        }
     }
 }
 
@@ -244,12 +262,12 @@ where
         let count = |outcome: Result<Meta, Meta>, reason| match outcome {
             Ok(meta) => {
                 if n > 0 && commit {
-                    shard.admitted.fetch_add(1, Ordering::Relaxed);
+                    shard.counts.admitted();
                 }
                 Ok((meta, now))
             }
             Err(meta) => {
-                shard.rejected.fetch_add(1, Ordering::Relaxed);
+                shard.counts.rejected();
                 Err(Rejected::new(meta, n, reason))
             }
         };
@@ -370,13 +388,13 @@ where
         self.inner.max_per_shard * self.inner.shards.len()
     }
 
-    /// Stored keys and request counters.
+    /// Stored keys and (when built with [`KeyedBuilder::statistics`]) request counters.
     pub fn statistics(&self) -> KeyedStatistics {
         let s = &self.inner.shards;
         KeyedStatistics {
             keys: self.len(),
-            admitted: s.iter().map(|s| s.admitted.load(Ordering::Relaxed)).sum(),
-            rejected: s.iter().map(|s| s.rejected.load(Ordering::Relaxed)).sum(),
+            admitted: s.iter().map(|s| s.counts.read().0).sum(),
+            rejected: s.iter().map(|s| s.counts.read().1).sum(),
         }
     }
 

@@ -11,7 +11,7 @@ use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
 use crate::interval_bucket::IntervalBucket;
 use crate::queue::Queue;
 use crate::quota::Quota;
-use crate::stats::Statistics;
+use crate::stats::{Counts, Statistics};
 
 /// Which waiter is served first when permits become available.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -52,8 +52,7 @@ pub(crate) struct Shared<A: Algorithm, C: Clock> {
     pub(crate) max_wait: Option<u64>,
     /// Permits waiting in the queue; read without the lock on the fast path.
     pub(crate) queued: AtomicU64,
-    pub(crate) admitted: AtomicU64,
-    pub(crate) rejected: AtomicU64,
+    pub(crate) counts: Counts,
     pub(crate) closed: AtomicBool,
     pub(crate) queue: Mutex<Queue>,
 }
@@ -66,12 +65,20 @@ pub struct Builder<A: Algorithm, C: Clock> {
     order: QueueOrder,
     queue_limit: u64,
     max_wait: Option<u64>,
+    statistics: bool,
 }
 
 impl<A: Algorithm, C: Clock> Builder<A, C> {
     /// Uses `clock` instead of the system clock (e.g. a [`crate::ManualClock`] in tests).
     pub fn clock<C2: Clock>(self, clock: C2) -> Builder<A, C2> {
-        Builder { algo: self.algo, clock, order: self.order, queue_limit: self.queue_limit, max_wait: self.max_wait }
+        Builder {
+            algo: self.algo,
+            clock,
+            order: self.order,
+            queue_limit: self.queue_limit,
+            max_wait: self.max_wait,
+            statistics: self.statistics,
+        }
     }
 
     /// Order in which waiters are served (default [`QueueOrder::Fifo`]).
@@ -95,6 +102,14 @@ impl<A: Algorithm, C: Clock> Builder<A, C> {
         self
     }
 
+    /// Counts admitted and rejected requests for [`Limiter::statistics`] (default: off, since the
+    /// count is an atomic add on a cache line every decision writes, about the cost of a
+    /// decision itself).
+    pub fn statistics(mut self, on: bool) -> Self {
+        self.statistics = on;
+        self
+    }
+
     /// The limiter.
     pub fn build(self) -> Limiter<A, C> {
         let now = self.clock.now();
@@ -107,8 +122,7 @@ impl<A: Algorithm, C: Clock> Builder<A, C> {
                 queue_limit: self.queue_limit,
                 max_wait: self.max_wait,
                 queued: AtomicU64::new(0),
-                admitted: AtomicU64::new(0),
-                rejected: AtomicU64::new(0),
+                counts: Counts::new(self.statistics),
                 closed: AtomicBool::new(false),
                 queue: Mutex::new(Queue::default()),
             }),
@@ -124,7 +138,14 @@ impl<A: Algorithm> Limiter<A, SystemClock> {
 
     /// Starts building a limiter.
     pub fn builder(algo: A) -> Builder<A, SystemClock> {
-        Builder { algo, clock: SystemClock::new(), order: QueueOrder::Fifo, queue_limit: u64::MAX, max_wait: None }
+        Builder {
+            algo,
+            clock: SystemClock::new(),
+            order: QueueOrder::Fifo,
+            queue_limit: u64::MAX,
+            max_wait: None,
+            statistics: false,
+        }
     }
 }
 
@@ -154,16 +175,13 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         self.shared.give_back(lease)
     }
 
-    /// Cheap counters: available permits, queued permits, admitted and rejected requests.
+    /// Cheap counters: available permits, queued permits, and (when built with
+    /// [`Builder::statistics`]) admitted and rejected requests.
     pub fn statistics(&self) -> Statistics {
         let s = &self.shared;
         let available = s.algo.decide(&s.state, s.clock.now(), 0, false).unwrap_or_else(|m| m).remaining;
-        Statistics {
-            available,
-            queued: s.queued.load(Ordering::Relaxed),
-            admitted: s.admitted.load(Ordering::Relaxed),
-            rejected: s.rejected.load(Ordering::Relaxed),
-        }
+        let (admitted, rejected) = s.counts.read();
+        Statistics { available, queued: s.queued.load(Ordering::Relaxed), admitted, rejected }
     }
 
     /// Most permits one request can be granted.
@@ -248,7 +266,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     }
 
     pub(crate) fn reject(&self, meta: Meta, n: u64, reason: Reason) -> Rejected {
-        self.rejected.fetch_add(1, Ordering::Relaxed);
+        self.counts.rejected();
         Rejected::new(meta, n, reason)
     }
 
@@ -257,7 +275,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         if n == 0 {
             return lease;
         }
-        self.admitted.fetch_add(1, Ordering::Relaxed);
+        self.counts.admitted();
         if self.algo.releases_on_drop() { lease.holding(self.clone() as Arc<dyn PermitPool>) } else { lease }
     }
 
@@ -270,7 +288,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         let queued = self.queued.load(Ordering::Acquire);
         if queued > 0 && n > 0 && self.order == QueueOrder::Fifo {
             if n > self.algo.capacity() {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.counts.rejected();
                 return Err(self.over_capacity(now, n));
             }
             // Strict FIFO: taking permits now would overtake the waiters.
@@ -283,7 +301,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         match self.algo.decide(&self.state, now, n, true) {
             Ok(meta) => Ok(self.lease(meta, n, now)),
             Err(_) if n > self.algo.capacity() => {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.counts.rejected();
                 Err(self.over_capacity(now, n))
             }
             Err(meta) => Err(self.reject(meta, n, Reason::Exhausted)),
@@ -291,7 +309,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     }
 
     fn reject_closed(&self, n: u64) -> Rejected {
-        self.rejected.fetch_add(1, Ordering::Relaxed);
+        self.counts.rejected();
         self.closed_rejection(n)
     }
 
@@ -310,7 +328,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         if lease.permits() == 0 {
             return;
         }
-        self.admitted.fetch_sub(1, Ordering::Relaxed);
+        self.counts.given_back();
         if self.algo.releases_on_drop() {
             drop(lease); // its drop releases through `PermitPool`
         } else {

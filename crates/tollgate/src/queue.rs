@@ -91,12 +91,12 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
 
     fn enqueue(self: &Arc<Self>, n: u64) -> Enqueued {
         if self.closed.load(Ordering::Acquire) {
-            self.rejected.fetch_add(1, Ordering::Relaxed);
+            self.counts.rejected();
             return Enqueued::Done(Err(self.closed_rejection(n)));
         }
         let now = self.clock.now();
         if n > self.algo.capacity() {
-            self.rejected.fetch_add(1, Ordering::Relaxed);
+            self.counts.rejected();
             return Enqueued::Done(Err(self.over_capacity(now, n)));
         }
         let mut wake = Vec::new();
@@ -105,7 +105,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         // inserted here is either seen by `close` or sees the flag.
         if self.closed.load(Ordering::Acquire) {
             drop(q);
-            self.rejected.fetch_add(1, Ordering::Relaxed);
+            self.counts.rejected();
             return Enqueued::Done(Err(self.closed_rejection(n)));
         }
         let may_go_now = n == 0 || q.waiters.is_empty() || self.order == QueueOrder::Lifo;
@@ -137,7 +137,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
                 let w = q.remove(oldest).expect("just found");
                 let retry = self.algo.wait_estimate(&self.state, now, w.n);
                 let meta = Meta { retry_ns: retry, ..meta };
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.counts.rejected();
                 wake.extend(w.slot.complete(Err(Rejected::new(meta, w.n, Reason::Evicted))));
             }
         }
@@ -167,7 +167,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
             let n = w.n;
             let outcome = if n > self.algo.capacity() {
                 // The capacity shrank under this waiter (a quota change): it can never be served.
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.counts.rejected();
                 Err(self.over_capacity(now, n))
             } else {
                 match self.algo.decide(&self.state, now, n, true) {
@@ -185,7 +185,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
             if w.deadline.is_some_and(|d| d <= now) {
                 let w = q.remove(me).expect("present");
                 let meta = self.algo.decide(&self.state, now, w.n, false).unwrap_or_else(|m| m);
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.counts.rejected();
                 wake.extend(w.slot.complete(Err(Rejected::new(meta, w.n, Reason::MaxWait))));
             } else {
                 let is_head = q.head(self.order).is_some_and(|(id, _)| id == me);
@@ -250,7 +250,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         let wake: Vec<Waker> = waiters
             .into_values()
             .filter_map(|w| {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.counts.rejected();
                 w.slot.complete(Err(self.closed_rejection(w.n)))
             })
             .collect();

@@ -491,8 +491,8 @@ fn chain_case<A: Algorithm, B: Algorithm>(
 ) {
     let clock = ManualClock::new();
     let chain = Chain::new(
-        Limiter::builder(first()).clock(clock.clone()).build(),
-        Limiter::builder(second()).clock(clock.clone()).build(),
+        Limiter::builder(first()).clock(clock.clone()).statistics(true).build(),
+        Limiter::builder(second()).clock(clock.clone()).statistics(true).build(),
     );
     let max_n = chain.capacity().min(3);
     let barrier = Barrier::new(THREADS + 1);
@@ -531,8 +531,8 @@ fn chain_case<A: Algorithm, B: Algorithm>(
                 t: clock.now(),
                 successes: successes.swap(0, Ordering::SeqCst),
                 permits: permits.swap(0, Ordering::SeqCst),
-                first: (a.check(0).unwrap_or_else(|r| r.meta()), a.statistics().admitted),
-                second: (b.check(0).unwrap_or_else(|r| r.meta()), b.statistics().admitted),
+                first: (a.check(0).unwrap_or_else(|r| r.meta()), a.statistics().admitted.expect("counted")),
+                second: (b.check(0).unwrap_or_else(|r| r.meta()), b.statistics().admitted.expect("counted")),
             });
         }
     });

@@ -598,7 +598,7 @@ fn run<A: Algorithm, M: Model>(
 ) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
     clock.advance(Duration::from_nanos(advance_by(start, 0, &units, None)));
-    let limiter = Limiter::builder(algo).clock(clock.clone()).build();
+    let limiter = Limiter::builder(algo).clock(clock.clone()).statistics(true).build();
     let mut model = model(clock.now());
     let releases_on_drop = model.held().is_some();
 
@@ -694,7 +694,7 @@ fn run<A: Algorithm, M: Model>(
 
         let now = clock.now();
         let stats = limiter.statistics();
-        let want = (model.remaining_at(now), 0, admitted, rejected);
+        let want = (model.remaining_at(now), 0, Some(admitted), Some(rejected));
         let got = (stats.available, stats.queued, stats.admitted, stats.rejected);
         if got != want {
             return Err(TestCaseError::fail(format!(
