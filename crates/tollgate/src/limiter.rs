@@ -1,6 +1,6 @@
 //! [`Limiter`]: one algorithm, one state, a clock, and a wait queue for `acquire(n).await`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,10 +50,8 @@ pub(crate) struct Shared<A: Algorithm, C: Clock> {
     pub(crate) order: QueueOrder,
     pub(crate) queue_limit: u64,
     pub(crate) max_wait: Option<u64>,
-    /// Permits waiting in the queue; read without the lock on the fast path.
-    pub(crate) queued: AtomicU64,
+    pub(crate) gate: Gate,
     pub(crate) counts: Counts,
-    pub(crate) closed: AtomicBool,
     pub(crate) queue: Mutex<Queue>,
 }
 
@@ -121,9 +119,8 @@ impl<A: Algorithm, C: Clock> Builder<A, C> {
                 order: self.order,
                 queue_limit: self.queue_limit,
                 max_wait: self.max_wait,
-                queued: AtomicU64::new(0),
+                gate: Gate::default(),
                 counts: Counts::new(self.statistics),
-                closed: AtomicBool::new(false),
                 queue: Mutex::new(Queue::default()),
             }),
         }
@@ -181,7 +178,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         let s = &self.shared;
         let available = s.algo.decide(&s.state, s.clock.now(), 0, false).unwrap_or_else(|m| m).remaining;
         let (admitted, rejected) = s.counts.read();
-        Statistics { available, queued: s.queued.load(Ordering::Relaxed), admitted, rejected }
+        Statistics { available, queued: s.gate.queued(), admitted, rejected }
     }
 
     /// Most permits one request can be granted.
@@ -248,6 +245,35 @@ impl<A: Algorithm, C: Clock> Drop for Limiter<A, C> {
     }
 }
 
+/// Permits waiting in the queue and whether the limiter is closed, in one word: a decision reads
+/// one atomic to know it has nobody to wait behind. Written only under the queue's lock.
+#[derive(Debug, Default)]
+pub(crate) struct Gate(AtomicU64);
+
+impl Gate {
+    const CLOSED: u64 = 1 << 63;
+
+    /// Permits waiting in the queue.
+    pub(crate) fn queued(&self) -> u64 {
+        self.0.load(Ordering::Acquire) & !Gate::CLOSED
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.load(Ordering::Acquire) & Gate::CLOSED != 0
+    }
+
+    /// Sets the queued permits; the caller holds the queue's lock.
+    pub(crate) fn set_queued(&self, permits: u64) {
+        let closed = self.0.load(Ordering::Relaxed) & Gate::CLOSED;
+        self.0.store(permits.min(!Gate::CLOSED) | closed, Ordering::Release);
+    }
+
+    /// Closes, with nobody queued; the caller holds the queue's lock.
+    pub(crate) fn close(&self) {
+        self.0.store(Gate::CLOSED, Ordering::Release);
+    }
+}
+
 impl<A: Algorithm, C: Clock> Shared<A, C> {
     /// The clock's time, or 0 for algorithms that never read it (saves a clock read per call).
     #[inline]
@@ -281,21 +307,18 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
 
     #[inline]
     fn try_acquire(self: &Arc<Self>, n: u64) -> Result<Lease, Rejected> {
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(self.reject_closed(n));
+        // One load tells the common case: open, nobody queued.
+        let gate = self.gate.0.load(Ordering::Acquire);
+        if gate != 0 {
+            return self.try_acquire_gated(n, gate);
         }
+        self.try_acquire_now(n)
+    }
+
+    /// Decides at once: nobody queued (or a LIFO queue, or a probe).
+    #[inline]
+    fn try_acquire_now(self: &Arc<Self>, n: u64) -> Result<Lease, Rejected> {
         let now = self.now();
-        let queued = self.queued.load(Ordering::Acquire);
-        if queued > 0 && n > 0 && self.order == QueueOrder::Fifo {
-            if n > self.algo.capacity() {
-                self.counts.rejected();
-                return Err(self.over_capacity(now, n));
-            }
-            // Strict FIFO: taking permits now would overtake the waiters.
-            let meta = self.algo.decide(&self.state, now, n, false).unwrap_or_else(|m| m);
-            let retry = self.algo.wait_estimate(&self.state, now, queued + n);
-            return Err(self.reject(Meta { remaining: 0, retry_ns: retry, ..meta }, n, Reason::Exhausted));
-        }
         // Every algorithm rejects more than its capacity, so the capacity is only read (to tell
         // "never" from "not now") on the rejection path.
         match self.algo.decide(&self.state, now, n, true) {
@@ -308,6 +331,27 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         }
     }
 
+    /// The limiter is closed or someone is queued.
+    #[cold]
+    fn try_acquire_gated(self: &Arc<Self>, n: u64, gate: u64) -> Result<Lease, Rejected> {
+        if gate & Gate::CLOSED != 0 {
+            return Err(self.reject_closed(n));
+        }
+        let queued = gate;
+        if n > 0 && self.order == QueueOrder::Fifo {
+            let now = self.now();
+            if n > self.algo.capacity() {
+                self.counts.rejected();
+                return Err(self.over_capacity(now, n));
+            }
+            // Strict FIFO: taking permits now would overtake the waiters.
+            let meta = self.algo.decide(&self.state, now, n, false).unwrap_or_else(|m| m);
+            let retry = self.algo.wait_estimate(&self.state, now, queued + n);
+            return Err(self.reject(Meta { remaining: 0, retry_ns: retry, ..meta }, n, Reason::Exhausted));
+        }
+        self.try_acquire_now(n)
+    }
+
     fn reject_closed(&self, n: u64) -> Rejected {
         self.counts.rejected();
         self.closed_rejection(n)
@@ -315,7 +359,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
 
     fn check(&self, n: u64) -> Result<Meta, Rejected> {
         let now = self.clock.now();
-        if self.closed.load(Ordering::Relaxed) {
+        if self.gate.is_closed() {
             return Err(self.closed_rejection(n));
         }
         if n > self.algo.capacity() {
@@ -343,7 +387,7 @@ impl<A: Algorithm, C: Clock> PermitPool for Shared<A, C> {
         self.algo.give_back(&self.state, self.now(), n, 0);
         // See `drive_for`: a waiter that enqueued after our check has seen our release.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.queued.load(Ordering::Relaxed) > 0 {
+        if self.gate.queued() > 0 {
             self.drive(None);
         }
     }
@@ -355,8 +399,8 @@ impl<A: Algorithm, C: Clock> std::fmt::Debug for Limiter<A, C> {
         f.debug_struct("Limiter")
             .field("config", &s.algo.config())
             .field("order", &s.order)
-            .field("queued", &s.queued.load(Ordering::Relaxed))
-            .field("closed", &s.closed.load(Ordering::Relaxed))
+            .field("queued", &s.gate.queued())
+            .field("closed", &s.gate.is_closed())
             .finish_non_exhaustive()
     }
 }

@@ -90,7 +90,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     }
 
     fn enqueue(self: &Arc<Self>, n: u64) -> Enqueued {
-        if self.closed.load(Ordering::Acquire) {
+        if self.gate.is_closed() {
             self.counts.rejected();
             return Enqueued::Done(Err(self.closed_rejection(n)));
         }
@@ -101,9 +101,9 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         }
         let mut wake = Vec::new();
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        // Re-checked under the lock: `close` takes the lock after setting the flag, so a waiter
-        // inserted here is either seen by `close` or sees the flag.
-        if self.closed.load(Ordering::Acquire) {
+        // Re-checked under the lock: `close` sets the flag under the lock, so a waiter inserted
+        // here is either seen by `close` or sees the flag.
+        if self.gate.is_closed() {
             drop(q);
             self.counts.rejected();
             return Enqueued::Done(Err(self.closed_rejection(n)));
@@ -147,7 +147,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         let deadline = self.max_wait.map(|m| now.saturating_add(m));
         q.waiters.insert(id, Waiter { n, deadline, slot: slot.clone() });
         q.permits += n;
-        self.queued.store(q.permits, Ordering::Release);
+        self.gate.set_queued(q.permits);
         drop(q);
         wake.into_iter().for_each(Waker::wake);
         Enqueued::Waiting(id, slot)
@@ -203,7 +203,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
             }
         }
         let head_after = q.head(self.order).map(|(id, w)| (id, w.slot.clone()));
-        self.queued.store(q.permits, Ordering::Release);
+        self.gate.set_queued(q.permits);
         drop(q);
         // A new head must arm its own timer.
         if let Some((id, slot)) = head_after
@@ -225,7 +225,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         let removed = {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             let removed = q.remove(id).is_some();
-            self.queued.store(q.permits, Ordering::Release);
+            self.gate.set_queued(q.permits);
             removed
         };
         if removed {
@@ -240,11 +240,10 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     }
 
     pub(crate) fn close(&self) {
-        self.closed.store(true, Ordering::Release);
         let waiters = {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.permits = 0;
-            self.queued.store(0, Ordering::Release);
+            self.gate.close();
             std::mem::take(&mut q.waiters)
         };
         let wake: Vec<Waker> = waiters
