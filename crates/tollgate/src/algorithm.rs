@@ -4,7 +4,7 @@
 //! ([`Algorithm::State`]) so one configuration can serve one limiter ([`crate::Limiter`]) or a
 //! million keys ([`crate::Keyed`]) without copying itself per key.
 
-use crate::decision::Meta;
+use crate::snapshot::Snapshot;
 
 /// A rate-limiting algorithm: how a state answers "may `n` permits go now?".
 ///
@@ -21,14 +21,16 @@ pub trait Algorithm: Send + Sync + 'static {
     fn new_state(&self, now: u64) -> Self::State;
 
     /// The most permits one request can ever be granted; more is rejected with
-    /// [`crate::Reason::ExceedsCapacity`].
+    /// [`crate::Reason::ExceedsCapacity`]. Every decision's metadata reports it as `limit`
+    /// (limiters tell "never" from "not now" by it without reading the configuration again).
     fn capacity(&self) -> u64;
 
     /// Decides whether `n` permits may be taken at `now`; takes them if `commit` and admitted.
     /// `n == 0` reports the state and never takes anything. `n` above
     /// [`Algorithm::capacity`] must be rejected (never overflow): limiters rely on it to read the
     /// capacity only on the rejection path.
-    fn decide(&self, state: &Self::State, now: u64, n: u64, commit: bool) -> Result<Meta, Meta>;
+    /// The [`Snapshot`] is what the decision saw; its metadata is computed only if read.
+    fn decide(&self, state: &Self::State, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot>;
 
     /// Returns `n` permits taken at `acquired_at` (a cancelled waiter, a chain's rollback, the end
     /// of a concurrency lease). Rate algorithms give back only what still counts at `now`.

@@ -7,6 +7,7 @@ use crate::algorithm::Algorithm;
 use crate::decision::Meta;
 use crate::quota::QuotaError;
 use crate::seqlock::SeqCell;
+use crate::snapshot::Snapshot;
 use crate::sync::{AtomicU64, Ordering};
 
 /// At most `max` permits held at once (a semaphore).
@@ -53,20 +54,9 @@ fn meta(max: u64, held: u64) -> Meta {
     Meta { limit: max, remaining, reset_ns: 0, retry_ns: (remaining > 0).then_some(0) }
 }
 
-impl Algorithm for Concurrency {
-    type State = ConcurrencyState;
-    type Config = NonZeroU64;
-
-    fn new_state(&self, _now: u64) -> ConcurrencyState {
-        ConcurrencyState(AtomicU64::new(0))
-    }
-
-    fn capacity(&self) -> u64 {
-        self.max.load()
-    }
-
+impl Concurrency {
     #[inline]
-    fn decide(&self, state: &ConcurrencyState, _now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
+    fn decide_meta(&self, state: &ConcurrencyState, n: u64, commit: bool) -> Result<Meta, Meta> {
         let max = self.max.load();
         let mut held = state.0.load(Ordering::Relaxed);
         loop {
@@ -84,6 +74,24 @@ impl Algorithm for Concurrency {
                 Err(actual) => held = actual,
             }
         }
+    }
+}
+
+impl Algorithm for Concurrency {
+    type State = ConcurrencyState;
+    type Config = NonZeroU64;
+
+    fn new_state(&self, _now: u64) -> ConcurrencyState {
+        ConcurrencyState(AtomicU64::new(0))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.max.load()
+    }
+
+    #[inline]
+    fn decide(&self, state: &ConcurrencyState, _now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
+        self.decide_meta(state, n, commit).map(Snapshot::from).map_err(Snapshot::from)
     }
 
     fn give_back(&self, state: &ConcurrencyState, _now: u64, n: u64, _acquired_at: u64) {

@@ -6,6 +6,8 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::snapshot::Snapshot;
+
 /// Why a decision came out the way it did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -88,7 +90,7 @@ enum Hold {
 /// [released](Lease::release); for rate limiters they were spent and dropping changes nothing.
 #[must_use = "a Lease holds its permits until dropped; bind it to a variable for as long as the work runs"]
 pub struct Lease {
-    meta: Meta,
+    meta: Snapshot,
     permits: u64,
     reason: Reason,
     pub(crate) acquired_at: u64,
@@ -101,6 +103,12 @@ impl Lease {
     /// A lease for `permits` granted at `granted_at` (clock nanoseconds), for limiters outside
     /// this crate (e.g. a Redis backend). Nothing is released on drop.
     pub fn new(meta: Meta, permits: u64, granted_at: u64) -> Lease {
+        Lease::of(meta.into(), permits, granted_at)
+    }
+
+    /// A lease whose metadata is computed from `snapshot` when read.
+    #[inline]
+    pub(crate) fn of(meta: Snapshot, permits: u64, granted_at: u64) -> Lease {
         let reason = if permits == 0 { Reason::Probe } else { Reason::Granted };
         Lease { meta, permits, reason, acquired_at: granted_at, hold: ManuallyDrop::new(None) }
     }
@@ -143,28 +151,28 @@ impl Lease {
     }
     /// Most permits the limiter grants at once.
     pub fn limit(&self) -> u64 {
-        self.meta.limit
+        self.meta.limit()
     }
     /// Permits still available right after this lease was granted.
     pub fn remaining(&self) -> u64 {
-        self.meta.remaining
+        self.meta.meta().remaining
     }
     /// Time until the limiter is back to full capacity.
     pub fn reset_after(&self) -> Duration {
-        Duration::from_nanos(self.meta.reset_ns)
+        Duration::from_nanos(self.meta.meta().reset_ns)
     }
     /// Time until one more permit is available (zero while `remaining > 0`); `None` when only a
     /// release can free one (concurrency limits).
     pub fn retry_after(&self) -> Option<Duration> {
-        self.meta.retry_ns.map(Duration::from_nanos)
+        self.meta.meta().retry_ns.map(Duration::from_nanos)
     }
     /// [`Reason::Granted`], or [`Reason::Probe`] for `n == 0`.
     pub fn reason(&self) -> Reason {
         self.reason
     }
-    /// All metadata at once.
+    /// All metadata at once (computed now from what the decision saw).
     pub fn meta(&self) -> Meta {
-        self.meta
+        self.meta.meta()
     }
     /// True when dropping this lease gives permits back (a concurrency limit, or a chain with one),
     /// so it must be kept for as long as the work runs.
@@ -225,9 +233,9 @@ impl fmt::Debug for Lease {
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("rejected {permits} permit(s): {reason} (limit {}, remaining {}, retry after {:?})", meta.limit, meta.remaining, self.retry_after())]
+#[error("rejected {permits} permit(s): {reason} (limit {}, remaining {}, retry after {:?})", self.limit(), self.remaining(), self.retry_after())]
 pub struct Rejected {
-    meta: Meta,
+    meta: Snapshot,
     permits: u64,
     reason: Reason,
 }
@@ -235,12 +243,18 @@ pub struct Rejected {
 impl Rejected {
     /// A rejection of `permits`, for limiters outside this crate.
     pub fn new(meta: Meta, permits: u64, reason: Reason) -> Rejected {
+        Rejected::of(meta.into(), permits, reason)
+    }
+
+    /// A rejection whose metadata is computed from `snapshot` when read.
+    #[inline]
+    pub(crate) fn of(meta: Snapshot, permits: u64, reason: Reason) -> Rejected {
         Rejected { meta, permits, reason }
     }
 
     pub(crate) fn with_reason(mut self, reason: Reason, retry_ns: Option<u64>) -> Rejected {
         self.reason = reason;
-        self.meta.retry_ns = retry_ns;
+        self.meta = self.meta.with_retry(retry_ns);
         self
     }
 
@@ -251,7 +265,7 @@ impl Rejected {
     }
 
     pub(crate) fn with_meta(mut self, meta: Meta) -> Rejected {
-        self.meta = meta;
+        self.meta = meta.into();
         self
     }
 
@@ -261,28 +275,28 @@ impl Rejected {
     }
     /// Most permits the limiter grants at once.
     pub fn limit(&self) -> u64 {
-        self.meta.limit
+        self.meta.limit()
     }
     /// Permits available now (fewer than were asked for).
     pub fn remaining(&self) -> u64 {
-        self.meta.remaining
+        self.meta.meta().remaining
     }
     /// Time until the limiter is back to full capacity.
     pub fn reset_after(&self) -> Duration {
-        Duration::from_nanos(self.meta.reset_ns)
+        Duration::from_nanos(self.meta.meta().reset_ns)
     }
     /// Time until the same request can succeed, exact to the nanosecond; `None` when waiting
     /// alone cannot make it succeed (see [`Rejected::reason`]).
     pub fn retry_after(&self) -> Option<Duration> {
-        self.meta.retry_ns.map(Duration::from_nanos)
+        self.meta.meta().retry_ns.map(Duration::from_nanos)
     }
     /// Why the request was rejected.
     pub fn reason(&self) -> Reason {
         self.reason
     }
-    /// All metadata at once.
+    /// All metadata at once (computed now from what the decision saw).
     pub fn meta(&self) -> Meta {
-        self.meta
+        self.meta.meta()
     }
 }
 

@@ -8,6 +8,7 @@ use crate::algorithm::Algorithm;
 use crate::decision::Meta;
 use crate::quota::Quota;
 use crate::seqlock::SeqCell;
+use crate::snapshot::Snapshot;
 
 /// Fixed window counter.
 ///
@@ -58,19 +59,8 @@ fn meta(q: &Quota, w: Window, now: u64) -> Meta {
     Meta { limit: q.limit(), remaining, reset_ns, retry_ns: Some(if remaining > 0 { 0 } else { reset_ns }) }
 }
 
-impl Algorithm for FixedWindow {
-    type State = FixedWindowState;
-    type Config = Quota;
-
-    fn new_state(&self, now: u64) -> FixedWindowState {
-        FixedWindowState(Mutex::new(Window { start: now, count: 0 }))
-    }
-
-    fn capacity(&self) -> u64 {
-        self.quota.load().limit()
-    }
-
-    fn decide(&self, state: &FixedWindowState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
+impl FixedWindow {
+    fn decide_meta(&self, state: &FixedWindowState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
         let q = self.quota.load();
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
         let w = current(*guard, now, q.period_ns());
@@ -85,6 +75,24 @@ impl Algorithm for FixedWindow {
         let w = Window { start: w.start, count: w.count + n };
         *guard = w;
         Ok(meta(&q, w, now))
+    }
+}
+
+impl Algorithm for FixedWindow {
+    type State = FixedWindowState;
+    type Config = Quota;
+
+    fn new_state(&self, now: u64) -> FixedWindowState {
+        FixedWindowState(Mutex::new(Window { start: now, count: 0 }))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.load().limit()
+    }
+
+    #[inline]
+    fn decide(&self, state: &FixedWindowState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
+        self.decide_meta(state, now, n, commit).map(Snapshot::from).map_err(Snapshot::from)
     }
 
     fn give_back(&self, state: &FixedWindowState, _now: u64, n: u64, acquired_at: u64) {

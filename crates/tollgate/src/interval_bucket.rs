@@ -14,6 +14,7 @@ use crate::algorithm::Algorithm;
 use crate::decision::Meta;
 use crate::quota::{Quota, QuotaError};
 use crate::seqlock::SeqCell;
+use crate::snapshot::Snapshot;
 
 /// Token bucket refilled in steps.
 ///
@@ -161,20 +162,8 @@ impl IntervalBucket {
     }
 }
 
-impl Algorithm for IntervalBucket {
-    type State = IntervalBucketState;
-    type Config = Quota;
-
-    fn new_state(&self, now: u64) -> IntervalBucketState {
-        let q = self.quota.load();
-        IntervalBucketState(Mutex::new(Tokens { tokens: q.burst(), tick: now / q.period_ns() }))
-    }
-
-    fn capacity(&self) -> u64 {
-        self.quota.load().burst()
-    }
-
-    fn decide(&self, state: &IntervalBucketState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
+impl IntervalBucket {
+    fn decide_meta(&self, state: &IntervalBucketState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
         let q = self.quota.load();
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
         let mut t = self.refreshed(*guard, now, &q);
@@ -189,6 +178,25 @@ impl Algorithm for IntervalBucket {
             *guard = t;
         }
         Ok(self.meta(t, now, &q))
+    }
+}
+
+impl Algorithm for IntervalBucket {
+    type State = IntervalBucketState;
+    type Config = Quota;
+
+    fn new_state(&self, now: u64) -> IntervalBucketState {
+        let q = self.quota.load();
+        IntervalBucketState(Mutex::new(Tokens { tokens: q.burst(), tick: now / q.period_ns() }))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.load().burst()
+    }
+
+    #[inline]
+    fn decide(&self, state: &IntervalBucketState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
+        self.decide_meta(state, now, n, commit).map(Snapshot::from).map_err(Snapshot::from)
     }
 
     fn give_back(&self, state: &IntervalBucketState, now: u64, n: u64, _acquired_at: u64) {

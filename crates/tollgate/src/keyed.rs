@@ -22,6 +22,7 @@ use crate::algorithm::Algorithm;
 use crate::clock::{Clock, SystemClock, nanos};
 use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
 use crate::quota::Quota;
+use crate::snapshot::Snapshot;
 use crate::stats::Counts;
 
 /// One limiter state per key.
@@ -210,7 +211,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.decide(key, n, false).map(|(meta, _)| meta)
+        self.decide(key, n, false).map(|(meta, _)| meta.meta())
     }
 
     /// Waits until `n` permits for `key` are granted, re-trying at each `retry_after`. Keys have no
@@ -236,12 +237,13 @@ where
         }
     }
 
-    fn lease<Q>(&self, key: &Q, meta: Meta, n: u64, now: u64) -> Lease
+    #[inline]
+    fn lease<Q>(&self, key: &Q, meta: Snapshot, n: u64, now: u64) -> Lease
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let lease = Lease::new(meta, n, now);
+        let lease = Lease::of(meta, n, now);
         if n > 0 && self.inner.algo.releases_on_drop() {
             let pool = KeyRelease { inner: self.inner.clone(), key: key.to_owned() };
             lease.holding(Arc::new(pool))
@@ -250,7 +252,7 @@ where
         }
     }
 
-    fn decide<Q>(&self, key: &Q, n: u64, commit: bool) -> Result<(Meta, u64), Rejected>
+    fn decide<Q>(&self, key: &Q, n: u64, commit: bool) -> Result<(Snapshot, u64), Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -259,60 +261,54 @@ where
         let hash = inner.hasher.hash_one(key);
         let shard = inner.shard(hash);
         let now = inner.clock.now();
-        let count = |outcome: Result<Meta, Meta>, reason| match outcome {
+        let rejected = |meta: Snapshot, reason| {
+            shard.counts.rejected();
+            Err(Rejected::of(meta, n, reason))
+        };
+        // Every algorithm rejects more than its capacity (the decision's `limit`), so "never" is
+        // told from "not now" on the rejection path only; "never" reports the state as a probe.
+        let count = |outcome: Result<Snapshot, Snapshot>, state: &A::State| match outcome {
             Ok(meta) => {
                 if n > 0 && commit {
                     shard.counts.admitted();
                 }
                 Ok((meta, now))
             }
-            Err(meta) => {
-                shard.counts.rejected();
-                Err(Rejected::new(meta, n, reason))
+            Err(meta) if n > meta.limit() => {
+                let meta = inner.algo.decide(state, now, 0, false).unwrap_or_else(|m| m);
+                rejected(meta.with_retry(None), Reason::ExceedsCapacity)
             }
-        };
-        let over = n > inner.algo.capacity();
-        // Over capacity: report the key's state (as a probe would), never take anything.
-        let over_capacity = |state: &A::State| {
-            let meta = inner.algo.decide(state, now, 0, false).unwrap_or_else(|m| m);
-            count(Err(Meta { retry_ns: None, ..meta }), Reason::ExceedsCapacity)
+            Err(meta) => rejected(meta, Reason::Exhausted),
         };
         {
             let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
             if let Some((_, state)) = table.find(hash, |(k, _)| k.borrow() == key) {
-                if over {
-                    return over_capacity(state);
-                }
-                return count(inner.algo.decide(state, now, n, commit), Reason::Exhausted);
+                return count(inner.algo.decide(state, now, n, commit), state);
             }
         }
-        if over {
-            return over_capacity(&inner.algo.new_state(now));
-        }
-        if n == 0 || !commit {
+        let fresh = inner.algo.new_state(now);
+        if n == 0 || !commit || n > inner.algo.capacity() {
             // Nothing to take: answer from a fresh state without storing the key.
-            let fresh = inner.algo.new_state(now);
-            return count(inner.algo.decide(&fresh, now, n, false), Reason::Exhausted);
+            return count(inner.algo.decide(&fresh, now, n, false), &fresh);
         }
         let mut table = shard.table.write().unwrap_or_else(|e| e.into_inner());
         if let Some((_, state)) = table.find(hash, |(k, _)| k.borrow() == key) {
-            return count(inner.algo.decide(state, now, n, commit), Reason::Exhausted);
+            return count(inner.algo.decide(state, now, n, commit), state);
         }
         // Before the table grows (or at the cap), idle keys make room.
         if table.len() >= inner.max_per_shard || table.len() == table.capacity() {
             table.retain(|(_, s)| !inner.algo.is_idle(s, now));
         }
         if table.len() >= inner.max_per_shard {
-            let fresh = inner.algo.new_state(now);
             let meta = inner.algo.decide(&fresh, now, 0, false).unwrap_or_else(|m| m);
-            return count(Err(Meta { retry_ns: None, ..meta }), Reason::KeyLimit);
+            return rejected(meta.with_retry(None), Reason::KeyLimit);
         }
-        let state = inner.algo.new_state(now);
-        let outcome = inner.algo.decide(&state, now, n, commit);
-        if outcome.is_ok() {
-            table.insert_unique(hash, (key.to_owned(), state), |(k, _)| inner.hasher.hash_one(k));
+        let outcome = inner.algo.decide(&fresh, now, n, commit);
+        let admitted = count(outcome, &fresh);
+        if admitted.is_ok() {
+            table.insert_unique(hash, (key.to_owned(), fresh), |(k, _)| inner.hasher.hash_one(k));
         }
-        count(outcome, Reason::Exhausted)
+        admitted
     }
 
     /// Gives a lease's permits for `key` back as if they had never been taken.
@@ -367,7 +363,7 @@ where
             let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
             for (key, state) in table.iter() {
                 if !inner.algo.is_idle(state, now) {
-                    f(key, inner.algo.decide(state, now, 0, false).unwrap_or_else(|m| m));
+                    f(key, inner.algo.decide(state, now, 0, false).unwrap_or_else(|m| m).meta());
                 }
             }
         }

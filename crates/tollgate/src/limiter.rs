@@ -11,6 +11,7 @@ use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
 use crate::interval_bucket::IntervalBucket;
 use crate::queue::Queue;
 use crate::quota::Quota;
+use crate::snapshot::Snapshot;
 use crate::stats::{Counts, Statistics};
 
 /// Which waiter is served first when permits become available.
@@ -176,7 +177,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// [`Builder::statistics`]) admitted and rejected requests.
     pub fn statistics(&self) -> Statistics {
         let s = &self.shared;
-        let available = s.algo.decide(&s.state, s.clock.now(), 0, false).unwrap_or_else(|m| m).remaining;
+        let available = s.algo.decide(&s.state, s.clock.now(), 0, false).unwrap_or_else(|m| m).meta().remaining;
         let (admitted, rejected) = s.counts.read();
         Statistics { available, queued: s.gate.queued(), admitted, rejected }
     }
@@ -282,22 +283,23 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     }
 
     pub(crate) fn closed_rejection(&self, n: u64) -> Rejected {
-        let meta = self.algo.decide(&self.state, self.clock.now(), 0, false).unwrap_or_else(|m| m);
+        let meta = self.algo.decide(&self.state, self.clock.now(), 0, false).unwrap_or_else(|m| m).meta();
         Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::Closed)
     }
 
     pub(crate) fn over_capacity(&self, now: u64, n: u64) -> Rejected {
-        let meta = self.algo.decide(&self.state, now, 0, false).unwrap_or_else(|m| m);
+        let meta = self.algo.decide(&self.state, now, 0, false).unwrap_or_else(|m| m).meta();
         Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::ExceedsCapacity)
     }
 
-    pub(crate) fn reject(&self, meta: Meta, n: u64, reason: Reason) -> Rejected {
+    pub(crate) fn reject(&self, meta: impl Into<Snapshot>, n: u64, reason: Reason) -> Rejected {
         self.counts.rejected();
-        Rejected::new(meta, n, reason)
+        Rejected::of(meta.into(), n, reason)
     }
 
-    pub(crate) fn lease(self: &Arc<Self>, meta: Meta, n: u64, now: u64) -> Lease {
-        let lease = Lease::new(meta, n, now);
+    #[inline]
+    pub(crate) fn lease(self: &Arc<Self>, meta: Snapshot, n: u64, now: u64) -> Lease {
+        let lease = Lease::of(meta, n, now);
         if n == 0 {
             return lease;
         }
@@ -315,20 +317,25 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         self.try_acquire_now(n)
     }
 
-    /// Decides at once: nobody queued (or a LIFO queue, or a probe).
-    #[inline]
+    /// Decides at once: nobody queued (or a LIFO queue, or a probe). Inlined into the caller,
+    /// with the rejection out of line, so an admission costs no call of its own.
+    #[inline(always)]
     fn try_acquire_now(self: &Arc<Self>, n: u64) -> Result<Lease, Rejected> {
         let now = self.now();
-        // Every algorithm rejects more than its capacity, so the capacity is only read (to tell
-        // "never" from "not now") on the rejection path.
         match self.algo.decide(&self.state, now, n, true) {
             Ok(meta) => Ok(self.lease(meta, n, now)),
-            Err(_) if n > self.algo.capacity() => {
-                self.counts.rejected();
-                Err(self.over_capacity(now, n))
-            }
-            Err(meta) => Err(self.reject(meta, n, Reason::Exhausted)),
+            Err(meta) => Err(self.rejected_now(meta, n, now)),
         }
+    }
+
+    /// Tells "never" (more than the capacity, which is the decision's `limit`) from "not now".
+    #[inline(never)]
+    fn rejected_now(&self, meta: Snapshot, n: u64, now: u64) -> Rejected {
+        if n > meta.limit() {
+            self.counts.rejected();
+            return self.over_capacity(now, n);
+        }
+        self.reject(meta, n, Reason::Exhausted)
     }
 
     /// The limiter is closed or someone is queued.
@@ -345,7 +352,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
                 return Err(self.over_capacity(now, n));
             }
             // Strict FIFO: taking permits now would overtake the waiters.
-            let meta = self.algo.decide(&self.state, now, n, false).unwrap_or_else(|m| m);
+            let meta = self.algo.decide(&self.state, now, n, false).unwrap_or_else(|m| m).meta();
             let retry = self.algo.wait_estimate(&self.state, now, queued + n);
             return Err(self.reject(Meta { remaining: 0, retry_ns: retry, ..meta }, n, Reason::Exhausted));
         }
@@ -365,7 +372,10 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         if n > self.algo.capacity() {
             return Err(self.over_capacity(now, n));
         }
-        self.algo.decide(&self.state, now, n, false).map_err(|m| Rejected::new(m, n, Reason::Exhausted))
+        self.algo
+            .decide(&self.state, now, n, false)
+            .map(|m| m.meta())
+            .map_err(|m| Rejected::of(m, n, Reason::Exhausted))
     }
 
     pub(crate) fn give_back(self: &Arc<Self>, lease: Lease) {

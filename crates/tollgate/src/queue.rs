@@ -117,6 +117,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         } else {
             self.algo.decide(&self.state, now, n, false).unwrap_or_else(|m| m)
         };
+        let meta = meta.meta();
         let ahead = if self.order == QueueOrder::Fifo { q.permits } else { 0 };
         let estimate = self.algo.wait_estimate(&self.state, now, ahead + n);
         let meta = Meta { retry_ns: estimate.or(meta.retry_ns), ..meta };
@@ -184,7 +185,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         {
             if w.deadline.is_some_and(|d| d <= now) {
                 let w = q.remove(me).expect("present");
-                let meta = self.algo.decide(&self.state, now, w.n, false).unwrap_or_else(|m| m);
+                let meta = self.algo.decide(&self.state, now, w.n, false).unwrap_or_else(|m| m).meta();
                 self.counts.rejected();
                 wake.extend(w.slot.complete(Err(Rejected::new(meta, w.n, Reason::MaxWait))));
             } else {

@@ -8,6 +8,7 @@ use crate::algorithm::Algorithm;
 use crate::decision::Meta;
 use crate::quota::Quota;
 use crate::seqlock::SeqCell;
+use crate::snapshot::Snapshot;
 
 /// Exact sliding window over a log of admission times.
 ///
@@ -81,19 +82,8 @@ impl SlidingLog {
     }
 }
 
-impl Algorithm for SlidingLog {
-    type State = SlidingLogState;
-    type Config = Quota;
-
-    fn new_state(&self, _now: u64) -> SlidingLogState {
-        SlidingLogState::default()
-    }
-
-    fn capacity(&self) -> u64 {
-        self.quota.load().limit()
-    }
-
-    fn decide(&self, state: &SlidingLogState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
+impl SlidingLog {
+    fn decide_meta(&self, state: &SlidingLogState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
         let q = self.quota.load();
         let mut log = state.0.lock().unwrap_or_else(|e| e.into_inner());
         log.expire(now, q.period_ns());
@@ -110,6 +100,24 @@ impl Algorithm for SlidingLog {
             log.total += n;
         }
         Ok(log.meta(&q, now))
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = SlidingLogState;
+    type Config = Quota;
+
+    fn new_state(&self, _now: u64) -> SlidingLogState {
+        SlidingLogState::default()
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.load().limit()
+    }
+
+    #[inline]
+    fn decide(&self, state: &SlidingLogState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
+        self.decide_meta(state, now, n, commit).map(Snapshot::from).map_err(Snapshot::from)
     }
 
     fn give_back(&self, state: &SlidingLogState, _now: u64, n: u64, acquired_at: u64) {

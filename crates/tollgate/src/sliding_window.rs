@@ -9,6 +9,7 @@ use crate::algorithm::Algorithm;
 use crate::decision::Meta;
 use crate::quota::{Quota, QuotaError};
 use crate::seqlock::SeqCell;
+use crate::snapshot::Snapshot;
 
 /// Segmented sliding window counter.
 ///
@@ -110,6 +111,26 @@ impl Segments {
     }
 }
 
+impl SlidingWindow {
+    fn decide_meta(&self, state: &SlidingWindowState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
+        let q = self.quota.load();
+        let seg_len = self.seg_len(&q);
+        let mut segs = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        segs.advance(now / seg_len);
+        if segs.total.saturating_add(n) > q.limit() {
+            let mut m = segs.meta(now, seg_len, q.limit());
+            m.retry_ns = Some(segs.wait_for(now, seg_len, q.limit(), n));
+            return Err(m);
+        }
+        if n > 0 && commit {
+            let i = (segs.newest % self.segments) as usize;
+            segs.counts[i] += n;
+            segs.total += n;
+        }
+        Ok(segs.meta(now, seg_len, q.limit()))
+    }
+}
+
 impl Algorithm for SlidingWindow {
     type State = SlidingWindowState;
     type Config = Quota;
@@ -127,22 +148,9 @@ impl Algorithm for SlidingWindow {
         self.quota.load().limit()
     }
 
-    fn decide(&self, state: &SlidingWindowState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
-        let q = self.quota.load();
-        let seg_len = self.seg_len(&q);
-        let mut segs = state.0.lock().unwrap_or_else(|e| e.into_inner());
-        segs.advance(now / seg_len);
-        if segs.total.saturating_add(n) > q.limit() {
-            let mut m = segs.meta(now, seg_len, q.limit());
-            m.retry_ns = Some(segs.wait_for(now, seg_len, q.limit(), n));
-            return Err(m);
-        }
-        if n > 0 && commit {
-            let i = (segs.newest % self.segments) as usize;
-            segs.counts[i] += n;
-            segs.total += n;
-        }
-        Ok(segs.meta(now, seg_len, q.limit()))
+    #[inline]
+    fn decide(&self, state: &SlidingWindowState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
+        self.decide_meta(state, now, n, commit).map(Snapshot::from).map_err(Snapshot::from)
     }
 
     fn give_back(&self, state: &SlidingWindowState, now: u64, n: u64, acquired_at: u64) {

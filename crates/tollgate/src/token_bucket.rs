@@ -6,9 +6,9 @@
 //! `max(tat, now) + n·T <= now + burst·T`.
 
 use crate::algorithm::Algorithm;
-use crate::decision::Meta;
 use crate::quota::Quota;
 use crate::seqlock::SeqCell;
+use crate::snapshot::Snapshot;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Token bucket with continuous refill (GCRA), lock-free.
@@ -45,13 +45,11 @@ impl TokenBucket {
     }
 }
 
+/// The bucket at `now` with arrival time `tat`; `cost` is what the request `retry_after` is about
+/// adds (the next permit, or a rejected request's permits).
 #[inline]
-fn admitted_meta(q: &Quota, now: u64, tat: u64) -> Meta {
-    let t = q.emission_ns();
-    let horizon = now.saturating_add(q.tau_ns());
-    let remaining = horizon.saturating_sub(tat) / t;
-    let retry = if remaining > 0 { 0 } else { tat.saturating_add(t).saturating_sub(horizon) };
-    Meta { limit: q.burst(), remaining, reset_ns: tat.saturating_sub(now), retry_ns: Some(retry) }
+fn snapshot(q: &Quota, now: u64, tat: u64, cost: u64) -> Snapshot {
+    Snapshot::gcra(now, tat, q.emission_ns(), q.burst(), cost)
 }
 
 impl Algorithm for TokenBucket {
@@ -67,7 +65,7 @@ impl Algorithm for TokenBucket {
     }
 
     #[inline]
-    fn decide(&self, state: &TokenBucketState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
+    fn decide(&self, state: &TokenBucketState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
         let q = self.quota.load();
         let horizon = now.saturating_add(q.tau_ns());
         // Saturating: more than the burst (even u64::MAX) must be rejected, not overflow.
@@ -77,15 +75,13 @@ impl Algorithm for TokenBucket {
             let base = tat.max(now);
             let new_tat = base.saturating_add(cost);
             if new_tat > horizon {
-                let mut meta = admitted_meta(&q, now, base);
-                meta.retry_ns = Some(new_tat - horizon);
-                return Err(meta);
+                return Err(snapshot(&q, now, base, cost));
             }
             if n == 0 || !commit {
-                return Ok(admitted_meta(&q, now, base));
+                return Ok(snapshot(&q, now, base, q.emission_ns()));
             }
             match state.0.compare_exchange_weak(tat, new_tat, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(admitted_meta(&q, now, new_tat)),
+                Ok(_) => return Ok(snapshot(&q, now, new_tat, q.emission_ns())),
                 Err(actual) => tat = actual,
             }
         }

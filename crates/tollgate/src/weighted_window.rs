@@ -9,6 +9,7 @@ use crate::algorithm::Algorithm;
 use crate::decision::Meta;
 use crate::quota::Quota;
 use crate::seqlock::SeqCell;
+use crate::snapshot::Snapshot;
 
 /// Weighted two-window sliding counter.
 ///
@@ -104,20 +105,8 @@ impl TwoWindows {
     }
 }
 
-impl Algorithm for WeightedWindow {
-    type State = WeightedWindowState;
-    type Config = Quota;
-
-    fn new_state(&self, now: u64) -> WeightedWindowState {
-        let p = self.quota.load().period_ns();
-        WeightedWindowState(Mutex::new(TwoWindows { index: now / p, prev: 0, curr: 0 }))
-    }
-
-    fn capacity(&self) -> u64 {
-        self.quota.load().limit()
-    }
-
-    fn decide(&self, state: &WeightedWindowState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
+impl WeightedWindow {
+    fn decide_meta(&self, state: &WeightedWindowState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
         let q = self.quota.load();
         let p = q.period_ns();
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -132,6 +121,25 @@ impl Algorithm for WeightedWindow {
         let w = if n > 0 && commit { TwoWindows { curr: w.curr + n, ..w } } else { w };
         *guard = w;
         Ok(w.meta(now, &q))
+    }
+}
+
+impl Algorithm for WeightedWindow {
+    type State = WeightedWindowState;
+    type Config = Quota;
+
+    fn new_state(&self, now: u64) -> WeightedWindowState {
+        let p = self.quota.load().period_ns();
+        WeightedWindowState(Mutex::new(TwoWindows { index: now / p, prev: 0, curr: 0 }))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.quota.load().limit()
+    }
+
+    #[inline]
+    fn decide(&self, state: &WeightedWindowState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
+        self.decide_meta(state, now, n, commit).map(Snapshot::from).map_err(Snapshot::from)
     }
 
     fn give_back(&self, state: &WeightedWindowState, now: u64, n: u64, acquired_at: u64) {

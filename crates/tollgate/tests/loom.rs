@@ -41,7 +41,7 @@ fn quota_change_is_seen_whole() {
                 bucket.set_config(Quota::per(Duration::from_millis(500), 2).unwrap().with_burst(2).unwrap());
             })
         };
-        let meta = bucket.decide(&state, 0, 0, false).unwrap();
+        let meta = bucket.decide(&state, 0, 0, false).unwrap().meta();
         writer.join().unwrap();
         assert!(meta.limit == 1 && meta.remaining == 1 || meta.limit == 2 && meta.remaining == 2, "{meta:?}");
     });
