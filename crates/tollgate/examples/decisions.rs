@@ -8,7 +8,9 @@
 //! done
 //! ```
 //! Paths: `admit/{tollgate,governor}`, `reject/{tollgate,governor}`, `keyed/{tollgate,governor}`
-//! (1,000 `u64` keys, all present, walked in a fixed stride), `concurrency/{tollgate,tokio}`.
+//! (1,000 `u64` keys, all present, walked in a fixed stride), `permit/{tollgate,tokio}` (borrowed
+//! permits: `try_permit` against `Semaphore::try_acquire`) and `concurrency/{tollgate,tokio}`
+//! (owned: a `Lease` against `Semaphore::try_acquire_owned`).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -34,7 +36,7 @@ fn measured(count: u64, mut decide: impl FnMut(u64)) {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: decisions <admit|reject|keyed|concurrency>/<tollgate|governor|tokio> <count>";
+    let usage = "usage: decisions <admit|reject|keyed|permit|concurrency>/<tollgate|governor|tokio> <count>";
     let path = args.next().ok_or(usage)?;
     let count: u64 = args.next().ok_or(usage)?.parse()?;
     let nz = |n: u32| NonZeroU32::new(n).expect("nonzero");
@@ -71,12 +73,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             measured(count, |i| drop(black_box(l.check_key(&key(i)))));
         }
         "concurrency/tollgate" => {
+            // An owned lease (it could move into a task), against tokio's owned permit.
             let l = Limiter::new(Concurrency::new(1_000)?);
             measured(count, |_| drop(black_box(l.try_acquire(black_box(1)))));
         }
-        "concurrency/tokio" => {
+        "permit/tollgate" => {
+            let l = Limiter::new(Concurrency::new(1_000)?);
+            measured(count, |_| drop(black_box(l.try_permit(black_box(1)))));
+        }
+        "permit/tokio" => {
             let s = tokio::sync::Semaphore::new(1_000);
             measured(count, |_| drop(black_box(s.try_acquire())));
+        }
+        "concurrency/tokio" => {
+            let s = std::sync::Arc::new(tokio::sync::Semaphore::new(1_000));
+            measured(count, |_| drop(black_box(s.clone().try_acquire_owned())));
         }
         other => return Err(format!("unknown path {other:?}; {usage}").into()),
     }

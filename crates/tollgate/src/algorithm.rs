@@ -70,6 +70,10 @@ pub trait Algorithm: Send + Sync + 'static {
 
     /// True when permits come back only through [`Algorithm::give_back`] (a concurrency limit), so a
     /// [`crate::Lease`] must release them on drop.
+    ///
+    /// Such an algorithm's `give_back` must write its state with a `SeqCst` read-modify-write:
+    /// the limiter then checks its wait queue with a `SeqCst` load instead of a fence, and a
+    /// waiter queueing at the same moment relies on one of the two seeing the other.
     fn releases_on_drop(&self) -> bool {
         false
     }

@@ -95,7 +95,9 @@ impl Algorithm for Concurrency {
     }
 
     fn give_back(&self, state: &ConcurrencyState, _now: u64, n: u64, _acquired_at: u64) {
-        let prev = state.0.fetch_sub(n, Ordering::Release);
+        // SeqCst, not just Release (which hands the work under this lease to the next holder):
+        // see `Algorithm::releases_on_drop`.
+        let prev = state.0.fetch_sub(n, Ordering::SeqCst);
         assert!(prev >= n, "released {n} permits but only {prev} were held");
     }
 

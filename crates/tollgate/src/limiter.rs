@@ -299,31 +299,43 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
 
     #[inline]
     pub(crate) fn lease(self: &Arc<Self>, meta: Snapshot, n: u64, now: u64) -> Lease {
-        let lease = Lease::of(meta, n, now);
         if n == 0 {
-            return lease;
+            return Lease::of(meta, n, now);
         }
         self.counts.admitted();
+        self.lease_held(meta, n, now)
+    }
+
+    /// A lease for `n` permits already taken (and counted) at `now`.
+    #[inline]
+    pub(crate) fn lease_held(self: &Arc<Self>, meta: Snapshot, n: u64, now: u64) -> Lease {
+        let lease = Lease::of(meta, n, now);
         if self.algo.releases_on_drop() { lease.holding(self.clone() as Arc<dyn PermitPool>) } else { lease }
     }
 
     #[inline]
     fn try_acquire(self: &Arc<Self>, n: u64) -> Result<Lease, Rejected> {
+        self.try_take(n).map(|(meta, now)| self.lease(meta, n, now))
+    }
+
+    /// Takes `n` permits now or rejects: the decision, without the lease that holds them.
+    #[inline(always)]
+    pub(crate) fn try_take(&self, n: u64) -> Result<(Snapshot, u64), Rejected> {
         // One load tells the common case: open, nobody queued.
         let gate = self.gate.0.load(Ordering::Acquire);
         if gate != 0 {
-            return self.try_acquire_gated(n, gate);
+            return self.try_take_gated(n, gate);
         }
-        self.try_acquire_now(n)
+        self.take_now(n)
     }
 
     /// Decides at once: nobody queued (or a LIFO queue, or a probe). Inlined into the caller,
     /// with the rejection out of line, so an admission costs no call of its own.
     #[inline(always)]
-    fn try_acquire_now(self: &Arc<Self>, n: u64) -> Result<Lease, Rejected> {
+    fn take_now(&self, n: u64) -> Result<(Snapshot, u64), Rejected> {
         let now = self.now();
         match self.algo.decide(&self.state, now, n, true) {
-            Ok(meta) => Ok(self.lease(meta, n, now)),
+            Ok(meta) => Ok((meta, now)),
             Err(meta) => Err(self.rejected_now(meta, n, now)),
         }
     }
@@ -340,7 +352,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
 
     /// The limiter is closed or someone is queued.
     #[cold]
-    fn try_acquire_gated(self: &Arc<Self>, n: u64, gate: u64) -> Result<Lease, Rejected> {
+    fn try_take_gated(&self, n: u64, gate: u64) -> Result<(Snapshot, u64), Rejected> {
         if gate & Gate::CLOSED != 0 {
             return Err(self.reject_closed(n));
         }
@@ -356,7 +368,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
             let retry = self.algo.wait_estimate(&self.state, now, queued + n);
             return Err(self.reject(Meta { remaining: 0, retry_ns: retry, ..meta }, n, Reason::Exhausted));
         }
-        self.try_acquire_now(n)
+        self.take_now(n)
     }
 
     fn reject_closed(&self, n: u64) -> Rejected {
@@ -392,14 +404,23 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     }
 }
 
-impl<A: Algorithm, C: Clock> PermitPool for Shared<A, C> {
-    fn release(self: Arc<Self>, n: u64) {
+impl<A: Algorithm, C: Clock> Shared<A, C> {
+    /// Gives back `n` held permits (a concurrency lease or permit) and serves waiters that fit.
+    #[inline]
+    pub(crate) fn release_permits(self: &Arc<Self>, n: u64) {
+        // The give-back is a SeqCst read-modify-write (the contract of `releases_on_drop`) and
+        // this load is SeqCst: with the fence in `drive_for`, either we see the waiter that just
+        // queued, or it sees our permits. No fence here: on x86 both cost nothing extra.
         self.algo.give_back(&self.state, self.now(), n, 0);
-        // See `drive_for`: a waiter that enqueued after our check has seen our release.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.gate.queued() > 0 {
+        if self.gate.0.load(Ordering::SeqCst) & !Gate::CLOSED > 0 {
             self.drive(None);
         }
+    }
+}
+
+impl<A: Algorithm, C: Clock> PermitPool for Shared<A, C> {
+    fn release(self: Arc<Self>, n: u64) {
+        self.release_permits(n);
     }
 }
 

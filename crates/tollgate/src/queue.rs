@@ -157,8 +157,9 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     /// Grants queued waiters while the head fits, expires `me` if its deadline passed, and tells
     /// `me` when to look again. Wakers are called after the lock is released.
     fn drive_for(self: &Arc<Self>, me: Option<u64>) -> Next {
-        // Pairs with the fence in `PermitPool::release`: either the releaser sees our queued
-        // permits and drives, or we see its released permits here (no lost wakeup).
+        // Pairs with the SeqCst give-back and load in `Shared::release_permits`: either the
+        // releaser sees our queued permits and drives, or we see its released permits here (no
+        // lost wakeup; pinned by `a_release_never_misses_a_waiter_joining_the_queue`).
         std::sync::atomic::fence(Ordering::SeqCst);
         let now = self.clock.now();
         let mut wake: Vec<Waker> = Vec::new();

@@ -446,6 +446,49 @@ fn concurrency_never_exceeds_max_held() {
     }
 }
 
+/// A release and a waiter joining the queue at the same moment: one of the two must see the
+/// other (the release serves the waiter, or the waiter sees the permits), or the waiter sleeps
+/// for ever. Threads mix borrowed permits (`try_permit`) with queued `acquire().await`s on one
+/// permit; a lost wakeup shows as the watchdog firing.
+#[test]
+fn a_release_never_misses_a_waiter_joining_the_queue() {
+    const ROUNDS: u64 = 20_000;
+    let limiter = std::sync::Arc::new(
+        Limiter::builder(Concurrency::new(1).unwrap()).clock(ManualClock::new()).statistics(true).build(),
+    );
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    // Detached threads, not a scope: a scope would wait for a stuck thread instead of failing.
+    for w in 0..THREADS as u64 {
+        let (limiter, done_tx) = (limiter.clone(), done_tx.clone());
+        thread::spawn(move || {
+            let mut rng = Rng(w + 99);
+            for _ in 0..ROUNDS {
+                // Holding the permit a while makes the others queue behind it.
+                let hold = rng.below(200);
+                if rng.below(2) == 0 {
+                    if let Ok(permit) = limiter.try_permit(1) {
+                        (0..hold).for_each(|_| std::hint::spin_loop());
+                        drop(permit);
+                    }
+                } else {
+                    let lease =
+                        futures::executor::block_on(Limiter::acquire(&limiter, 1)).expect("no limit on the queue");
+                    (0..hold).for_each(|_| std::hint::spin_loop());
+                    drop(lease);
+                }
+            }
+            done_tx.send(()).expect("the watchdog is listening");
+        });
+    }
+    for _ in 0..THREADS {
+        done_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a waiter was never served: a release missed it (lost wakeup)");
+    }
+    assert_eq!(limiter.held(), 0, "permits leaked");
+    assert!(limiter.statistics().admitted > Some(THREADS as u64 * ROUNDS / 4), "too few permits were granted");
+}
+
 /// Per round of a chain run: time, chain successes and their permits, then each limiter's
 /// probe and admitted count after the round.
 #[derive(Clone, Copy, Debug)]
