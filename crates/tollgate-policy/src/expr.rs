@@ -202,7 +202,9 @@ fn compile(text: &str) -> Result<cel::Program, ExprError> {
     match parsed {
         Ok(Ok(program)) => {
             let refs = program.references();
-            let unknown: Vec<&str> = refs.variables().into_iter().filter(|v| *v != "descriptors").collect();
+            // Sorted: the references come in hash order, and the message should not vary by run.
+            let mut unknown: Vec<&str> = refs.variables().into_iter().filter(|v| *v != "descriptors").collect();
+            unknown.sort_unstable();
             if let Some(name) = unknown.first() {
                 return Err(ExprError::UnknownVariable { name: (*name).to_owned(), expression: text.to_owned() });
             }
