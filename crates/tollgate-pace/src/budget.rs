@@ -22,10 +22,10 @@ impl Budget {
     /// `units` per `period`; both must be non-zero.
     pub fn new(units: u64, period: Duration) -> Result<Budget, crate::PaceError> {
         if units == 0 {
-            return Err(crate::PaceError::Config("budget units must be at least 1".into()));
+            return Err(crate::PaceError::config("budget units", "at least 1", units));
         }
         if period.is_zero() {
-            return Err(crate::PaceError::Config("budget period must be longer than zero".into()));
+            return Err(crate::PaceError::config("budget period", "longer than zero", format!("{period:?}")));
         }
         Ok(Budget { units, period })
     }

@@ -29,30 +29,15 @@
 #![forbid(unsafe_code)]
 
 mod budget;
+mod error;
 mod pacer;
 mod partitions;
 mod pump;
 mod queue;
 
 pub use budget::Budget;
+pub use error::{PaceError, QueueError};
 pub use pacer::{Pacer, PacerBuilder};
 pub use partitions::{Partitions, PartitionsBuilder};
-pub use pump::{Handled, Progress, PumpOptions, pump};
+pub use pump::{Handled, HandlerError, Progress, PumpOptions, pump};
 pub use queue::{Item, Queue, RedisStreams};
-
-/// What can go wrong pacing.
-#[derive(Debug, thiserror::Error)]
-pub enum PaceError {
-    /// A setting is out of range (the message names it and the value).
-    #[error("{0}")]
-    Config(String),
-    /// The pacer was closed while waiting.
-    #[error("the pacer was closed ({0})")]
-    Closed(String),
-    /// The queue could not be used (the message names the URL or stream).
-    #[error("queue: {0}")]
-    Queue(String),
-    /// Redis could not be used.
-    #[error(transparent)]
-    Backend(#[from] tollgate_redis::BackendError),
-}

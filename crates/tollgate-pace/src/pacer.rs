@@ -73,17 +73,17 @@ impl<C: Clock> PacerBuilder<C> {
     pub fn build(self) -> Result<Pacer<C>, PaceError> {
         let ceiling = self.budget.units_per_second();
         if self.granularity.is_zero() {
-            return Err(PaceError::Config("granularity must be longer than zero".into()));
+            return Err(PaceError::config("granularity", "longer than zero", format!("{:?}", self.granularity)));
         }
         if !(self.decrease > 0.0 && self.decrease < 1.0) {
-            return Err(PaceError::Config(format!("decrease must be in (0, 1), got {}", self.decrease)));
+            return Err(PaceError::config("decrease", "in (0, 1)", self.decrease));
         }
         if !(self.increase > 0.0 && self.increase <= 1.0) {
-            return Err(PaceError::Config(format!("increase must be in (0, 1], got {}", self.increase)));
+            return Err(PaceError::config("increase", "in (0, 1]", self.increase));
         }
         let min_rate = self.min_rate.unwrap_or(ceiling / 100.0);
         if !(min_rate > 0.0 && min_rate <= ceiling) {
-            return Err(PaceError::Config(format!("min_rate must be in (0, {ceiling}], got {min_rate}")));
+            return Err(PaceError::config("min_rate", format!("in (0, {ceiling}]"), min_rate));
         }
         let quota = slice_quota(ceiling, self.granularity)?;
         let limiter = Limiter::builder(IntervalBucket::new(quota)).clock(self.clock.clone()).build();
@@ -178,8 +178,7 @@ impl<C: Clock> Pacer<C> {
             }
             let take = left.min(self.limiter.capacity());
             // Rate permits are spent, not held: the lease has nothing to release.
-            let _spent =
-                self.limiter.acquire(take).await.map_err(|r| PaceError::Closed(format!("{:?}", r.reason())))?;
+            let _spent = self.limiter.acquire(take).await.map_err(|r| PaceError::Closed { reason: r.reason() })?;
             left -= take;
         }
         Ok(())
@@ -284,7 +283,7 @@ impl<C: Clock> Pacer<C> {
 /// slices of one unit instead.
 fn slice_quota(rate: f64, granularity: Duration) -> Result<Quota, PaceError> {
     if !(rate.is_finite() && rate > 0.0) {
-        return Err(PaceError::Config(format!("rate must be above zero, got {rate}")));
+        return Err(PaceError::config("rate", "above zero", rate));
     }
     let per_slice = rate * granularity.as_secs_f64();
     let quota = if per_slice >= 1.0 {
@@ -292,5 +291,5 @@ fn slice_quota(rate: f64, granularity: Duration) -> Result<Quota, PaceError> {
     } else {
         Quota::per(Duration::from_secs_f64(1.0 / rate), 1)
     };
-    quota.map_err(|e| PaceError::Config(format!("rate {rate}/s with slices of {granularity:?}: {e}")))
+    quota.map_err(|source| PaceError::Rate { rate, granularity, source })
 }

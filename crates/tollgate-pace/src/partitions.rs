@@ -54,13 +54,14 @@ impl PartitionsBuilder {
     /// Takes the free partitions (up to `want`) for `pacer` and keeps doing so in the background.
     /// Needs a tokio runtime.
     pub async fn join<C: Clock>(self, pacer: Arc<Pacer<C>>) -> Result<Partitions, PaceError> {
-        if self.partitions == 0 || self.want == 0 {
-            return Err(PaceError::Config("partitions and want must be at least 1".into()));
+        if self.partitions == 0 {
+            return Err(PaceError::config("partitions", "at least 1", self.partitions));
         }
-        let semaphore = RedisSemaphore::builder(&self.redis, &self.name, self.partitions)
-            .lease_ttl(self.lease_ttl)
-            .build()
-            .map_err(|e| PaceError::Config(e.to_string()))?;
+        if self.want == 0 {
+            return Err(PaceError::config("want", "at least 1", self.want));
+        }
+        let semaphore =
+            RedisSemaphore::builder(&self.redis, &self.name, self.partitions).lease_ttl(self.lease_ttl).build()?;
         let shared = Arc::new(Shared {
             semaphore,
             held: Mutex::new(Vec::new()),

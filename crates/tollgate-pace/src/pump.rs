@@ -20,15 +20,76 @@ use crate::{PaceError, Pacer};
 const TAKE_AHEAD: Duration = Duration::from_millis(500);
 
 /// What the handler made of an item.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Handled {
     /// Done: acknowledge it.
     Done,
     /// The service throttled it (429/503 or an error classified as throttling): back off, retry.
     Throttled(Option<Duration>),
-    /// It failed for another reason (kept for the dead-letter queue).
-    Failed(String),
+    /// It failed for another reason: the error is recorded with the item, and kept in the
+    /// dead-letter queue if it was the last attempt.
+    Failed(HandlerError),
 }
+
+impl Handled {
+    /// `Failed` with `error`, whatever its type.
+    pub fn failed(error: impl std::error::Error + Send + Sync + 'static) -> Handled {
+        Handled::Failed(HandlerError::new(error))
+    }
+}
+
+/// Why a handler failed an item: any error, kept as it is (downcast it with
+/// [`HandlerError::downcast_ref`]). Cheap to clone. Its `Display` is the error's.
+///
+/// ```
+/// use tollgate_pace::{Handled, HandlerError};
+/// let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "upstream refused");
+/// let Handled::Failed(error) = Handled::failed(refused) else { unreachable!() };
+/// assert_eq!(error.to_string(), "upstream refused");
+/// assert_eq!(error.downcast_ref::<std::io::Error>().unwrap().kind(), std::io::ErrorKind::ConnectionRefused);
+/// assert_eq!(HandlerError::message("HTTP 500").to_string(), "HTTP 500");
+/// ```
+#[derive(Clone, Debug)]
+pub struct HandlerError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl HandlerError {
+    /// Wraps `error`.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> HandlerError {
+        HandlerError(Arc::new(error))
+    }
+
+    /// An error that is only a message (for handlers that have nothing more typed to give).
+    pub fn message(text: impl Into<String>) -> HandlerError {
+        HandlerError(Arc::new(Message(text.into())))
+    }
+
+    /// The error, if it is a `T`.
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl std::fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for HandlerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// The error of [`HandlerError::message`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Message(String);
+
+/// A handler that panicked (its item counts as failed, never as lost).
+#[derive(Debug, thiserror::Error)]
+#[error("the handler panicked: {0}")]
+struct Panicked(#[source] tokio::task::JoinError);
 
 /// Counts, readable while the pump runs (for a progress bar).
 #[derive(Debug, Default)]
@@ -103,7 +164,12 @@ where
         }
         for item in items {
             pacer.acquire(item.cost).await?;
-            let slot = slots.clone().acquire_owned().await.map_err(|_| PaceError::Closed("pump stopped".into()))?;
+            // `slots` is never closed; the error is only the type's.
+            let slot = slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| PaceError::Closed { reason: tollgate::Reason::Closed })?;
             let (queue, pacer, handler, progress) = (queue.clone(), pacer.clone(), handler.clone(), progress.clone());
             tokio::spawn(async move {
                 handle(&*queue, &pacer, &*handler, &progress, item).await;
@@ -124,7 +190,7 @@ where
         // Its own task, so that a panicking handler is a failed item, not a dead worker.
         let outcome = match tokio::spawn(handler(item.clone())).await {
             Ok(outcome) => outcome,
-            Err(e) => Handled::Failed(format!("the handler panicked: {e}")),
+            Err(e) => Handled::failed(Panicked(e)),
         };
         match outcome {
             Handled::Done => {
@@ -147,7 +213,7 @@ where
             }
             Handled::Failed(error) => {
                 progress.failed.fetch_add(1, Ordering::Relaxed);
-                match queue.fail(&item, &error).await {
+                match queue.fail(&item, &error.to_string()).await {
                     Ok(true) => {
                         progress.dead.fetch_add(1, Ordering::Relaxed);
                     }

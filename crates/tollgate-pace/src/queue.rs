@@ -12,7 +12,7 @@ use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 
-use crate::PaceError;
+use crate::{PaceError, QueueError};
 
 /// One unit of work.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,12 +71,15 @@ impl RedisStreams {
     /// `idle` must be longer than an item can take from delivery to acknowledgement (its wait for
     /// the budget — the pump takes about half a second of work at a time — plus the handler's time): an item still being worked on after `idle` is
     /// delivered again (at least once), and the handler then sees its idempotency key twice.
+    ///
+    /// Errors show the URL without credentials.
     pub async fn open(url: &str, name: &str, idle: Duration, max_attempts: u64) -> Result<RedisStreams, PaceError> {
-        let client = redis::Client::open(url).map_err(|e| PaceError::Queue(format!("invalid Redis URL {url}: {e}")))?;
-        let mut conn = tokio::time::timeout(Duration::from_secs(5), client.get_multiplexed_async_connection())
+        let shown = || tollgate_redis::redact_url(url);
+        let client = redis::Client::open(url).map_err(|source| QueueError::InvalidUrl { url: shown(), source })?;
+        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
             .await
-            .map_err(|_| PaceError::Queue(format!("cannot connect to {url}: timed out")))?
-            .map_err(|e| PaceError::Queue(format!("cannot connect to {url}: {e}")))?;
+            .map_err(|_| QueueError::ConnectTimeout { url: shown(), after: CONNECT_TIMEOUT })?
+            .map_err(|source| QueueError::Connect { url: shown(), source })?;
         let created: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
             .arg(name)
@@ -88,7 +91,10 @@ impl RedisStreams {
         match created {
             Ok(()) => {}
             Err(e) if e.code() == Some("BUSYGROUP") => {}
-            Err(e) => return Err(PaceError::Queue(format!("cannot create the consumer group of {name}: {e}"))),
+            Err(source) => {
+                let action = "create the consumer group";
+                return Err(QueueError::Command { action, stream: name.to_owned(), source }.into());
+            }
         }
         Ok(RedisStreams {
             conn,
@@ -112,7 +118,8 @@ impl RedisStreams {
         let mut conn = self.conn.clone();
         let mut items = Vec::with_capacity(entries.len());
         for entry in entries {
-            let attempts: Option<u64> = conn.hget(self.attempts_key(), &entry.id).await.map_err(err)?;
+            let attempts: Option<u64> =
+                conn.hget(self.attempts_key(), &entry.id).await.map_err(self.err("read an item's attempts"))?;
             items.push(Item {
                 key: entry.get("key").unwrap_or_else(|| entry.id.clone()),
                 payload: entry.get("payload").unwrap_or_default(),
@@ -125,15 +132,21 @@ impl RedisStreams {
     }
 }
 
-fn err(e: redis::RedisError) -> PaceError {
-    PaceError::Queue(e.to_string())
+/// Longest [`RedisStreams::open`] waits for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl RedisStreams {
+    /// A failed command on this stream, as a [`PaceError::Queue`].
+    fn err(&self, action: &'static str) -> impl FnOnce(redis::RedisError) -> PaceError + '_ {
+        move |source| QueueError::Command { action, stream: self.stream.clone(), source }.into()
+    }
 }
 
 impl Queue for RedisStreams {
     async fn enqueue(&self, key: &str, payload: &str, cost: u64) -> Result<String, PaceError> {
         let mut conn = self.conn.clone();
         let fields = [("key", key.to_string()), ("payload", payload.to_string()), ("cost", cost.to_string())];
-        conn.xadd(&self.stream, "*", &fields).await.map_err(err)
+        conn.xadd(&self.stream, "*", &fields).await.map_err(self.err("add an item"))
     }
 
     async fn take(&self, consumer: &str, max: usize) -> Result<Vec<Item>, PaceError> {
@@ -149,7 +162,7 @@ impl Queue for RedisStreams {
             .arg(max)
             .query_async(&mut conn)
             .await
-            .map_err(err)?;
+            .map_err(self.err("reclaim idle items"))?;
         if !claimed.claimed.is_empty() {
             return self.attempts(claimed.claimed).await;
         }
@@ -164,7 +177,7 @@ impl Queue for RedisStreams {
             .arg(">")
             .query_async(&mut conn)
             .await
-            .map_err(err)?;
+            .map_err(self.err("read new items"))?;
         let entries = read.map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect()).unwrap_or_default();
         self.attempts(entries).await
     }
@@ -188,12 +201,13 @@ impl Queue for RedisStreams {
             .ignore()
             .query_async::<()>(&mut conn)
             .await
-            .map_err(err)
+            .map_err(self.err("acknowledge an item"))
     }
 
     async fn fail(&self, item: &Item, error: &str) -> Result<bool, PaceError> {
         let mut conn = self.conn.clone();
-        let attempts: u64 = conn.hincr(self.attempts_key(), &item.id, 1).await.map_err(err)?;
+        let attempts: u64 =
+            conn.hincr(self.attempts_key(), &item.id, 1).await.map_err(self.err("count a failed attempt"))?;
         if attempts < self.max_attempts {
             // Left pending: reclaimed after `idle` by whichever consumer asks first.
             return Ok(false);
@@ -205,13 +219,14 @@ impl Queue for RedisStreams {
             ("attempts", attempts.to_string()),
             ("error", error.to_string()),
         ];
-        let _: String = conn.xadd(self.dead_letter_stream(), "*", &fields).await.map_err(err)?;
+        let _: String =
+            conn.xadd(self.dead_letter_stream(), "*", &fields).await.map_err(self.err("dead-letter an item"))?;
         self.ack(item).await?;
         Ok(true)
     }
 
     async fn outstanding(&self) -> Result<u64, PaceError> {
         let mut conn = self.conn.clone();
-        conn.xlen(&self.stream).await.map_err(err)
+        conn.xlen(&self.stream).await.map_err(self.err("count the items"))
     }
 }

@@ -143,9 +143,12 @@ fn bad_settings_are_errors_naming_the_setting() {
     let err = |b: tollgate_pace::PacerBuilder| b.build().err().unwrap().to_string();
     assert_eq!(err(Pacer::builder(budget).decrease(1.5)), "decrease must be in (0, 1), got 1.5");
     assert_eq!(err(Pacer::builder(budget).increase(0.0)), "increase must be in (0, 1], got 0");
-    assert_eq!(err(Pacer::builder(budget).granularity(Duration::ZERO)), "granularity must be longer than zero");
+    assert_eq!(
+        err(Pacer::builder(budget).granularity(Duration::ZERO)),
+        "granularity must be longer than zero, got 0ns"
+    );
     assert_eq!(err(Pacer::builder(budget).min_rate(20.0)), "min_rate must be in (0, 10], got 20");
-    assert_eq!(Budget::per_second(0).unwrap_err().to_string(), "budget units must be at least 1");
+    assert_eq!(Budget::per_second(0).unwrap_err().to_string(), "budget units must be at least 1, got 0");
 }
 
 /// A client pacing itself against a service whose limit is halved, then restored: measured rates

@@ -69,6 +69,12 @@ async fn bad_settings_and_unreachable_redis() {
     let server = RedisServer::start();
     let redis = Redis::connect(&server.url()).await.unwrap();
     let pacer = Arc::new(Pacer::builder(budget).build().unwrap());
-    let error = Partitions::builder(&redis, "job", 0, budget).join(pacer).await.err().unwrap();
-    assert_eq!(error.to_string(), "partitions and want must be at least 1");
+    let error = Partitions::builder(&redis, "job", 0, budget).join(pacer.clone()).await.err().unwrap();
+    assert_eq!(error.to_string(), "partitions must be at least 1, got 0");
+    assert!(matches!(error, tollgate_pace::PaceError::Config { setting: "partitions", .. }), "{error:?}");
+    let error = Partitions::builder(&redis, "job", 2, budget).want(0).join(pacer.clone()).await.err().unwrap();
+    assert_eq!(error.to_string(), "want must be at least 1, got 0");
+    let error = Partitions::builder(&redis, "j{b}", 2, budget).join(pacer).await.err().unwrap();
+    assert!(matches!(error, tollgate_pace::PaceError::Partitions(_)), "{error:?}");
+    assert!(error.to_string().contains("\"j{b}\""), "names the bad name: {error}");
 }

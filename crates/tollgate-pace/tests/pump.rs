@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use redis_common::RedisServer;
 use tollgate::{Limiter, Quota, TokenBucket};
-use tollgate_pace::{Budget, Handled, Item, Pacer, Partitions, Progress, PumpOptions, Queue, RedisStreams, pump};
+use tollgate_pace::{
+    Budget, Handled, HandlerError, Item, Pacer, Partitions, Progress, PumpOptions, Queue, RedisStreams, pump,
+};
 use tollgate_redis::Redis;
 
 /// A service that throttles above `rate`/s (burst 1/10 s) with 429 + Retry-After, and records
@@ -114,7 +116,7 @@ async fn failures_and_panics_are_retried_then_dead_lettered() {
     pump(queue.clone(), pacer, options, progress.clone(), |item| async move {
         match item.key.as_str() {
             "ok" => Handled::Done,
-            "fails" => Handled::Failed(format!("attempt {} refused", item.attempts + 1)),
+            "fails" => Handled::Failed(HandlerError::message(format!("attempt {} refused", item.attempts + 1))),
             _ => panic!("handler bug"),
         }
     })
@@ -135,4 +137,20 @@ async fn unreachable_redis_is_a_clear_error() {
     let url = format!("redis://127.0.0.1:{port}");
     let error = RedisStreams::open(&url, "jobs", Duration::from_secs(1), 3).await.err().unwrap();
     assert!(error.to_string().starts_with(&format!("queue: cannot connect to {url}")), "{error}");
+    assert!(error.is_transient(), "nobody listening may be a restart: {error}");
+
+    // With credentials in the URL: the error names the address, never the password.
+    let secret = format!("redis://app:hunter2@127.0.0.1:{port}/0");
+    let error = RedisStreams::open(&secret, "jobs", Duration::from_secs(1), 3).await.err().unwrap();
+    assert!(error.to_string().contains(&format!("redis://***@127.0.0.1:{port}/0")), "{error}");
+    for shown in [error.to_string(), format!("{error:?}")] {
+        assert!(!shown.contains("hunter2"), "shows the password: {shown}");
+    }
+    let error = RedisStreams::open("redis://app:hunter2@127.0.0.1:notaport/", "jobs", Duration::from_secs(1), 3)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(error, tollgate_pace::PaceError::Queue(tollgate_pace::QueueError::InvalidUrl { .. })), "{error}");
+    assert!(!error.is_transient());
+    assert!(!format!("{error} {error:?}").contains("hunter2"), "{error:?}");
 }

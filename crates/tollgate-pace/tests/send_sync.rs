@@ -3,7 +3,8 @@
 
 use tollgate::ManualClock;
 use tollgate_pace::{
-    Budget, Item, PaceError, Pacer, PacerBuilder, Partitions, PartitionsBuilder, Progress, PumpOptions, RedisStreams,
+    Budget, Handled, HandlerError, Item, PaceError, Pacer, PacerBuilder, Partitions, PartitionsBuilder, Progress,
+    PumpOptions, QueueError, RedisStreams,
 };
 
 fn assert_send_sync<T: Send + Sync>() {}
@@ -21,4 +22,7 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<Progress>();
     assert_send_sync::<PumpOptions>();
     assert_send_sync::<PaceError>();
+    assert_send_sync::<QueueError>();
+    assert_send_sync::<Handled>();
+    assert_send_sync::<HandlerError>();
 }

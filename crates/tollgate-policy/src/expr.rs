@@ -14,6 +14,50 @@ use std::sync::Arc;
 
 use crate::request::Facts;
 
+/// Why a condition or a variable cannot be used, naming the expression.
+///
+/// ```
+/// use tollgate_policy::{Condition, ExprError};
+/// let err = Condition::parse("user == 'a' &&").unwrap_err();
+/// assert!(matches!(&err, ExprError::Syntax { expression, .. } if expression == "user == 'a' &&"));
+/// assert!(err.to_string().starts_with("cannot parse `user == 'a' &&`: "), "{err}");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExprError {
+    /// Nothing but whitespace.
+    #[error("empty {what}")]
+    Empty {
+        /// `"condition"` or `"variable"`.
+        what: &'static str,
+    },
+    /// A CEL expression names a variable other than `descriptors`.
+    #[error(
+        "unknown variable `{name}` in `{expression}`: CEL expressions can use `descriptors` (e.g. \
+         descriptors[0]['{name}']); the simple form is `key == 'value'`"
+    )]
+    UnknownVariable {
+        /// The unknown name.
+        name: String,
+        /// The expression it is in (trimmed).
+        expression: String,
+    },
+    /// The CEL parser rejected the expression.
+    #[error("cannot parse `{expression}`: {reason}")]
+    Syntax {
+        /// The expression (trimmed).
+        expression: String,
+        /// The parser's first complaint.
+        reason: String,
+    },
+    /// The CEL parser failed without saying why (it panicked; the panic was contained).
+    #[error("cannot parse `{expression}`")]
+    Unparsable {
+        /// The expression (trimmed).
+        expression: String,
+    },
+}
+
 /// Where a value is read from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Lookup {
@@ -55,10 +99,10 @@ impl Condition {
     /// assert!(Condition::parse("size(descriptors) > 1").is_ok());
     /// assert!(Condition::parse("req.method = 'POST'").is_err());
     /// ```
-    pub fn parse(source: &str) -> Result<Condition, String> {
+    pub fn parse(source: &str) -> Result<Condition, ExprError> {
         let text = source.trim();
         if text.is_empty() {
-            return Err("empty condition".into());
+            return Err(ExprError::Empty { what: "condition" });
         }
         let test = match comparison(text) {
             Some((lookup, equal, value)) => Test::Compare { lookup, value, equal },
@@ -113,10 +157,10 @@ impl Variable {
     /// assert!(Variable::parse("descriptors[0]['user.id']").is_ok());
     /// assert!(Variable::parse("descriptors[0].").is_err());
     /// ```
-    pub fn parse(source: &str) -> Result<Variable, String> {
+    pub fn parse(source: &str) -> Result<Variable, ExprError> {
         let text = source.trim();
         if text.is_empty() {
-            return Err("empty variable".into());
+            return Err(ExprError::Empty { what: "variable" });
         }
         let get = if is_key(text) && !text.starts_with("descriptors") {
             Get::Entry(Lookup::Any(text.to_string()))
@@ -152,26 +196,25 @@ impl Variable {
     }
 }
 
-fn compile(text: &str) -> Result<cel::Program, String> {
+fn compile(text: &str) -> Result<cel::Program, ExprError> {
     // The CEL parser is generated code: keep a panic inside it from taking the server down.
     let parsed = std::panic::catch_unwind(|| cel::Program::compile(text));
     match parsed {
         Ok(Ok(program)) => {
             let refs = program.references();
-            let unknown: Vec<&str> = refs.variables().into_iter().filter(|v| *v != "descriptors").collect();
+            // Sorted: the references come in hash order, and the message should not vary by run.
+            let mut unknown: Vec<&str> = refs.variables().into_iter().filter(|v| *v != "descriptors").collect();
+            unknown.sort_unstable();
             if let Some(name) = unknown.first() {
-                return Err(format!(
-                    "unknown variable `{name}` in `{text}`: CEL expressions can use `descriptors` (e.g. \
-                     descriptors[0]['{name}']); the simple form is `key == 'value'`"
-                ));
+                return Err(ExprError::UnknownVariable { name: (*name).to_owned(), expression: text.to_owned() });
             }
             Ok(program)
         }
         Ok(Err(errors)) => {
             let first = errors.errors.first().map(|e| e.msg.clone()).unwrap_or_else(|| errors.to_string());
-            Err(format!("cannot parse `{text}`: {first}"))
+            Err(ExprError::Syntax { expression: text.to_owned(), reason: first })
         }
-        Err(_) => Err(format!("cannot parse `{text}`")),
+        Err(_) => Err(ExprError::Unparsable { expression: text.to_owned() }),
     }
 }
 

@@ -54,9 +54,11 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
     let algorithm = match raw.algorithm {
         None => AlgorithmKind::default(),
         Some(a) => AlgorithmKind::from_name(a.value.trim()).ok_or_else(|| {
+            let known: Vec<&str> = AlgorithmKind::ALL.iter().map(|k| k.name()).collect();
+            let (last, others) = known.split_last().unwrap_or((&"", &[]));
             err(
                 a.referenced.into(),
-                format!("unknown algorithm `{}`: expected fixed_window, token_bucket or sliding_window", a.value),
+                format!("unknown algorithm `{}`: expected {} or {last}", a.value, others.join(", ")),
             )
         })?,
     };

@@ -29,7 +29,8 @@
 //!
 //! Fields of a limit: `namespace`, `max_value` (≥ 1), `seconds` (≥ 1), all required; `name`,
 //! `conditions` (all must hold), `variables` (all must have a value), and ours, `algorithm`
-//! (`fixed_window` — Limitador's, the default — `token_bucket` or `sliding_window`). Unknown
+//! (`fixed_window` — Limitador's, the default — `token_bucket`, `sliding_window` or
+//! `weighted_window`; see [`AlgorithmKind`]). Unknown
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
 #![deny(missing_docs)]
@@ -44,7 +45,7 @@ mod policy;
 mod request;
 
 pub use error::{PolicyError, Position};
-pub use expr::{Condition, Variable};
+pub use expr::{Condition, ExprError, Variable};
 pub use limit::{AlgorithmKind, Limit, LimitId, SLIDING_SEGMENTS};
 pub use policy::{Hit, Policy};
 pub use request::Descriptor;

@@ -19,8 +19,13 @@ pub enum AlgorithmKind {
     FixedWindow,
     /// A token bucket holding `max_value` tokens, refilled at `max_value` per `seconds`, smoothly.
     TokenBucket,
-    /// A sliding window of `seconds`, counted in [`SLIDING_SEGMENTS`] segments.
+    /// A sliding window of `seconds`, counted in [`SLIDING_SEGMENTS`] segments
+    /// ([`tollgate::SlidingWindow`]).
     SlidingWindow,
+    /// The two-window approximation of a sliding window: the previous window's count weighted by
+    /// how much of it still overlaps, plus the current one's ([`tollgate::WeightedWindow`],
+    /// Cloudflare's). Two counters per key, smooth, approximate.
+    WeightedWindow,
 }
 
 impl AlgorithmKind {
@@ -30,14 +35,28 @@ impl AlgorithmKind {
             AlgorithmKind::FixedWindow => "fixed_window",
             AlgorithmKind::TokenBucket => "token_bucket",
             AlgorithmKind::SlidingWindow => "sliding_window",
+            AlgorithmKind::WeightedWindow => "weighted_window",
         }
     }
 
+    /// Every algorithm a limits file can name, in the order error messages list them.
+    pub const ALL: [AlgorithmKind; 4] = [
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::SlidingWindow,
+        AlgorithmKind::WeightedWindow,
+    ];
+
     /// Parses the name used in limits files.
+    ///
+    /// ```
+    /// use tollgate_policy::AlgorithmKind;
+    /// assert_eq!(AlgorithmKind::from_name("weighted_window"), Some(AlgorithmKind::WeightedWindow));
+    /// assert_eq!(AlgorithmKind::from_name("sliding_window"), Some(AlgorithmKind::SlidingWindow));
+    /// assert_eq!(AlgorithmKind::from_name("leaky_bucket"), None);
+    /// ```
     pub fn from_name(name: &str) -> Option<AlgorithmKind> {
-        [AlgorithmKind::FixedWindow, AlgorithmKind::TokenBucket, AlgorithmKind::SlidingWindow]
-            .into_iter()
-            .find(|k| k.name() == name)
+        AlgorithmKind::ALL.into_iter().find(|k| k.name() == name)
     }
 }
 

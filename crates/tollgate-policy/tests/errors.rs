@@ -65,7 +65,7 @@ fn expressions() {
     assert!(e.starts_with("limits.yaml:6:7: bad variable: cannot parse `descriptors[0].`"), "{e}");
     assert_eq!(
         error(&format!("{OK}  algorithm: leaky\n")),
-        "limits.yaml:4:14: unknown algorithm `leaky`: expected fixed_window, token_bucket or sliding_window"
+        "limits.yaml:4:14: unknown algorithm `leaky`: expected fixed_window, token_bucket, sliding_window or weighted_window"
     );
 }
 
@@ -87,4 +87,24 @@ fn duplicates() {
 fn unreadable_file() {
     let e = Policy::load(std::path::Path::new("/nonexistent/limits.yaml")).unwrap_err();
     assert!(e.to_string().starts_with("/nonexistent/limits.yaml: cannot read the limits file"), "{e}");
+}
+
+#[test]
+fn expression_errors_are_typed_and_name_the_expression() {
+    use tollgate_policy::{Condition, ExprError, Variable};
+    assert_eq!(Condition::parse("  ").unwrap_err(), ExprError::Empty { what: "condition" });
+    assert_eq!(Variable::parse("").unwrap_err(), ExprError::Empty { what: "variable" });
+    match Condition::parse(" req.method == POST ").unwrap_err() {
+        ExprError::UnknownVariable { name, expression } => {
+            assert_eq!((name.as_str(), expression.as_str()), ("POST", "req.method == POST"))
+        }
+        other => panic!("expected an unknown variable, got {other:?}"),
+    }
+    match Variable::parse("descriptors[0].").unwrap_err() {
+        ExprError::Syntax { expression, reason } => {
+            assert_eq!(expression, "descriptors[0].");
+            assert!(!reason.is_empty());
+        }
+        other => panic!("expected a syntax error, got {other:?}"),
+    }
 }

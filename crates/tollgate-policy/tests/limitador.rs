@@ -136,3 +136,24 @@ fn identity_ignores_max_value_and_name() {
     .unwrap();
     assert_ne!(a.limits()[1].id(), c.limits()[1].id());
 }
+
+#[test]
+fn every_algorithm_name_reads_as_its_own_algorithm() {
+    use tollgate_policy::AlgorithmKind;
+    for (name, kind) in [
+        ("fixed_window", AlgorithmKind::FixedWindow),
+        ("token_bucket", AlgorithmKind::TokenBucket),
+        ("sliding_window", AlgorithmKind::SlidingWindow),
+        ("weighted_window", AlgorithmKind::WeightedWindow),
+    ] {
+        let yaml = format!("- namespace: a\n  max_value: 10\n  seconds: 60\n  algorithm: {name}\n");
+        let policy = Policy::parse(&yaml, "limits.yaml").unwrap();
+        assert_eq!(policy.limits()[0].algorithm(), kind, "{name}");
+        assert_eq!(kind.name(), name);
+    }
+    // Two limits that differ only by algorithm count separately.
+    let both = "- {namespace: a, max_value: 10, seconds: 60, algorithm: sliding_window}\n\
+                - {namespace: a, max_value: 10, seconds: 60, algorithm: weighted_window}\n";
+    let policy = Policy::parse(both, "limits.yaml").unwrap();
+    assert_ne!(policy.limits()[0].id(), policy.limits()[1].id());
+}

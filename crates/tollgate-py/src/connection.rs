@@ -60,8 +60,9 @@ impl Target {
         }
     }
 
+    /// The URL(s) for messages and `repr`, without credentials (`redis://***@host:6379`).
     fn describe(&self) -> String {
-        self.urls().join(",")
+        tollgate_redis::redact_url(&self.urls().join(","))
     }
 
     async fn connect(&self) -> Result<Redis, String> {
@@ -127,7 +128,7 @@ impl<T: Send + 'static> Lazy<T> {
         Arc::new(Lazy { url: target.describe().into(), target, build: Box::new(build), state: Mutex::new(State::Idle) })
     }
 
-    /// Where it connects, for messages.
+    /// Where it connects, for messages: without credentials.
     pub(crate) fn url(&self) -> &Arc<str> {
         &self.url
     }

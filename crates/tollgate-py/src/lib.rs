@@ -33,6 +33,8 @@ fn _tollgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<local::LocalSlidingWindow>()?;
     m.add_class::<local::KeyedTokenBucket>()?;
     m.add_class::<local::KeyedSlidingWindow>()?;
+    m.add_class::<local::LocalWeightedWindow>()?;
+    m.add_class::<local::KeyedWeightedWindow>()?;
     m.add_class::<decision::Decision>()?;
     m.add_class::<clock::ManualClock>()?;
     m.add("TollgateError", py.get_type::<errors::TollgateError>())?;

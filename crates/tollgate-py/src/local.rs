@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use tollgate::{Keyed, Limiter, SlidingWindow, TokenBucket};
+use tollgate::{Keyed, Limiter, SlidingWindow, TokenBucket, WeightedWindow};
 
 use crate::args;
 use crate::clock::{AnyClock, ManualClock};
@@ -131,6 +131,58 @@ impl KeyedSlidingWindow {
         clock: Option<PyRef<'_, ManualClock>>,
     ) -> PyResult<Self> {
         let algo = sliding_window(limit, window, segments)?;
+        let keyed = Keyed::builder(algo).max_keys(self::max_keys(max_keys)?).clock(AnyClock::from_arg(clock)).build();
+        Ok(Self(keyed))
+    }
+
+    /// Takes `n` permits from `key`'s window if it has room for them now.
+    #[pyo3(signature = (key, n=1))]
+    fn try_acquire(&self, key: &str, n: i64) -> PyResult<Decision> {
+        Ok(Decision::from(self.0.try_acquire(key, args::count("n", n)?)))
+    }
+
+    fn __len__(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// An in-process weighted window (the two-window approximation of a sliding window, Cloudflare's):
+/// the previous window's count weighted by how much of it still overlaps the last `window`
+/// seconds, plus the current window's. Two counters, smooth, approximate.
+///
+/// >>> clock = ManualClock()
+/// >>> w = LocalWeightedWindow(limit=10, window=1.0, clock=clock)
+/// >>> bool(w.try_acquire(10)), bool(w.try_acquire())
+/// (True, False)
+#[pyclass(module = "tollgate._tollgate", name = "LocalWeightedWindow")]
+pub struct LocalWeightedWindow(Limiter<WeightedWindow, AnyClock>);
+
+#[pymethods]
+impl LocalWeightedWindow {
+    #[new]
+    #[pyo3(signature = (limit, window, clock=None))]
+    fn new(limit: i64, window: f64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
+        let algo = WeightedWindow::new(args::window_quota(limit, window)?);
+        Ok(Self(Limiter::builder(algo).clock(AnyClock::from_arg(clock)).build()))
+    }
+
+    /// Takes `n` permits if the window has room for them now.
+    #[pyo3(signature = (n=1))]
+    fn try_acquire(&self, n: i64) -> PyResult<Decision> {
+        Ok(Decision::from(self.0.try_acquire(args::count("n", n)?)))
+    }
+}
+
+/// One in-process weighted window per key, at most `max_keys` keys in memory.
+#[pyclass(module = "tollgate._tollgate", name = "KeyedWeightedWindow")]
+pub struct KeyedWeightedWindow(Keyed<String, WeightedWindow, AnyClock>);
+
+#[pymethods]
+impl KeyedWeightedWindow {
+    #[new]
+    #[pyo3(signature = (limit, window, max_keys=DEFAULT_MAX_KEYS, clock=None))]
+    fn new(limit: i64, window: f64, max_keys: i64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
+        let algo = WeightedWindow::new(args::window_quota(limit, window)?);
         let keyed = Keyed::builder(algo).max_keys(self::max_keys(max_keys)?).clock(AnyClock::from_arg(clock)).build();
         Ok(Self(keyed))
     }

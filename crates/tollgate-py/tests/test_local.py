@@ -7,8 +7,10 @@ import pytest
 from tollgate import (
     KeyedSlidingWindow,
     KeyedTokenBucket,
+    KeyedWeightedWindow,
     LocalSlidingWindow,
     LocalTokenBucket,
+    LocalWeightedWindow,
     ManualClock,
 )
 
@@ -48,6 +50,32 @@ def test_sliding_window_counts_the_last_window():
     assert window.try_acquire(10)
 
 
+def test_weighted_window_weighs_the_previous_window_by_its_overlap():
+    clock = ManualClock()
+    weighted = LocalWeightedWindow(limit=10, window=1.0, clock=clock)
+    sliding = LocalSlidingWindow(limit=10, window=1.0, clock=clock)
+    assert weighted.try_acquire(10) and sliding.try_acquire(10)
+    clock.advance(1.5)
+    # Half of the previous window still overlaps: 5 of its 10 count. The segmented sliding window
+    # has forgotten them all: the two names are two algorithms.
+    probe = weighted.try_acquire(5)
+    assert probe and probe.remaining == 0
+    assert not weighted.try_acquire()
+    assert sliding.try_acquire(10)
+    clock.advance(0.5)
+    # At 2.0 s the first window no longer overlaps; the 5 taken at 1.5 s count whole.
+    later = weighted.try_acquire(5)
+    assert later and later.remaining == 0
+
+
+def test_keyed_weighted_windows_keep_one_window_per_key():
+    clock = ManualClock()
+    windows = KeyedWeightedWindow(limit=2, window=60, max_keys=10, clock=clock)
+    assert windows.try_acquire("a", 2) and windows.try_acquire("b")
+    assert not windows.try_acquire("a")
+    assert len(windows) == 2
+
+
 def test_keyed_limiters_keep_one_limit_per_key():
     clock = ManualClock()
     buckets = KeyedTokenBucket(capacity=2, refill_frequency=1.0, refill_amount=2, max_keys=10, clock=clock)
@@ -77,6 +105,9 @@ def test_decision_is_data():
         (lambda: LocalSlidingWindow(1, 1, segments=0), "segments"),
         (lambda: KeyedTokenBucket(1, 1, 1, max_keys=0), "max_keys"),
         (lambda: KeyedSlidingWindow(1, 1, max_keys=-1), "max_keys"),
+        (lambda: LocalWeightedWindow(0, 1), "limit"),
+        (lambda: LocalWeightedWindow(1, float("nan")), "window"),
+        (lambda: KeyedWeightedWindow(1, 1, max_keys=0), "max_keys"),
         (lambda: LocalTokenBucket(1, 1, 1).try_acquire(0), "n"),
         (lambda: KeyedTokenBucket(1, 1, 1).try_acquire("k", -1), "n"),
         (lambda: ManualClock().advance(-1), "seconds"),

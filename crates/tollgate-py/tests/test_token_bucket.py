@@ -88,6 +88,19 @@ async def test_unreachable_redis_raises_naming_the_url(name):
             pytest.fail("entered without Redis")
 
 
+async def test_no_message_or_repr_shows_the_password_of_the_url(name):
+    url = "redis://app:hunter2@127.0.0.1:1/0"
+    bucket = TokenBucket(name, capacity=1, refill_frequency=1, refill_amount=1, redis_url=url)
+    assert "hunter2" not in repr(bucket) and "redis://***@127.0.0.1:1/0" in repr(bucket)
+    with pytest.raises(RedisUnavailableError) as raised:
+        await bucket.try_acquire()
+    assert "redis://***@127.0.0.1:1/0" in str(raised.value)
+    assert "hunter2" not in str(raised.value) and "hunter2" not in repr(raised.value)
+    with pytest.raises(ValueError) as raised:
+        TokenBucket(name, capacity=1, refill_frequency=1, refill_amount=1, redis_url="redis://app:hunter2@h:port/")
+    assert "hunter2" not in str(raised.value), str(raised.value)
+
+
 @pytest.mark.parametrize(
     "kwargs, param",
     [

@@ -55,7 +55,8 @@ pub struct Redis {
 struct Inner {
     conn: Conn,
     client: Option<redis::Client>,
-    url: String,
+    /// The URL(s) without credentials: what errors, logs, `Debug` and [`Redis::url`] show.
+    shown: String,
     options: RedisOptions,
     health: Mutex<Health>,
 }
@@ -70,10 +71,12 @@ struct Health {
 impl Redis {
     /// Checks that `url` parses as a Redis URL, without connecting — to report a bad address
     /// where it is configured rather than at first use.
+    ///
+    /// The error shows the URL without credentials.
     pub fn check_url(url: &str) -> Result<(), BackendError> {
         redis::Client::open(url)
             .map(drop)
-            .map_err(|e| BackendError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })
+            .map_err(|e| BackendError::InvalidUrl { url: redact_url(url), reason: e.to_string() })
     }
 
     /// Connects to one server with the default options (50 ms deadline per decision).
@@ -81,10 +84,11 @@ impl Redis {
         Self::connect_with(url, RedisOptions::default()).await
     }
 
-    /// Connects to one server.
+    /// Connects to one server. Errors show the URL without credentials.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Redis, BackendError> {
+        let shown = redact_url(url);
         let client = redis::Client::open(url)
-            .map_err(|e| BackendError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })?;
+            .map_err(|e| BackendError::InvalidUrl { url: shown.clone(), reason: e.to_string() })?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.connect_timeout))
@@ -94,18 +98,19 @@ impl Redis {
             tokio::time::timeout(options.connect_timeout, ConnectionManager::new_with_config(client.clone(), config))
                 .await
                 .map_err(|_| BackendError::Timeout(options.connect_timeout))?
-                .map_err(|e| match BackendError::classify(e, url, None) {
-                    BackendError::Redis(e) => BackendError::Connect { url: url.to_owned(), source: e },
+                .map_err(|e| match BackendError::classify(e, &shown, None) {
+                    BackendError::Redis(e) => BackendError::Connect { url: shown.clone(), source: e },
                     other => other,
                 })?;
-        let redis = Redis::from_parts(Conn::Single(manager), Some(client), url, options);
+        let redis = Redis::from_parts(Conn::Single(manager), Some(client), shown, options);
         redis.ping().await?;
         Ok(redis)
     }
 
-    /// Connects to a Redis Cluster through any of its nodes.
+    /// Connects to a Redis Cluster through any of its nodes. Errors show the URLs without
+    /// credentials.
     pub async fn connect_cluster(urls: &[&str], options: RedisOptions) -> Result<Redis, BackendError> {
-        let joined = urls.join(",");
+        let joined = redact_url(&urls.join(","));
         let client = redis::cluster::ClusterClient::builder(urls.iter().copied())
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.connect_timeout)
@@ -115,26 +120,18 @@ impl Redis {
             .await
             .map_err(|_| BackendError::Timeout(options.connect_timeout))?
             .map_err(|e| BackendError::Connect { url: joined.clone(), source: e })?;
-        let redis = Redis::from_parts(Conn::Cluster(conn), None, &joined, options);
+        let redis = Redis::from_parts(Conn::Cluster(conn), None, joined, options);
         redis.ping().await?;
         Ok(redis)
     }
 
-    fn from_parts(conn: Conn, client: Option<redis::Client>, url: &str, options: RedisOptions) -> Redis {
-        Redis {
-            inner: Arc::new(Inner {
-                conn,
-                client,
-                url: url.to_owned(),
-                options,
-                health: Mutex::new(Health::default()),
-            }),
-        }
+    fn from_parts(conn: Conn, client: Option<redis::Client>, shown: String, options: RedisOptions) -> Redis {
+        Redis { inner: Arc::new(Inner { conn, client, shown, options, health: Mutex::new(Health::default()) }) }
     }
 
     async fn ping(&self) -> Result<(), BackendError> {
         let mut cmd = redis::cmd("PING");
-        let url = &self.inner.url;
+        let url = &self.inner.shown;
         let timeout = self.inner.options.connect_timeout;
         let fut = async {
             match self.inner.conn.clone() {
@@ -155,9 +152,17 @@ impl Redis {
         }
     }
 
-    /// Where this connects to.
+    /// Where this connects to, without credentials (`redis://***@host:6379/0`; see
+    /// [`redact_url`]): safe to log or show. The URL as given stays inside the connection.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+    /// let redis = tollgate_redis::Redis::connect("redis://app:s3cret@10.0.0.1:6379/0").await?;
+    /// assert_eq!(redis.url(), "redis://***@10.0.0.1:6379/0");
+    /// # Ok(()) }
+    /// ```
     pub fn url(&self) -> &str {
-        &self.inner.url
+        &self.inner.shown
     }
 
     /// The settings in use.
@@ -202,7 +207,7 @@ impl Redis {
         };
         let outcome = match tokio::time::timeout(deadline, call).await {
             Err(_) => Err(BackendError::Timeout(deadline)),
-            Ok(Err(e)) => Err(BackendError::classify(e, &self.inner.url, keys.first().map(String::as_str))),
+            Ok(Err(e)) => Err(BackendError::classify(e, &self.inner.shown, keys.first().map(String::as_str))),
             Ok(Ok(v)) => Ok(v),
         };
         self.record(&outcome);
@@ -224,7 +229,7 @@ impl Redis {
         match outcome {
             Ok(_) => {
                 if h.retry_at.take().is_some() {
-                    tracing::info!(url = %self.inner.url, "redis is answering again");
+                    tracing::info!(url = %self.inner.shown, "redis is answering again");
                 }
                 h.failures = 0;
             }
@@ -235,7 +240,7 @@ impl Redis {
                 let o = &self.inner.options;
                 let backoff = o.backoff_min.saturating_mul(1 << (h.failures - 1).min(16)).min(o.backoff_max);
                 if h.retry_at.is_none() {
-                    tracing::warn!(url = %self.inner.url, error = %e, "redis failed; failure policy decides until it answers");
+                    tracing::warn!(url = %self.inner.shown, error = %e, "redis failed; failure policy decides until it answers");
                 }
                 h.retry_at = Some(Instant::now() + backoff);
                 h.last_error = Some(e.to_string());
@@ -248,7 +253,7 @@ impl std::fmt::Debug for Redis {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let i = &self.inner;
         f.debug_struct("Redis")
-            .field("url", &redact_url(&i.url))
+            .field("url", &i.shown)
             .field("cluster", &matches!(i.conn, Conn::Cluster(_)))
             .field("options", &i.options)
             .finish_non_exhaustive()
@@ -257,7 +262,15 @@ impl std::fmt::Debug for Redis {
 
 /// `url` (or a comma-separated list of them) with what may hold a secret left out: the user info
 /// (`user:password@`) becomes `***@`, and the query (`?pass=...` on unix sockets) is dropped.
-pub(crate) fn redact_url(url: &str) -> String {
+/// Everything Tollgate prints about a Redis address goes through it; use it for your own
+/// messages too.
+///
+/// ```
+/// use tollgate_redis::redact_url;
+/// assert_eq!(redact_url("redis://app:s3cret@10.0.0.1:6379/2"), "redis://***@10.0.0.1:6379/2");
+/// assert_eq!(redact_url("redis://127.0.0.1:6379/0"), "redis://127.0.0.1:6379/0");
+/// ```
+pub fn redact_url(url: &str) -> String {
     url.split(',')
         .map(|one| {
             let one = one.split(['?', '#']).next().unwrap_or_default();

@@ -5,13 +5,19 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// A failure of the Redis backend (not a rate-limit decision: being limited is a `Rejected`).
+///
+/// Every URL it holds or prints is shown without credentials (`redis://***@host:6379/0`, see
+/// [`redact_url`](crate::redact_url)), so an error can be logged or returned to a caller as is.
+/// [`BackendError::is_transient`] tells an outage that may pass (retry later, let the failure
+/// policy decide meanwhile) from a fault that will not (a bad URL, wrong credentials, a key of
+/// the wrong type).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BackendError {
     /// The URL could not be parsed.
     #[error("invalid redis URL {url:?}: {reason}")]
     InvalidUrl {
-        /// The URL as given.
+        /// The URL as given, without credentials.
         url: String,
         /// Why it is invalid.
         reason: String,
@@ -19,7 +25,7 @@ pub enum BackendError {
     /// Could not connect (or the first PING failed) within the deadline.
     #[error("cannot reach redis at {url}: {source}")]
     Connect {
-        /// Where.
+        /// Where, without credentials.
         url: String,
         /// The client's error.
         #[source]
@@ -28,7 +34,7 @@ pub enum BackendError {
     /// Authentication failed.
     #[error("redis at {url} refused our credentials: {source}")]
     Auth {
-        /// Where.
+        /// Where, without credentials.
         url: String,
         /// The server's answer.
         #[source]
@@ -60,6 +66,37 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// True when the failure may pass by itself, so the same call can succeed later: Redis could
+    /// not be reached or did not answer in time, the connection dropped, Redis is backing off,
+    /// loading, failing over or resharding. False for faults that need someone to act: a bad URL,
+    /// rejected credentials, a key holding another type, or a script or protocol error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_redis::BackendError;
+    ///
+    /// assert!(BackendError::Timeout(Duration::from_millis(50)).is_transient());
+    /// let bad = tollgate_redis::Redis::check_url("http://nope").unwrap_err();
+    /// assert!(!bad.is_transient());
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        match self {
+            BackendError::Connect { .. } | BackendError::Timeout(_) | BackendError::BackingOff { .. } => true,
+            BackendError::InvalidUrl { .. } | BackendError::Auth { .. } | BackendError::WrongType { .. } => false,
+            BackendError::Redis(e) => redis_error_is_transient(e),
+        }
+    }
+
+    /// True when Redis did not answer within a deadline (a kind of transient failure).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            BackendError::Timeout(_) => true,
+            BackendError::Redis(e) | BackendError::Connect { source: e, .. } => e.is_timeout(),
+            _ => false,
+        }
+    }
+
+    /// `url` is shown as is: callers pass it through [`redact_url`](crate::redact_url) first.
     pub(crate) fn classify(err: RedisError, url: &str, key: Option<&str>) -> BackendError {
         match err.kind() {
             ErrorKind::AuthenticationFailed => BackendError::Auth { url: url.to_owned(), source: err },
@@ -72,5 +109,68 @@ impl BackendError {
             }
             _ => BackendError::Redis(err),
         }
+    }
+}
+
+/// A client error that a later call may not see: I/O (refused, reset, timed out), a cluster in
+/// motion (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a missing node connection), or a server that is
+/// loading, busy with a script, without its master or demoted to a replica during failover.
+fn redis_error_is_transient(e: &RedisError) -> bool {
+    use ServerErrorKind as S;
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_cluster_error()
+        || matches!(
+            e.kind(),
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::Server(S::BusyLoading | S::MasterDown | S::ReadOnly | S::TryAgain | S::ClusterDown)
+        )
+        || e.code() == Some("BUSY")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    use super::BackendError;
+
+    fn server(kind: ServerErrorKind, detail: &str) -> RedisError {
+        RedisError::from((ErrorKind::Server(kind), "server error", detail.to_owned()))
+    }
+
+    #[test]
+    fn outages_are_transient_and_faults_are_not() {
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let transient = [
+            BackendError::Timeout(Duration::from_millis(50)),
+            BackendError::BackingOff { last_error: "connection refused".into() },
+            BackendError::Connect { url: "redis://h/".into(), source: refused },
+            BackendError::Redis(RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset))),
+            BackendError::Redis(server(ServerErrorKind::BusyLoading, "loading")),
+            BackendError::Redis(server(ServerErrorKind::TryAgain, "resharding")),
+            BackendError::Redis(server(ServerErrorKind::ClusterDown, "down")),
+            BackendError::Redis(server(ServerErrorKind::ReadOnly, "failover")),
+        ];
+        for e in &transient {
+            assert!(e.is_transient(), "{e:?} should be transient");
+        }
+        let permanent = [
+            BackendError::InvalidUrl { url: "http://nope".into(), reason: "not a redis URL".into() },
+            BackendError::Auth {
+                url: "redis://h/".into(),
+                source: RedisError::from((ErrorKind::AuthenticationFailed, "WRONGPASS")),
+            },
+            BackendError::WrongType { key: "k".into(), source: server(ServerErrorKind::ResponseError, "WRONGTYPE") },
+            BackendError::Redis(server(ServerErrorKind::NoScript, "no such script")),
+            BackendError::Redis(RedisError::from((ErrorKind::UnexpectedReturnType, "not an integer"))),
+        ];
+        for e in &permanent {
+            assert!(!e.is_transient(), "{e:?} should not be transient");
+        }
+        assert!(BackendError::Timeout(Duration::from_millis(1)).is_timeout());
+        assert!(!permanent[0].is_timeout());
     }
 }

@@ -40,7 +40,7 @@ mod limiter;
 mod scripts;
 mod semaphore;
 
-pub use backend::{Redis, RedisOptions};
+pub use backend::{Redis, RedisOptions, redact_url};
 pub use counters::{CountersAnswer, CountersMode, WindowCounter, decide_windows};
 pub use error::BackendError;
 pub use failure::FailurePolicy;

@@ -278,6 +278,64 @@ async fn bad_urls_auth_and_wrong_types_are_clear_errors() {
 }
 
 #[tokio::test]
+async fn no_error_or_accessor_shows_the_password_of_a_url() {
+    const SECRET: &str = "hunter2-s3cret";
+    let shows_no_secret = |what: &str, text: String| {
+        assert!(!text.contains(SECRET), "{what} shows the password: {text}");
+    };
+    let check = |e: &BackendError| {
+        shows_no_secret("Display", e.to_string());
+        shows_no_secret("Debug", format!("{e:?}"));
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            shows_no_secret("a source", format!("{s} / {s:?}"));
+            source = s.source();
+        }
+    };
+
+    // Nobody listens: a connect error naming the address, not the password.
+    let url = format!("redis://app:{SECRET}@127.0.0.1:{}/0", free_port());
+    let err = Redis::connect(&url).await.err().unwrap();
+    assert!(matches!(err, BackendError::Connect { .. }), "{err}");
+    assert!(err.is_transient(), "nobody listening may be a restart: {err}");
+    assert!(err.to_string().contains("redis://***@127.0.0.1:"), "{err}");
+    check(&err);
+
+    // A URL that does not parse, with a password in it.
+    let err = Redis::check_url(&format!("redis://app:{SECRET}@127.0.0.1:notaport/0")).unwrap_err();
+    assert!(matches!(err, BackendError::InvalidUrl { .. }), "{err}");
+    assert!(!err.is_transient());
+    check(&err);
+
+    // The wrong password, and the right one: url() and Debug show neither.
+    let server = RedisServer::start_with(&["--requirepass", SECRET]);
+    let wrong = server.url().replace("redis://", "redis://:not-the-password@");
+    let err = Redis::connect(&wrong).await.err().unwrap();
+    assert!(matches!(err, BackendError::Auth { .. }), "{err}");
+    assert!(!err.is_transient(), "wrong credentials stay wrong: {err}");
+    assert!(!err.to_string().contains("not-the-password"), "{err}");
+    check(&err);
+    let redis = Redis::connect(&server.url().replace("redis://", &format!("redis://:{SECRET}@"))).await.unwrap();
+    assert_eq!(redis.url(), server.url().replace("redis://", "redis://***@"));
+    shows_no_secret("Redis::url", redis.url().to_owned());
+    shows_no_secret("Redis's Debug", format!("{redis:?}"));
+
+    // Redis gone: the decision's error and last_error() name the address, not the password.
+    let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
+    let redis =
+        Redis::connect_with(&server.url().replace("redis://", &format!("redis://:{SECRET}@")), options).await.unwrap();
+    let l = RedisLimiter::builder(&redis, "secret", RedisAlgorithm::TokenBucket)
+        .limit("l", Quota::per_second(5).unwrap())
+        .build()
+        .unwrap();
+    drop(server);
+    let err = l.try_acquire_or_error("k", 1).await.unwrap_err();
+    assert!(err.is_transient(), "an outage is transient: {err}");
+    check(&err);
+    shows_no_secret("last_error", redis.last_error().unwrap_or_default());
+}
+
+#[tokio::test]
 async fn acquire_reserves_the_earliest_slot_and_max_wait_takes_nothing() {
     let server = RedisServer::start();
     let redis = connect(&server).await;

@@ -10,7 +10,8 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use redis_common::RedisServer;
 use support::{SEED_003, Server, descriptor, seed_003_round, server_on, should_rate_limit};
-use tollgate_server::serve::{Mode, Storage};
+use tollgate_policy::AlgorithmKind;
+use tollgate_server::serve::{Mode, ServeError, Storage, StorageKind};
 
 async fn each_storage(body: impl AsyncFn(Server)) {
     body(server_on(SEED_003, Mode::Accuracy, false, false, Storage::Memory).await).await;
@@ -116,14 +117,51 @@ async fn redis_storage_rejects_other_algorithms_and_bad_urls() {
         storage: Storage::Redis { url, prefix: "t:".into() },
     };
     let error = tollgate_server::serve::start(&config(redis.url()), tollgate::SystemClock::new()).await.err().unwrap();
-    assert!(
-        error.to_string().contains("line 1: algorithm token_bucket is not available with --storage redis"),
-        "{error}"
+    let expected = format!(
+        "{}:1:3: algorithm token_bucket is not available with --storage redis (fixed_window only): limit of namespace `a`",
+        limits.display()
     );
+    assert_eq!(error.to_string(), expected);
+    match &error {
+        ServeError::Storage { file, source } => {
+            assert_eq!(file, &limits);
+            assert_eq!((source.algorithm, source.storage), (AlgorithmKind::TokenBucket, StorageKind::Redis));
+            assert_eq!((source.position.line, source.namespace.as_str()), (1, "a"));
+        }
+        other => panic!("expected a storage error, got {other:?}"),
+    }
     let port = redis_common::free_port();
     let url = format!("redis://127.0.0.1:{port}");
     let error = tollgate_server::serve::start(&config(url.clone()), tollgate::SystemClock::new()).await.err().unwrap();
     assert!(error.to_string().contains(&format!("127.0.0.1:{port}")), "names the URL: {error}");
+    assert!(matches!(&error, ServeError::Redis(e) if e.is_transient()), "{error:?}");
+
+    // A password in the URL is in neither the error nor the config's Debug (which is logged).
+    let secret = format!("redis://app:hunter2@127.0.0.1:{port}/0");
+    let error =
+        tollgate_server::serve::start(&config(secret.clone()), tollgate::SystemClock::new()).await.err().unwrap();
+    assert!(error.to_string().contains(&format!("redis://***@127.0.0.1:{port}/0")), "{error}");
+    for shown in [error.to_string(), format!("{error:?}"), format!("{:?}", config(secret))] {
+        assert!(!shown.contains("hunter2"), "shows the password: {shown}");
+    }
+}
+
+#[tokio::test]
+async fn a_reload_that_redis_cannot_count_names_the_limit_and_keeps_the_last_limits() {
+    let redis = RedisServer::start();
+    let storage = Storage::Redis { url: redis.url(), prefix: "r:".into() };
+    let server = server_on("- {namespace: a, max_value: 1, seconds: 1}\n", Mode::Accuracy, false, false, storage).await;
+    let yaml = "- {namespace: a, max_value: 1, seconds: 1}\n- namespace: b\n  name: smooth\n  max_value: 5\n  \
+                seconds: 10\n  algorithm: weighted_window\n";
+    std::fs::write(&server.limits, yaml).unwrap();
+    let error = server.running.reloader.reload().unwrap_err();
+    assert_eq!(error.position.line, 2, "{error}");
+    assert_eq!(
+        error.message,
+        "algorithm weighted_window is not available with --storage redis (fixed_window only): limit `smooth` of \
+         namespace `b`"
+    );
+    assert_eq!(server.running.engine.loaded().generation, 1, "the last good limits stay");
 }
 
 /// Two replicas on one Redis with local counters: each sees the other's hits after a flush; before

@@ -55,6 +55,21 @@ pub use service::{RateLimit, RateLimitLayer, RejectBody, ResponseFuture, problem
 #[non_exhaustive]
 pub enum ConfigError {
     /// A trusted-proxy entry is neither a CIDR network nor an IP address.
-    #[error("trusted proxy {0:?} is neither a network (10.0.0.0/8) nor an address")]
-    BadProxyNetwork(String),
+    ///
+    /// ```
+    /// use tollgate_tower::{ClientIp, ConfigError};
+    /// let err = ClientIp::new().trust_proxies(["10.0.0.0/8", "10.0.0.300"]).unwrap_err();
+    /// assert_eq!(err, ConfigError::BadProxyNetwork { entry: "10.0.0.300".into(), number: 2 });
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "trusted proxy \"10.0.0.300\" (entry 2 of the list) is neither a network (10.0.0.0/8) nor an address"
+    /// );
+    /// ```
+    #[error("trusted proxy {entry:?} (entry {number} of the list) is neither a network (10.0.0.0/8) nor an address")]
+    BadProxyNetwork {
+        /// The entry as given (trimmed).
+        entry: String,
+        /// Its place in the list, from 1.
+        number: usize,
+    },
 }

@@ -25,11 +25,12 @@ impl TrustedProxies {
     {
         let nets = networks
             .into_iter()
-            .map(|s| {
+            .enumerate()
+            .map(|(i, s)| {
                 let s = s.as_ref().trim();
                 IpNet::from_str(s)
                     .or_else(|_| IpAddr::from_str(s).map(IpNet::from))
-                    .map_err(|_| ConfigError::BadProxyNetwork(s.to_owned()))
+                    .map_err(|_| ConfigError::BadProxyNetwork { entry: s.to_owned(), number: i + 1 })
             })
             .collect::<Result<_, _>>()?;
         Ok(TrustedProxies { nets })

@@ -13,8 +13,11 @@ Distributed limiters shared by every process through Redis, as asyncio context m
                 ...
 
 and in-process limiters for one process (``LocalTokenBucket``, ``LocalSlidingWindow``,
-``KeyedTokenBucket``, ``KeyedSlidingWindow``) whose ``try_acquire()`` answers at once with a
-``Decision``.
+``LocalWeightedWindow``, ``KeyedTokenBucket``, ``KeyedSlidingWindow``, ``KeyedWeightedWindow``)
+whose ``try_acquire()`` answers at once with a ``Decision``. ``SlidingWindow`` is the segmented
+window; ``WeightedWindow`` is the two-window approximation (previous window weighted by overlap).
+
+Messages and ``repr`` show a Redis URL without its credentials (``redis://***@host:6379``).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from tollgate._tollgate import (
     Decision,
     KeyedSlidingWindow,
     KeyedTokenBucket,
+    KeyedWeightedWindow,
     LocalSlidingWindow,
     LocalTokenBucket,
+    LocalWeightedWindow,
     ManualClock,
     MaxSleepExceededError,
     Permit,
@@ -42,8 +47,10 @@ __all__ = [
     "Decision",
     "KeyedSlidingWindow",
     "KeyedTokenBucket",
+    "KeyedWeightedWindow",
     "LocalSlidingWindow",
     "LocalTokenBucket",
+    "LocalWeightedWindow",
     "ManualClock",
     "MaxSleepExceededError",
     "Permit",

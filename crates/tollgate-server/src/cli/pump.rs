@@ -149,8 +149,8 @@ async fn enqueue(args: EnqueueArgs) -> Result<ExitCode, Failure> {
                 queue.enqueue(&item.key, &item.payload, item.cost).await.map_err(|e| Failure::Run(e.to_string()))?;
                 added += 1;
             }
-            Err(message) => {
-                eprintln!("skipped {message}");
+            Err(error) => {
+                eprintln!("skipped {error}");
                 bad += 1;
             }
         }
@@ -170,7 +170,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let granularity = parse_duration("--granularity", &args.granularity).map_err(|e| usage(e.to_string()))?;
     let timeout = parse_duration("--timeout", &args.timeout).map_err(|e| usage(e.to_string()))?;
     let lease_ttl = parse_duration("--lease-ttl", &args.lease_ttl).map_err(|e| usage(e.to_string()))?;
-    let worker = HttpWorker::new(&args.url, timeout).map_err(usage)?;
+    let worker = HttpWorker::new(&args.url, timeout).map_err(|e| usage(format!("--url: {e}")))?;
     let pacer = Arc::new(Pacer::builder(budget).granularity(granularity).build().map_err(|e| usage(e.to_string()))?);
     let queue = Arc::new(open(&args.queue).await?);
     let partitions = match args.partitions {

@@ -1,7 +1,7 @@
 //! The counters of one limit in memory: one keyed limiter per limit, keyed by the values of the
 //! limit's variables.
 
-use tollgate::{Clock, FixedWindow, Keyed, Lease, Meta, Rejected, SlidingWindow, TokenBucket};
+use tollgate::{Clock, FixedWindow, Keyed, Lease, Meta, Rejected, SlidingWindow, TokenBucket, WeightedWindow};
 use tollgate_policy::{AlgorithmKind, Limit};
 
 /// Idle counters are swept before a table grows; this caps the rest so that a flood of distinct
@@ -15,6 +15,7 @@ pub(crate) enum Counters<C: Clock> {
     Fixed(Keyed<Vec<String>, FixedWindow, C>),
     Bucket(Keyed<Vec<String>, TokenBucket, C>),
     Sliding(Keyed<Vec<String>, SlidingWindow, C>),
+    Weighted(Keyed<Vec<String>, WeightedWindow, C>),
 }
 
 macro_rules! each {
@@ -23,6 +24,7 @@ macro_rules! each {
             Counters::Fixed($k) => $body,
             Counters::Bucket($k) => $body,
             Counters::Sliding($k) => $body,
+            Counters::Weighted($k) => $body,
         }
     };
 }
@@ -46,6 +48,9 @@ impl<C: Clock + Clone> Counters<C> {
                 .clock(clock.clone())
                 .max_keys(cap)
                 .build(),
+            ),
+            AlgorithmKind::WeightedWindow => Counters::Weighted(
+                Keyed::builder(WeightedWindow::new(quota)).clock(clock.clone()).max_keys(cap).build(),
             ),
         }
     }

@@ -7,7 +7,7 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use tollgate::{Clock, Meta, SystemClock};
-use tollgate_policy::{Descriptor, Limit, LimitId, Policy};
+use tollgate_policy::{AlgorithmKind, Descriptor, Limit, LimitId, Policy, Position};
 
 use super::counters::Counters;
 
@@ -125,6 +125,90 @@ enum Store {
     RedisCached(RedisStore, super::cache::Cache),
 }
 
+/// Where an engine keeps its counters, as `--storage` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StorageKind {
+    /// In the engine's own counters (`memory`).
+    Memory,
+    /// In Redis, one round trip per call (`redis`).
+    Redis,
+    /// Decided in memory, flushed to Redis in batches (`redis-cached`).
+    RedisCached,
+}
+
+impl StorageKind {
+    /// The name `--storage` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            StorageKind::Memory => "memory",
+            StorageKind::Redis => "redis",
+            StorageKind::RedisCached => "redis-cached",
+        }
+    }
+}
+
+impl std::fmt::Display for StorageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A limit the engine's storage cannot count: which limit (position, namespace, name), which
+/// algorithm it asks for, and which storage refused it. Counters in Redis are fixed windows only.
+///
+/// ```
+/// use tollgate_policy::{AlgorithmKind, Position};
+/// use tollgate_server::serve::{StorageError, StorageKind};
+///
+/// let err = StorageError {
+///     position: Position::new(3, 3),
+///     namespace: "api".into(),
+///     name: Some("per-user".into()),
+///     algorithm: AlgorithmKind::TokenBucket,
+///     storage: StorageKind::Redis,
+/// };
+/// assert_eq!(
+///     err.to_string(),
+///     "line 3: algorithm token_bucket is not available with --storage redis (fixed_window only): \
+///      limit `per-user` of namespace `api`"
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct StorageError {
+    /// Where the limit starts in its file.
+    pub position: Position,
+    /// The limit's namespace.
+    pub namespace: String,
+    /// The limit's name, if it has one.
+    pub name: Option<String>,
+    /// The algorithm the limit asks for.
+    pub algorithm: AlgorithmKind,
+    /// The storage that cannot count it.
+    pub storage: StorageKind,
+}
+
+impl StorageError {
+    /// The same message without the leading `line N: ` (for callers that print the position
+    /// themselves, as `file:line:column: message`).
+    pub fn message(&self) -> String {
+        let limit = match &self.name {
+            Some(name) => format!("limit `{name}` of namespace `{}`", self.namespace),
+            None => format!("limit of namespace `{}`", self.namespace),
+        };
+        format!(
+            "algorithm {} is not available with --storage {} (fixed_window only): {limit}",
+            self.algorithm.name(),
+            self.storage
+        )
+    }
+}
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.position.line, self.message())
+    }
+}
+
 /// Counters in Redis instead of in memory.
 pub struct RedisStore {
     /// The connection.
@@ -157,7 +241,8 @@ impl<C: Clock + Clone> Engine<C> {
 
     /// Decides in memory and flushes counts to Redis in batches (call [`Engine::flush`]
     /// periodically): see `--storage redis-cached` for the overshoot this allows across replicas.
-    pub fn with_redis_cached(mut self, store: RedisStore) -> Result<Engine<C>, String> {
+    /// Fails, naming the first such limit, if a limit cannot be counted there.
+    pub fn with_redis_cached(mut self, store: RedisStore) -> Result<Engine<C>, StorageError> {
         self.store = Store::RedisCached(store, Default::default());
         self.accepts(&self.loaded().policy)?;
         Ok(self)
@@ -180,8 +265,9 @@ impl<C: Clock + Clone> Engine<C> {
         matches!(self.store, Store::RedisCached(..))
     }
 
-    /// Keeps counters in Redis. Fails if a limit cannot be counted there.
-    pub fn with_redis(mut self, store: RedisStore) -> Result<Engine<C>, String> {
+    /// Keeps counters in Redis. Fails, naming the first such limit, if a limit cannot be counted
+    /// there.
+    pub fn with_redis(mut self, store: RedisStore) -> Result<Engine<C>, StorageError> {
         self.store = Store::Redis(store);
         self.accepts(&self.loaded().policy)?;
         Ok(self)
@@ -192,17 +278,29 @@ impl<C: Clock + Clone> Engine<C> {
         !matches!(self.store, Store::Memory)
     }
 
-    /// Whether `policy` can be served by this engine's storage: Redis counts fixed windows only.
-    pub fn accepts(&self, policy: &Policy) -> Result<(), String> {
+    /// Where the counters live.
+    pub fn storage(&self) -> StorageKind {
+        match self.store {
+            Store::Memory => StorageKind::Memory,
+            Store::Redis(_) => StorageKind::Redis,
+            Store::RedisCached(..) => StorageKind::RedisCached,
+        }
+    }
+
+    /// Whether `policy` can be served by this engine's storage: memory counts every algorithm,
+    /// Redis fixed windows only. The error names the first limit that cannot be counted.
+    pub fn accepts(&self, policy: &Policy) -> Result<(), StorageError> {
         if !self.uses_redis() {
             return Ok(());
         }
-        match policy.limits().iter().find(|l| l.algorithm() != tollgate_policy::AlgorithmKind::FixedWindow) {
-            Some(limit) => Err(format!(
-                "line {}: algorithm {} is not available with --storage redis (fixed_window only)",
-                limit.position().line,
-                limit.algorithm().name()
-            )),
+        match policy.limits().iter().find(|l| l.algorithm() != AlgorithmKind::FixedWindow) {
+            Some(limit) => Err(StorageError {
+                position: limit.position(),
+                namespace: limit.namespace().to_owned(),
+                name: limit.name().map(str::to_owned),
+                algorithm: limit.algorithm(),
+                storage: self.storage(),
+            }),
             None => Ok(()),
         }
     }

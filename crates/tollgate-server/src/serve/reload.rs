@@ -52,7 +52,7 @@ impl<C: Clock + Clone> Reloader<C> {
                 return Ok(Reloaded::Unchanged);
             }
             let policy = Policy::parse(&text, &name)?;
-            self.engine.accepts(&policy).map_err(|message| PolicyError::new(&name, Default::default(), message))?;
+            self.engine.accepts(&policy).map_err(|e| PolicyError::new(&name, e.position, e.message()))?;
             let generation = self.engine.reload(policy);
             *last = Some(text);
             Ok(Reloaded::Applied(generation))

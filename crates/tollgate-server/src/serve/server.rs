@@ -8,7 +8,7 @@ use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Policy, PolicyError};
 use tonic::transport::server::TcpIncoming;
 
-use super::engine::{Engine, Mode, RedisStore};
+use super::engine::{Engine, Mode, RedisStore, StorageError};
 use super::http;
 use super::metrics::Metrics;
 use super::reload::Reloader;
@@ -47,8 +47,8 @@ pub enum TimeSource {
     Server,
 }
 
-/// Where counters live.
-#[derive(Clone, Debug, Default)]
+/// Where counters live. Its `Debug` shows Redis URLs without credentials.
+#[derive(Clone, Default)]
 pub enum Storage {
     /// In the server's memory (lost on restart; one server per limit).
     #[default]
@@ -72,6 +72,24 @@ pub enum Storage {
     },
 }
 
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use tollgate_redis::redact_url;
+        match self {
+            Storage::Memory => f.write_str("Memory"),
+            Storage::Redis { url, prefix } => {
+                f.debug_struct("Redis").field("url", &redact_url(url)).field("prefix", prefix).finish()
+            }
+            Storage::RedisCached { url, prefix, flush } => f
+                .debug_struct("RedisCached")
+                .field("url", &redact_url(url))
+                .field("prefix", prefix)
+                .field("flush", flush)
+                .finish(),
+        }
+    }
+}
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -86,9 +104,19 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
-    /// The counter storage could not be used.
+    /// Redis (for `Storage::Redis` or `Storage::RedisCached`) could not be reached; the message
+    /// shows its URL without credentials.
     #[error("{0}")]
-    Storage(String),
+    Redis(#[from] tollgate_redis::BackendError),
+    /// A limit of the file cannot be counted by the storage: `file:line:column: message`.
+    #[error("{}:{}:{}: {}", file.display(), source.position.line, source.position.column, source.message())]
+    Storage {
+        /// The limits file.
+        file: PathBuf,
+        /// Which limit, which algorithm, which storage.
+        #[source]
+        source: StorageError,
+    },
     /// The file watcher could not start.
     #[error("cannot watch the limits file: {0}")]
     Watch(#[from] notify::Error),
@@ -122,6 +150,7 @@ impl<C: Clock + Clone> Running<C> {
 /// Loads the limits, binds both listeners and starts serving on the current tokio runtime.
 pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<Running<C>, ServeError> {
     let name = config.limits.display().to_string();
+    let storage_error = |source| ServeError::Storage { file: config.limits.clone(), source };
     let text = Policy::read(&config.limits)?;
     let policy = Policy::parse(&text, &name)?;
     let mut engine = Engine::new(policy, config.mode, config.shadow, clock);
@@ -130,14 +159,14 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     match &config.storage {
         Storage::Memory => {}
         Storage::Redis { url, prefix } => {
-            let redis = tollgate_redis::Redis::connect(url).await.map_err(|e| ServeError::Storage(e.to_string()))?;
+            let redis = tollgate_redis::Redis::connect(url).await?;
             let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock };
-            engine = engine.with_redis(store).map_err(|e| ServeError::Storage(format!("{name}: {e}")))?;
+            engine = engine.with_redis(store).map_err(storage_error)?;
         }
         Storage::RedisCached { url, prefix, flush } => {
-            let redis = tollgate_redis::Redis::connect(url).await.map_err(|e| ServeError::Storage(e.to_string()))?;
+            let redis = tollgate_redis::Redis::connect(url).await?;
             let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock };
-            engine = engine.with_redis_cached(store).map_err(|e| ServeError::Storage(format!("{name}: {e}")))?;
+            engine = engine.with_redis_cached(store).map_err(storage_error)?;
             flush_every = Some(*flush);
         }
     }

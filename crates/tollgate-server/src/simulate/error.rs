@@ -53,12 +53,13 @@ pub enum SimError {
         max: usize,
     },
     /// The plot could not be drawn or encoded.
-    #[error("cannot draw plot {}: {reason}", path.display())]
+    #[error("cannot draw plot {}: {source}", path.display())]
     Plot {
         /// The plot file.
         path: PathBuf,
         /// What failed.
-        reason: String,
+        #[source]
+        source: super::plot::RenderError,
     },
     /// The plot file could not be written.
     #[error("cannot write plot file {}: {source}", path.display())]

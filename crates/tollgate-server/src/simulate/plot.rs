@@ -78,16 +78,40 @@ pub fn default_bucket(sim: &Simulation) -> Duration {
     Duration::from_nanos(tenth.max(widest).max(1))
 }
 
+/// Why a plot could not be drawn or encoded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// The font built into the binary could not be registered.
+    #[error("the built-in font could not be loaded")]
+    Font,
+    /// The buckets are too narrow for the simulated duration.
+    #[error("{buckets} buckets of {} are too many to draw (at most {MAX_DRAWN_BUCKETS})", Span(*bucket))]
+    TooManyBuckets {
+        /// How many there would be.
+        buckets: u64,
+        /// The bucket width.
+        bucket: Duration,
+    },
+    /// The drawing library failed.
+    #[error("{0}")]
+    Draw(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The PNG encoder failed.
+    #[error("{0}")]
+    Png(#[source] png::EncodingError),
+}
+
 /// Draws `sim` in `format` with buckets of `bucket` (default: [`default_bucket`]).
-pub fn render(sim: &Simulation, format: Format, bucket: Option<Duration>) -> Result<Vec<u8>, String> {
+pub fn render(sim: &Simulation, format: Format, bucket: Option<Duration>) -> Result<Vec<u8>, RenderError> {
     register_font()?;
     let data = PlotData::new(sim, bucket.unwrap_or_else(|| default_bucket(sim)))?;
+    let drawn = |e: Box<dyn std::error::Error + Send + Sync>| RenderError::Draw(e);
     match format {
         Format::Svg => {
             let mut svg = String::new();
             {
                 let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-                draw(&root, &data).map_err(|e| e.to_string())?;
+                draw(&root, &data).map_err(|e| drawn(Box::new(e)))?;
             }
             Ok(svg.into_bytes())
         }
@@ -95,15 +119,15 @@ pub fn render(sim: &Simulation, format: Format, bucket: Option<Duration>) -> Res
             let mut rgb = vec![0u8; WIDTH as usize * HEIGHT as usize * 3];
             {
                 let root = BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)).into_drawing_area();
-                draw(&root, &data).map_err(|e| e.to_string())?;
+                draw(&root, &data).map_err(|e| drawn(Box::new(e)))?;
             }
             let mut png_bytes = Vec::new();
             let mut encoder = png::Encoder::new(&mut png_bytes, WIDTH, HEIGHT);
             encoder.set_color(png::ColorType::Rgb);
             encoder.set_depth(png::BitDepth::Eight);
-            let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
-            writer.write_image_data(&rgb).map_err(|e| e.to_string())?;
-            writer.finish().map_err(|e| e.to_string())?;
+            let mut writer = encoder.write_header().map_err(RenderError::Png)?;
+            writer.write_image_data(&rgb).map_err(RenderError::Png)?;
+            writer.finish().map_err(RenderError::Png)?;
             Ok(png_bytes)
         }
     }
@@ -115,16 +139,16 @@ pub fn write(sim: &Simulation, path: &Path, bucket: Option<Duration>) -> Result<
     if let Some(b) = bucket {
         check_bucket(sim.scenario.duration, b)?;
     }
-    let bytes = render(sim, format, bucket).map_err(|reason| SimError::Plot { path: path.to_owned(), reason })?;
+    let bytes = render(sim, format, bucket).map_err(|source| SimError::Plot { path: path.to_owned(), source })?;
     std::fs::write(path, bytes).map_err(|source| SimError::PlotWrite { path: path.to_owned(), source })
 }
 
-fn register_font() -> Result<(), String> {
+fn register_font() -> Result<(), RenderError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED.get_or_init(|| {
         plotters::style::register_font(FONT, FontStyle::Normal, epaint_default_fonts::HACK_REGULAR).is_ok()
     });
-    if ok { Ok(()) } else { Err("the built-in font could not be loaded".to_owned()) }
+    if ok { Ok(()) } else { Err(RenderError::Font) }
 }
 
 fn color(kind: AlgorithmKind) -> RGBColor {
@@ -161,13 +185,13 @@ struct PlotData {
 }
 
 impl PlotData {
-    fn new(sim: &Simulation, bucket: Duration) -> Result<PlotData, String> {
+    fn new(sim: &Simulation, bucket: Duration) -> Result<PlotData, RenderError> {
         let s = &sim.scenario;
         let end = nanos(s.duration);
         let width = nanos(bucket).max(1);
         let buckets = end.div_ceil(width);
         if buckets > MAX_DRAWN_BUCKETS {
-            return Err(format!("{} buckets of {} are too many to draw", buckets, Span(bucket)));
+            return Err(RenderError::TooManyBuckets { buckets, bucket });
         }
         let buckets = buckets as usize;
         let edge_ns: Vec<u64> = (0..=buckets as u64).map(|k| (k * width).min(end)).collect();
