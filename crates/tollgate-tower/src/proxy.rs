@@ -41,8 +41,10 @@ impl TrustedProxies {
         self.nets.iter().any(|n| n.contains(&ip))
     }
 
+    #[inline]
     pub(crate) fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-        if !self.trusts(peer) {
+        // No proxies configured (the default): the peer is the client, nothing to look at.
+        if self.nets.is_empty() || !self.trusts(peer) {
             return peer;
         }
         // `Forwarded` is the standard; fall back to `X-Forwarded-For` when it is absent.

@@ -209,12 +209,14 @@ where
         };
         let state = match verdict {
             Answer::Ready(Ok(permit)) => admitted(shared, &mut self.inner, req, permit),
-            Answer::Ready(Err(denied)) => State::Rejected { response: Some(rejection(&shared.config, &denied)) },
+            Answer::Ready(Err(denied)) => {
+                State::Rejected { response: Some(Box::new(rejection(&shared.config, &denied))) }
+            }
             Answer::Pending(decision) => {
                 // The ready service goes with the request; a clone stays for the next poll_ready.
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                State::Deciding { decision, pending: Some((inner, req, self.shared.clone())) }
+                State::Deciding { decision, pending: Some(Box::new((inner, req, self.shared.clone()))) }
             }
         };
         ResponseFuture { state }
@@ -236,9 +238,10 @@ where
         shared.policies.describe(&permit, &mut states);
         let mut h = http::HeaderMap::new();
         insert_ratelimit(&mut h, &states);
-        h
+        Box::new(h)
     });
-    let permit = P::holds(&permit).then_some(permit);
+    // Boxed only when it holds something (a concurrency limit): the body keeps it until the end.
+    let permit = P::holds(&permit).then(|| Box::new(permit) as Box<dyn std::any::Any + Send>);
     State::Admitted { fut: inner.call(req), permit, headers }
 }
 
@@ -282,6 +285,8 @@ pin_project! {
 }
 
 pin_project! {
+    // Everything but the inner future is boxed, and boxed only on the path that needs it, so the
+    // future a request moves through `oneshot` and friends is little more than the inner one.
     #[project = StateProj]
     enum State<S, B, P>
     where
@@ -290,16 +295,16 @@ pin_project! {
     {
         Deciding {
             decision: Decision<P::Permit>,
-            pending: Option<(S, Request<B>, Arc<Shared<P>>)>,
+            pending: Option<Box<(S, Request<B>, Arc<Shared<P>>)>>,
         },
         Admitted {
             #[pin]
             fut: S::Future,
-            permit: Option<P::Permit>,
-            headers: Option<http::HeaderMap>,
+            permit: Option<Box<dyn std::any::Any + Send>>,
+            headers: Option<Box<http::HeaderMap>>,
         },
         Rejected {
-            response: Option<Response<RateLimitBody<()>>>,
+            response: Option<Box<Response<RateLimitBody<()>>>>,
         },
     }
 }
@@ -316,23 +321,22 @@ where
             let next = match self.as_mut().project().state.project() {
                 StateProj::Deciding { decision, pending } => {
                     let verdict = std::task::ready!(decision.as_mut().poll(cx));
-                    let (mut inner, req, shared) = pending.take().expect("polled after completion");
+                    let (mut inner, req, shared) = *pending.take().expect("polled after completion");
                     match verdict {
                         Ok(permit) => admitted(&shared, &mut inner, req, permit),
-                        Err(denied) => State::Rejected { response: Some(rejection(&shared.config, &denied)) },
+                        Err(denied) => State::Rejected { response: Some(Box::new(rejection(&shared.config, &denied))) },
                     }
                 }
                 StateProj::Admitted { fut, permit, headers } => {
                     let res = std::task::ready!(fut.poll(cx))?;
                     let (mut parts, body) = res.into_parts();
                     if let Some(h) = headers.take() {
-                        parts.headers.extend(h);
+                        parts.headers.extend(*h);
                     }
-                    let permit = permit.take().map(|p| Box::new(p) as Box<dyn std::any::Any + Send>);
-                    return Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body, permit))));
+                    return Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body, permit.take()))));
                 }
                 StateProj::Rejected { response } => {
-                    let res = response.take().expect("polled after completion");
+                    let res = *response.take().expect("polled after completion");
                     return Poll::Ready(Ok(res.map(RateLimitBody::cast)));
                 }
             };
