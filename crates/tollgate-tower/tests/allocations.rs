@@ -1,0 +1,88 @@
+//! The layer's allow path allocates nothing of its own: a request through `RateLimit` over a no-op
+//! service makes exactly the allocations the no-op service alone makes (counted by a global
+//! allocator, on this thread, after a first request has created the key).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use futures::executor::block_on;
+use http::{Request, Response, StatusCode};
+use http_body_util::Empty;
+use tollgate::{Keyed, Quota, TokenBucket};
+use tollgate_tower::{ClientIp, Policy, RateLimitLayer};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+/// Counts the allocations of the current thread.
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's contract is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn request(ip: u8) -> Request<Empty<Bytes>> {
+    let mut req = Request::new(Empty::new());
+    req.extensions_mut().insert(ConnectInfo(SocketAddr::from(([10, 0, 0, ip], 4000))));
+    req
+}
+
+fn noop() -> impl Service<Request<Empty<Bytes>>, Response = Response<Body>, Error = Infallible> + Clone {
+    service_fn(|_req: Request<Empty<Bytes>>| async { Ok::<_, Infallible>(Response::new(Body::empty())) })
+}
+
+/// Allocations of 100 requests (built beforehand) through `service`, responses dropped.
+fn allocations_of_100<S, B>(mut service: S) -> u64
+where
+    S: Service<Request<Empty<Bytes>>, Response = Response<B>, Error = Infallible>,
+{
+    let requests: Vec<_> = (0..100).map(|i| request(i % 10)).collect();
+    let before = ALLOCATIONS.with(Cell::get);
+    for req in requests {
+        block_on(service.ready()).unwrap_or_else(|e| match e {});
+        let res = block_on(service.call(req)).unwrap_or_else(|e| match e {});
+        assert_eq!(res.status(), StatusCode::OK);
+    }
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+#[test]
+fn the_allow_path_allocates_nothing_beyond_the_inner_service() {
+    let quota = Quota::per_second(1).unwrap().with_burst(1_000_000).unwrap();
+    let mut limited =
+        RateLimitLayer::new(Policy::new("per-ip", ClientIp::new(), Keyed::new(TokenBucket::new(quota)))).layer(noop());
+    // The first request from each client creates its key.
+    for ip in 0..10 {
+        block_on(limited.ready()).unwrap_or_else(|e| match e {});
+        drop(block_on(limited.call(request(ip))));
+    }
+    let inner = allocations_of_100(noop());
+    let layered = allocations_of_100(limited);
+    assert_eq!(layered, inner, "the layer allocated {} times in 100 admitted requests", layered - inner);
+    // Not vacuous: the counter counts (building a body's response allocates nothing, a Vec does).
+    assert!(ALLOCATIONS.with(Cell::get) > 0);
+}
