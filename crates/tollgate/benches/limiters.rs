@@ -3,14 +3,16 @@
 //!
 //! 0. `clock_now`: one clock read each, for context;
 //! 1. `single_key/*`: one token bucket, `try_acquire(1)` against governor's direct `check()`,
-//!    with a quota that admits nearly everything and one that rejects nearly everything;
+//!    with a quota that admits nearly everything (`admit`: the caller asks `is_ok()`;
+//!    `admit_kept`: the whole answer is kept) and one that rejects nearly everything;
 //! 2. `keyed_1m`: 1 million pre-populated `u64` keys, decisions on random keys, against
 //!    governor's keyed limiter (a `DashMap`);
 //!    `keyed_1k` is the same on 1,000 keys, all in cache;
 //! 3. `keyed_1m_threads/*`: the same limiters, 1 thread against 2 threads on distinct keys
 //!    (wall time of one decision per thread, so the 2-thread case does twice the work);
-//! 4. `concurrency/*`: acquire a permit and drop it, against `tokio::sync::Semaphore`, both with
-//!    `try_acquire` and with `acquire().await` (polled by `futures::executor::block_on`).
+//! 4. `concurrency/*`: acquire a permit and drop it, against `tokio::sync::Semaphore`: borrowed
+//!    (`try_permit` against `try_acquire`), owned (a `Lease` against `try_acquire_owned`) and
+//!    with `acquire().await` (polled by `futures::executor::block_on`).
 //!
 //! Run with `cargo bench -p tollgate --bench limiters`.
 
@@ -72,7 +74,15 @@ fn single_key(c: &mut Criterion) {
         RateLimiter::direct(governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(u32::MAX)));
     assert!(admit.try_acquire(1).is_ok() && gov_admit.check().is_ok());
 
+    // The decision as a caller that only asks "may it go?" sees it (`if try_acquire(1).is_ok()`).
     let mut g = c.benchmark_group("single_key/admit");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("tollgate", |b| b.iter(|| admit.try_acquire(black_box(1)).is_ok()));
+    g.bench_function("governor", |b| b.iter(|| gov_admit.check().is_ok()));
+    g.finish();
+    // The whole answer kept (black-boxed): tollgate's `Lease` is ~100 bytes against governor's
+    // `()`, and forcing it through memory costs a copy.
+    let mut g = c.benchmark_group("single_key/admit_kept");
     g.throughput(Throughput::Elements(1));
     g.bench_function("tollgate", |b| b.iter(|| black_box(admit.try_acquire(black_box(1)))));
     g.bench_function("governor", |b| b.iter(|| black_box(gov_admit.check())));
@@ -229,10 +239,19 @@ fn concurrency(c: &mut Criterion) {
     let limiter = Limiter::new(Concurrency::new(PERMITS).unwrap());
     let semaphore = tokio::sync::Semaphore::new(PERMITS as usize);
 
+    // Borrowed permits: neither side touches a reference count.
     let mut g = c.benchmark_group("concurrency/try_acquire_drop");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("tollgate", |b| b.iter(|| drop(black_box(limiter.try_acquire(black_box(1)).unwrap()))));
+    g.bench_function("tollgate", |b| b.iter(|| drop(black_box(limiter.try_permit(black_box(1)).unwrap()))));
     g.bench_function("tokio", |b| b.iter(|| drop(black_box(semaphore.try_acquire().unwrap()))));
+    g.finish();
+
+    // Owned permits (they can move into a task): a `Lease` against `try_acquire_owned`.
+    let shared = std::sync::Arc::new(tokio::sync::Semaphore::new(PERMITS as usize));
+    let mut g = c.benchmark_group("concurrency/owned_try_acquire_drop");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("tollgate", |b| b.iter(|| drop(black_box(limiter.try_acquire(black_box(1)).unwrap()))));
+    g.bench_function("tokio", |b| b.iter(|| drop(black_box(shared.clone().try_acquire_owned().unwrap()))));
     g.finish();
 
     // One `block_on` per batch, so the executor's own cost is not in the per-decision time.

@@ -292,6 +292,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::ExceedsCapacity)
     }
 
+    #[inline]
     pub(crate) fn reject(&self, meta: impl Into<Snapshot>, n: u64, reason: Reason) -> Rejected {
         self.counts.rejected();
         Rejected::of(meta.into(), n, reason)
@@ -315,44 +316,41 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
 
     #[inline]
     fn try_acquire(self: &Arc<Self>, n: u64) -> Result<Lease, Rejected> {
-        self.try_take(n).map(|(meta, now)| self.lease(meta, n, now))
+        self.try_take(n, |meta, now| self.lease(meta, n, now))
     }
 
-    /// Takes `n` permits now or rejects: the decision, without the lease that holds them.
+    /// Takes `n` permits now or rejects; `hold` makes what holds them (a lease, a permit) from
+    /// the decision's snapshot and time, in place (no intermediate copy of the snapshot).
     #[inline(always)]
-    pub(crate) fn try_take(&self, n: u64) -> Result<(Snapshot, u64), Rejected> {
+    pub(crate) fn try_take<R>(&self, n: u64, hold: impl FnOnce(Snapshot, u64) -> R) -> Result<R, Rejected> {
         // One load tells the common case: open, nobody queued.
         let gate = self.gate.0.load(Ordering::Acquire);
-        if gate != 0 {
-            return self.try_take_gated(n, gate);
+        if gate != 0
+            && let Err(rejected) = self.may_take_gated(n, gate)
+        {
+            return Err(rejected);
         }
-        self.take_now(n)
-    }
-
-    /// Decides at once: nobody queued (or a LIFO queue, or a probe). Inlined into the caller,
-    /// with the rejection out of line, so an admission costs no call of its own.
-    #[inline(always)]
-    fn take_now(&self, n: u64) -> Result<(Snapshot, u64), Rejected> {
         let now = self.now();
         match self.algo.decide(&self.state, now, n, true) {
-            Ok(meta) => Ok((meta, now)),
-            Err(meta) => Err(self.rejected_now(meta, n, now)),
+            Ok(meta) => Ok(hold(meta, now)),
+            // "Never" (more than the capacity, which is the decision's `limit`) or "not now"; the
+            // snapshot goes straight into the rejection (a copy through memory stalls the load).
+            Err(meta) if n > meta.limit() => Err(self.rejected_over_capacity(n, now)),
+            Err(meta) => Err(self.reject(meta, n, Reason::Exhausted)),
         }
     }
 
-    /// Tells "never" (more than the capacity, which is the decision's `limit`) from "not now".
-    #[inline(never)]
-    fn rejected_now(&self, meta: Snapshot, n: u64, now: u64) -> Rejected {
-        if n > meta.limit() {
-            self.counts.rejected();
-            return self.over_capacity(now, n);
-        }
-        self.reject(meta, n, Reason::Exhausted)
-    }
-
-    /// The limiter is closed or someone is queued.
     #[cold]
-    fn try_take_gated(&self, n: u64, gate: u64) -> Result<(Snapshot, u64), Rejected> {
+    #[inline(never)]
+    fn rejected_over_capacity(&self, n: u64, now: u64) -> Rejected {
+        self.counts.rejected();
+        self.over_capacity(now, n)
+    }
+
+    /// The limiter is closed or someone is queued: may a request decide now, or is it rejected
+    /// (closed, or it would overtake FIFO waiters)?
+    #[cold]
+    fn may_take_gated(&self, n: u64, gate: u64) -> Result<(), Rejected> {
         if gate & Gate::CLOSED != 0 {
             return Err(self.reject_closed(n));
         }
@@ -368,7 +366,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
             let retry = self.algo.wait_estimate(&self.state, now, queued + n);
             return Err(self.reject(Meta { remaining: 0, retry_ns: retry, ..meta }, n, Reason::Exhausted));
         }
-        self.take_now(n)
+        Ok(())
     }
 
     fn reject_closed(&self, n: u64) -> Rejected {

@@ -35,11 +35,12 @@ impl<C: Clock> Limiter<Concurrency, C> {
     /// them back when dropped. `n == 0` reports the state and holds nothing.
     #[inline]
     pub fn try_permit(&self, n: u64) -> Result<Permit<'_, C>, Rejected> {
-        let (meta, _) = self.shared.try_take(n)?;
-        if n > 0 {
-            self.shared.counts.admitted();
-        }
-        Ok(Permit { shared: &self.shared, permits: n, meta })
+        self.shared.try_take(n, |meta, _| {
+            if n > 0 {
+                self.shared.counts.admitted();
+            }
+            Permit { shared: &self.shared, permits: n, meta }
+        })
     }
 }
 
