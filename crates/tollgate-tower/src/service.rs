@@ -208,7 +208,10 @@ where
             Err(denied) => Answer::Ready(Err(denied)),
         };
         let state = match verdict {
-            Answer::Ready(Ok(permit)) => admitted(shared, &mut self.inner, req, permit),
+            Answer::Ready(Ok(permit)) => {
+                let kept = settle(shared, permit);
+                admitted(&mut self.inner, req, kept)
+            }
             Answer::Ready(Err(denied)) => {
                 State::Rejected { response: Some(Box::new(rejection(&shared.config, &denied))) }
             }
@@ -223,16 +226,11 @@ where
     }
 }
 
-fn admitted<S, P, ReqB, ResB>(
-    shared: &Shared<P>,
-    inner: &mut S,
-    req: Request<ReqB>,
-    permit: P::Permit,
-) -> State<S, ReqB, P>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
-    P: Policies,
-{
+/// What an admitted request keeps: success headers (when asked for) and the permit, boxed only
+/// when it holds something (a concurrency limit; the body keeps it until the end). Everything
+/// else of the permit is dropped here, before the request moves on.
+#[inline]
+fn settle<P: Policies>(shared: &Shared<P>, permit: P::Permit) -> Kept {
     let headers = shared.config.headers_on_success.then(|| {
         let mut states = Vec::new();
         shared.policies.describe(&permit, &mut states);
@@ -240,9 +238,21 @@ where
         insert_ratelimit(&mut h, &states);
         Box::new(h)
     });
-    // Boxed only when it holds something (a concurrency limit): the body keeps it until the end.
     let permit = P::holds(&permit).then(|| Box::new(permit) as Box<dyn std::any::Any + Send>);
-    State::Admitted { fut: inner.call(req), permit, headers }
+    Kept { permit, headers }
+}
+
+struct Kept {
+    permit: Option<Box<dyn std::any::Any + Send>>,
+    headers: Option<Box<http::HeaderMap>>,
+}
+
+fn admitted<S, P, ReqB, ResB>(inner: &mut S, req: Request<ReqB>, kept: Kept) -> State<S, ReqB, P>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    P: Policies,
+{
+    State::Admitted { fut: inner.call(req), permit: kept.permit, headers: kept.headers }
 }
 
 fn rejection<B>(config: &Config, denied: &Denied) -> Response<RateLimitBody<B>> {
@@ -323,7 +333,7 @@ where
                     let verdict = std::task::ready!(decision.as_mut().poll(cx));
                     let (mut inner, req, shared) = *pending.take().expect("polled after completion");
                     match verdict {
-                        Ok(permit) => admitted(&shared, &mut inner, req, permit),
+                        Ok(permit) => admitted(&mut inner, req, settle(&shared, permit)),
                         Err(denied) => State::Rejected { response: Some(Box::new(rejection(&shared.config, &denied))) },
                     }
                 }
