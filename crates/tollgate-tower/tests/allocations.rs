@@ -2,8 +2,6 @@
 //! service makes exactly the allocations the no-op service alone makes (counted by a global
 //! allocator, on this thread, after a first request has created the key).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 
@@ -17,30 +15,9 @@ use tollgate::{Keyed, Quota, TokenBucket};
 use tollgate_tower::{ClientIp, Policy, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
-/// Counts the allocations of the current thread.
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: the caller's contract is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "../../tollgate/tests/support/counting.rs"]
+mod counting;
+use counting::Counting;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -61,13 +38,13 @@ where
     S: Service<Request<Empty<Bytes>>, Response = Response<B>, Error = Infallible>,
 {
     let requests: Vec<_> = (0..100).map(|i| request(i % 10)).collect();
-    let before = ALLOCATIONS.with(Cell::get);
-    for req in requests {
-        block_on(service.ready()).unwrap_or_else(|e| match e {});
-        let res = block_on(service.call(req)).unwrap_or_else(|e| match e {});
-        assert_eq!(res.status(), StatusCode::OK);
-    }
-    ALLOCATIONS.with(Cell::get) - before
+    counting::allocations(|| {
+        for req in requests {
+            block_on(service.ready()).unwrap_or_else(|e| match e {});
+            let res = block_on(service.call(req)).unwrap_or_else(|e| match e {});
+            assert_eq!(res.status(), StatusCode::OK);
+        }
+    })
 }
 
 #[test]
@@ -84,5 +61,5 @@ fn the_allow_path_allocates_nothing_beyond_the_inner_service() {
     let layered = allocations_of_100(limited);
     assert_eq!(layered, inner, "the layer allocated {} times in 100 admitted requests", layered - inner);
     // Not vacuous: the counter counts (building a body's response allocates nothing, a Vec does).
-    assert!(ALLOCATIONS.with(Cell::get) > 0);
+    assert!(counting::count() > 0);
 }

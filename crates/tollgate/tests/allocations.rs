@@ -1,46 +1,16 @@
 //! Warm decisions allocate nothing: a counting global allocator around 1,000 decisions on each
 //! path (after one decision has created what is created once: the key, the clock's calibration).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
+
+#[path = "support/counting.rs"]
+mod counting;
+use counting::{Counting, allocations};
 
 use tollgate::{Concurrency, FixedWindow, Keyed, Limiter, Quota, SlidingWindow, TokenBucket};
 
-/// Counts the allocations of the current thread (tests may run in parallel threads).
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: the caller's contract is passed on as is.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// Allocations `f` makes on this thread.
-fn allocations(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
-}
 
 /// 1,000 decisions after a first one; asserts none of them allocated.
 fn assert_warm_decisions_allocate_nothing(what: &str, mut decide: impl FnMut(u64)) {
