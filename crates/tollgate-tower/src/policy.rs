@@ -114,19 +114,20 @@ pub type Verdict<P> = Answer<Result<P, Box<Denied>>>;
 pub trait Policies: Clone + Send + Sync + 'static {
     /// What an admitted request holds until its response body ends.
     type Permit: Send + 'static;
-    /// What is read from the request before deciding (keys and costs), owned.
-    type Prepared: Send + 'static;
+    /// What is read from the request before deciding (keys and costs), owned; decisions and
+    /// refunds borrow it, so keys are not moved through every step.
+    type Prepared: Clone + Send + Sync + 'static;
 
     /// Reads keys and costs; a missing key that must be rejected is rejected here, before any
     /// limiter is asked.
     fn prepare(&self, req: &RequestInfo<'_>) -> Result<Self::Prepared, Box<Denied>>;
 
     /// Decides; `status` is what a rejection answers with.
-    fn run(&self, prepared: Self::Prepared, status: StatusCode) -> Verdict<Self::Permit>;
+    fn run(&self, prepared: &Self::Prepared, status: StatusCode) -> Verdict<Self::Permit>;
 
-    /// Undoes an admission (a later policy said no): a real refund, pending while a distributed
-    /// limiter's refund is on its way.
-    fn give_back(&self, permit: Self::Permit) -> Refund;
+    /// Undoes an admission (a later policy said no) for the request `prepared` was read from: a
+    /// real refund, pending while a distributed limiter's refund is on its way.
+    fn give_back(&self, prepared: &Self::Prepared, permit: Self::Permit) -> Refund;
 
     /// True when dropping the permit releases something (a concurrency limit), so it must be
     /// held until the response body ends.
@@ -136,9 +137,9 @@ pub trait Policies: Clone + Send + Sync + 'static {
     fn describe(&self, permit: &Self::Permit, out: &mut Vec<PolicyState>);
 }
 
-/// What one [`Policy`] holds for an admitted request.
-pub struct PolicyPermit<K> {
-    taken: Option<(K, Lease)>,
+/// What one [`Policy`] holds for an admitted request: its lease, if it took one.
+pub struct PolicyPermit {
+    taken: Option<Lease>,
 }
 
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
@@ -149,7 +150,7 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
 }
 
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L> {
-    type Permit = PolicyPermit<X::Key>;
+    type Permit = PolicyPermit;
     /// The key and cost, or `None` when the request is let through uncounted.
     type Prepared = Option<(X::Key, u64)>;
 
@@ -171,16 +172,16 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
     }
 
     #[inline]
-    fn run(&self, prepared: Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
+    fn run(&self, prepared: &Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
         let Some((key, n)) = prepared else { return Verdict::Ready(Ok(PolicyPermit { taken: None })) };
-        match self.limit.decide(&key, n) {
-            Answer::Ready(Ok(lease)) => Verdict::Ready(Ok(PolicyPermit { taken: Some((key, lease)) })),
+        match self.limit.decide(key, *n) {
+            Answer::Ready(Ok(lease)) => Verdict::Ready(Ok(PolicyPermit { taken: Some(lease) })),
             Answer::Ready(Err(rejected)) => Verdict::Ready(Err(self.denied(status, rejected))),
             Answer::Pending(fut) => {
                 let this = self.clone();
                 Verdict::Pending(Box::pin(async move {
                     match fut.await {
-                        Ok(lease) => Ok(PolicyPermit { taken: Some((key, lease)) }),
+                        Ok(lease) => Ok(PolicyPermit { taken: Some(lease) }),
                         Err(rejected) => Err(this.denied(status, rejected)),
                     }
                 }))
@@ -188,19 +189,19 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
         }
     }
 
-    fn give_back(&self, permit: Self::Permit) -> Refund {
-        match permit.taken {
-            Some((key, lease)) => self.limit.give_back(&key, lease),
-            None => Answer::Ready(()),
+    fn give_back(&self, prepared: &Self::Prepared, permit: Self::Permit) -> Refund {
+        match (prepared, permit.taken) {
+            (Some((key, _)), Some(lease)) => self.limit.give_back(key, lease),
+            _ => Answer::Ready(()),
         }
     }
 
     fn holds(permit: &Self::Permit) -> bool {
-        permit.taken.as_ref().is_some_and(|(_, lease)| lease.releases_on_drop())
+        permit.taken.as_ref().is_some_and(Lease::releases_on_drop)
     }
 
     fn describe(&self, permit: &Self::Permit, out: &mut Vec<PolicyState>) {
-        if let Some((_, lease)) = &permit.taken {
+        if let Some(lease) = &permit.taken {
             out.push(PolicyState { name: self.name.clone(), meta: lease.meta(), window: self.limit.window() });
         }
     }
@@ -212,10 +213,15 @@ pub struct Both<A, B>(pub A, pub B);
 
 impl<A: Policies, B: Policies> Both<A, B> {
     /// The second policy answered: both permits, or the first one refunded and the denial.
-    fn second(&self, a: A::Permit, b: Result<B::Permit, Box<Denied>>) -> Verdict<(A::Permit, B::Permit)> {
+    fn second(
+        &self,
+        pa: &A::Prepared,
+        a: A::Permit,
+        b: Result<B::Permit, Box<Denied>>,
+    ) -> Verdict<(A::Permit, B::Permit)> {
         match b {
             Ok(b) => Answer::Ready(Ok((a, b))),
-            Err(denied) => self.0.give_back(a).map(move |()| Err(denied)),
+            Err(denied) => self.0.give_back(pa, a).map(move |()| Err(denied)),
         }
     }
 }
@@ -230,29 +236,29 @@ impl<A: Policies, B: Policies> Policies for Both<A, B> {
     }
 
     #[inline]
-    fn run(&self, (pa, pb): Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
+    fn run(&self, (pa, pb): &Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
         match self.0.run(pa, status) {
             Answer::Ready(Err(denied)) => Answer::Ready(Err(denied)),
             Answer::Ready(Ok(a)) => match self.1.run(pb, status) {
-                Answer::Ready(b) => self.second(a, b),
+                Answer::Ready(b) => self.second(pa, a, b),
                 Answer::Pending(fb) => {
-                    let this = self.clone();
-                    Answer::Pending(Box::pin(async move { this.second(a, fb.await).await }))
+                    let (this, pa) = (self.clone(), pa.clone());
+                    Answer::Pending(Box::pin(async move { this.second(&pa, a, fb.await).await }))
                 }
             },
             Answer::Pending(fa) => {
-                let this = self.clone();
+                let (this, pa, pb) = (self.clone(), pa.clone(), pb.clone());
                 Answer::Pending(Box::pin(async move {
                     let a = fa.await?;
-                    let b = this.1.run(pb, status).await;
-                    this.second(a, b).await
+                    let b = this.1.run(&pb, status).await;
+                    this.second(&pa, a, b).await
                 }))
             }
         }
     }
 
-    fn give_back(&self, (a, b): Self::Permit) -> Refund {
-        self.1.give_back(b).and(self.0.give_back(a))
+    fn give_back(&self, (pa, pb): &Self::Prepared, (a, b): Self::Permit) -> Refund {
+        self.1.give_back(pb, b).and(self.0.give_back(pa, a))
     }
 
     fn holds((a, b): &Self::Permit) -> bool {
@@ -283,7 +289,7 @@ impl<X: KeyExtractor, L> std::fmt::Debug for Policy<X, L> {
     }
 }
 
-impl<K: std::fmt::Debug> std::fmt::Debug for PolicyPermit<K> {
+impl std::fmt::Debug for PolicyPermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PolicyPermit").field("taken", &self.taken).finish()
     }

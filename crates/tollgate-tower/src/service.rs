@@ -204,7 +204,7 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let shared = &*self.shared;
         let verdict = match shared.policies.prepare(&RequestInfo::of(&req)) {
-            Ok(prepared) => shared.policies.run(prepared, shared.config.status),
+            Ok(prepared) => shared.policies.run(&prepared, shared.config.status),
             Err(denied) => Answer::Ready(Err(denied)),
         };
         let state = match verdict {

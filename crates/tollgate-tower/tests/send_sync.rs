@@ -33,7 +33,7 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<RateLimitLayer<Both<Both<PerIp, InFlight>, Distributed>>>();
     assert_send_sync::<RateLimit<Router, PerIp>>();
     assert_send_sync::<RateLimit<Router, Both<PerIp, Distributed>>>();
-    assert_send_sync::<PolicyPermit<IpAddr>>();
+    assert_send_sync::<PolicyPermit>();
     assert_send_sync::<Denied>();
     assert_send_sync::<PolicyState>();
     // Futures and bodies only need to move between threads.
