@@ -18,6 +18,15 @@ pub struct Budget {
     period: Duration,
 }
 
+impl std::str::FromStr for Budget {
+    type Err = crate::PaceError;
+
+    /// [`Budget::parse`].
+    fn from_str(s: &str) -> Result<Budget, crate::PaceError> {
+        Budget::parse(s)
+    }
+}
+
 impl Budget {
     /// `units` per `period`; both must be non-zero.
     pub fn new(units: u64, period: Duration) -> Result<Budget, crate::PaceError> {
@@ -28,6 +37,25 @@ impl Budget {
             return Err(crate::PaceError::config("budget period", "longer than zero", format!("{period:?}")));
         }
         Ok(Budget { units, period })
+    }
+
+    /// Parses `UNITS/PERIOD` with the core's rate parser ([`tollgate::parse_rate`], the syntax of
+    /// every quota): `200/s`, `12000/m`, `5/10m`, `60/1m30s`. Text that is not a rate is a
+    /// [`PaceError::Parse`](crate::PaceError::Parse) naming it; zero units are refused as by
+    /// [`Budget::new`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_pace::{Budget, PaceError};
+    /// let budget = Budget::parse("12000/m")?;
+    /// assert_eq!((budget.units(), budget.period()), (12000, Duration::from_secs(60)));
+    /// assert!(matches!(Budget::parse("200/"), Err(PaceError::Parse(_))));
+    /// assert!(Budget::parse("0/s").is_err());
+    /// # Ok::<(), PaceError>(())
+    /// ```
+    pub fn parse(s: &str) -> Result<Budget, crate::PaceError> {
+        let (units, period) = tollgate::parse_rate(s)?;
+        Budget::new(units, period)
     }
 
     /// `units` per second.

@@ -23,6 +23,9 @@ pub enum PaceError {
         /// The value given.
         value: String,
     },
+    /// A budget written as text (`"200/s"`) is not `UNITS/PERIOD` (see [`crate::Budget::parse`]).
+    #[error(transparent)]
+    Parse(#[from] tollgate::ParseError),
     /// A rate that cannot be released in slices of `granularity` (e.g. more units per slice
     /// than nanoseconds in it).
     #[error("rate {rate}/s with slices of {granularity:?}: {source}")]
@@ -63,9 +66,11 @@ impl PaceError {
         match self {
             PaceError::Backend(e) => e.is_transient(),
             PaceError::Queue(e) => e.is_transient(),
-            PaceError::Config { .. } | PaceError::Rate { .. } | PaceError::Partitions(_) | PaceError::Closed { .. } => {
-                false
-            }
+            PaceError::Config { .. }
+            | PaceError::Parse(_)
+            | PaceError::Rate { .. }
+            | PaceError::Partitions(_)
+            | PaceError::Closed { .. } => false,
         }
     }
 }

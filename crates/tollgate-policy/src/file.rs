@@ -14,7 +14,8 @@ use crate::limit::{AlgorithmKind, Limit, LimitId};
 struct RawLimit {
     namespace: Option<Spanned<String>>,
     max_value: Option<Spanned<i64>>,
-    seconds: Option<Spanned<i64>>,
+    /// Limitador's whole number of seconds, or a duration in the core's syntax (`1m`, `1h30m`).
+    seconds: Option<Spanned<String>>,
     name: Option<Spanned<String>>,
     /// Limitador's optional id; kept for display, not used to identify counters.
     id: Option<Spanned<String>>,
@@ -50,7 +51,7 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         return Err(err(namespace.referenced.into(), "namespace must not be empty".into()));
     }
     let max_value = positive(raw.max_value.ok_or_else(|| missing("max_value"))?, "max_value", source_name)?;
-    let seconds = positive(raw.seconds.ok_or_else(|| missing("seconds"))?, "seconds", source_name)?;
+    let seconds = whole_seconds(raw.seconds.ok_or_else(|| missing("seconds"))?, source_name)?;
     let algorithm = match raw.algorithm {
         None => AlgorithmKind::default(),
         Some(a) => AlgorithmKind::from_name(a.value.trim()).ok_or_else(|| {
@@ -105,6 +106,26 @@ fn positive(value: Spanned<i64>, field: &str, source_name: &str) -> Result<u64, 
             format!("{field} must be at least 1, got {}", value.value),
         )),
     }
+}
+
+/// `seconds:` as Limitador writes it (`60`), or as a duration read by [`tollgate::parse_duration`]
+/// (`1m`, `1h30m`) that must come to whole seconds.
+fn whole_seconds(value: Spanned<String>, source_name: &str) -> Result<u64, PolicyError> {
+    let at = Position::from(value.referenced);
+    let err = |message: String| PolicyError::new(source_name, at, message);
+    let text = value.value.trim();
+    if let Ok(n) = text.parse::<i64>() {
+        return positive(
+            Spanned { value: n, referenced: value.referenced, defined: value.defined },
+            "seconds",
+            source_name,
+        );
+    }
+    let d = tollgate::parse_duration(text).map_err(|e| err(format!("seconds: {e}")))?;
+    if d.subsec_nanos() != 0 {
+        return Err(err(format!("seconds must be whole seconds, got {text:?} ({d:?})")));
+    }
+    Ok(d.as_secs())
 }
 
 fn yaml_error(source_name: &str, e: &serde_saphyr::Error) -> PolicyError {

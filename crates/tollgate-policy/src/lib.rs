@@ -27,7 +27,9 @@
 //! # Ok::<(), tollgate_policy::PolicyError>(())
 //! ```
 //!
-//! Fields of a limit: `namespace`, `max_value` (≥ 1), `seconds` (≥ 1), all required; `name`,
+//! Fields of a limit: `namespace`, `max_value` (≥ 1), `seconds` (≥ 1; Limitador's whole number,
+//! or a duration in the core's syntax that comes to whole seconds, `1m`, `1h30m`: see
+//! [`tollgate::parse_duration`]), all required; `name`,
 //! `conditions` (all must hold), `variables` (all must have a value), and ours, `algorithm`
 //! (`fixed_window` — Limitador's, the default — `token_bucket`, `sliding_window` or
 //! `weighted_window`; see [`AlgorithmKind`]). Unknown

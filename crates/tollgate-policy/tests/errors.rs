@@ -108,3 +108,24 @@ fn expression_errors_are_typed_and_name_the_expression() {
         other => panic!("expected a syntax error, got {other:?}"),
     }
 }
+
+#[test]
+fn seconds_may_be_a_duration_in_the_core_syntax() {
+    let seconds = |v: &str| {
+        Policy::parse(&format!("- namespace: a\n  max_value: 3\n  seconds: {v}\n"), "limits.yaml")
+            .map(|p| p.limits()[0].seconds())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(seconds("60"), Ok(60));
+    assert_eq!(seconds("1m"), Ok(60));
+    assert_eq!(seconds("1h30m"), Ok(5400));
+    assert_eq!(seconds("'90s'"), Ok(90));
+    assert_eq!(
+        seconds("fast"),
+        Err("limits.yaml:3:12: seconds: invalid duration \"fast\": \"fast\" is not a duration: expected number at 0 \
+             (expected a duration such as 250ms, 10s, 1m30s, 2h)"
+            .into())
+    );
+    assert_eq!(seconds("0s"), Err("limits.yaml:3:12: seconds: invalid duration \"0s\": \"0s\" is zero; it must be longer than zero (expected a duration such as 250ms, 10s, 1m30s, 2h)".into()));
+    assert_eq!(seconds("1500ms"), Err("limits.yaml:3:12: seconds must be whole seconds, got \"1500ms\" (1.5s)".into()));
+}

@@ -19,9 +19,9 @@ impl ManualClock {
         ManualClock(tollgate::ManualClock::new())
     }
 
-    /// Moves the clock forward by `seconds` (>= 0).
-    fn advance(&self, seconds: f64) -> PyResult<()> {
-        self.0.advance(args::seconds("seconds", seconds, true)?);
+    /// Moves the clock forward by `seconds` (>= 0, or a duration string such as `"250ms"`).
+    fn advance(&self, seconds: args::Seconds) -> PyResult<()> {
+        self.0.advance(args::seconds("seconds", &seconds, true)?);
         Ok(())
     }
 

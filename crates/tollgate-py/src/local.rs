@@ -7,7 +7,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tollgate::{Keyed, Limiter, SlidingWindow, TokenBucket, WeightedWindow};
 
-use crate::args;
+use crate::args::{self, Seconds};
 use crate::clock::{AnyClock, ManualClock};
 use crate::decision::Decision;
 
@@ -15,7 +15,7 @@ use crate::decision::Decision;
 const DEFAULT_SEGMENTS: i64 = 10;
 const DEFAULT_MAX_KEYS: i64 = 100_000;
 
-fn sliding_window(limit: i64, window: f64, segments: i64) -> PyResult<SlidingWindow> {
+fn sliding_window(limit: i64, window: &Seconds, segments: i64) -> PyResult<SlidingWindow> {
     let quota = args::window_quota(limit, window)?;
     let segments = args::count("segments", segments)?;
     SlidingWindow::new(quota, segments).map_err(|e| PyValueError::new_err(format!("segments={segments}: {e}")))
@@ -44,11 +44,11 @@ impl LocalTokenBucket {
     #[pyo3(signature = (capacity, refill_frequency, refill_amount, clock=None))]
     fn new(
         capacity: i64,
-        refill_frequency: f64,
+        refill_frequency: Seconds,
         refill_amount: i64,
         clock: Option<PyRef<'_, ManualClock>>,
     ) -> PyResult<Self> {
-        let quota = args::bucket_quota(capacity, refill_frequency, refill_amount)?;
+        let quota = args::bucket_quota(capacity, &refill_frequency, refill_amount)?;
         Ok(Self(Limiter::builder(TokenBucket::new(quota)).clock(AnyClock::from_arg(clock)).build()))
     }
 
@@ -68,8 +68,8 @@ pub struct LocalSlidingWindow(Limiter<SlidingWindow, AnyClock>);
 impl LocalSlidingWindow {
     #[new]
     #[pyo3(signature = (limit, window, segments=DEFAULT_SEGMENTS, clock=None))]
-    fn new(limit: i64, window: f64, segments: i64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
-        let algo = sliding_window(limit, window, segments)?;
+    fn new(limit: i64, window: Seconds, segments: i64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
+        let algo = sliding_window(limit, &window, segments)?;
         Ok(Self(Limiter::builder(algo).clock(AnyClock::from_arg(clock)).build()))
     }
 
@@ -91,12 +91,12 @@ impl KeyedTokenBucket {
     #[pyo3(signature = (capacity, refill_frequency, refill_amount, max_keys=DEFAULT_MAX_KEYS, clock=None))]
     fn new(
         capacity: i64,
-        refill_frequency: f64,
+        refill_frequency: Seconds,
         refill_amount: i64,
         max_keys: i64,
         clock: Option<PyRef<'_, ManualClock>>,
     ) -> PyResult<Self> {
-        let quota = args::bucket_quota(capacity, refill_frequency, refill_amount)?;
+        let quota = args::bucket_quota(capacity, &refill_frequency, refill_amount)?;
         let keyed = Keyed::builder(TokenBucket::new(quota))
             .max_keys(self::max_keys(max_keys)?)
             .clock(AnyClock::from_arg(clock))
@@ -125,12 +125,12 @@ impl KeyedSlidingWindow {
     #[pyo3(signature = (limit, window, segments=DEFAULT_SEGMENTS, max_keys=DEFAULT_MAX_KEYS, clock=None))]
     fn new(
         limit: i64,
-        window: f64,
+        window: Seconds,
         segments: i64,
         max_keys: i64,
         clock: Option<PyRef<'_, ManualClock>>,
     ) -> PyResult<Self> {
-        let algo = sliding_window(limit, window, segments)?;
+        let algo = sliding_window(limit, &window, segments)?;
         let keyed = Keyed::builder(algo).max_keys(self::max_keys(max_keys)?).clock(AnyClock::from_arg(clock)).build();
         Ok(Self(keyed))
     }
@@ -161,8 +161,8 @@ pub struct LocalWeightedWindow(Limiter<WeightedWindow, AnyClock>);
 impl LocalWeightedWindow {
     #[new]
     #[pyo3(signature = (limit, window, clock=None))]
-    fn new(limit: i64, window: f64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
-        let algo = WeightedWindow::new(args::window_quota(limit, window)?);
+    fn new(limit: i64, window: Seconds, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
+        let algo = WeightedWindow::new(args::window_quota(limit, &window)?);
         Ok(Self(Limiter::builder(algo).clock(AnyClock::from_arg(clock)).build()))
     }
 
@@ -181,8 +181,8 @@ pub struct KeyedWeightedWindow(Keyed<String, WeightedWindow, AnyClock>);
 impl KeyedWeightedWindow {
     #[new]
     #[pyo3(signature = (limit, window, max_keys=DEFAULT_MAX_KEYS, clock=None))]
-    fn new(limit: i64, window: f64, max_keys: i64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
-        let algo = WeightedWindow::new(args::window_quota(limit, window)?);
+    fn new(limit: i64, window: Seconds, max_keys: i64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
+        let algo = WeightedWindow::new(args::window_quota(limit, &window)?);
         let keyed = Keyed::builder(algo).max_keys(self::max_keys(max_keys)?).clock(AnyClock::from_arg(clock)).build();
         Ok(Self(keyed))
     }

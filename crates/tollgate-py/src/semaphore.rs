@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tollgate_redis::{RedisSemaphore, SemaphoreGuard};
 
-use crate::args;
+use crate::args::{self, Seconds};
 use crate::connection::{Lazy, Target, runtime};
 use crate::errors;
 
@@ -32,24 +32,24 @@ pub struct Semaphore {
 #[pymethods]
 impl Semaphore {
     #[new]
-    #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=10.0))]
+    #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=Seconds::Number(10.0)))]
     fn new(
         name: String,
         capacity: i64,
-        max_sleep: Option<f64>,
+        max_sleep: Option<Seconds>,
         redis_url: Option<&Bound<'_, PyAny>>,
-        lease_ttl: f64,
+        lease_ttl: Seconds,
     ) -> PyResult<Semaphore> {
         args::redis_name(&name)?;
         let capacity = args::count("capacity", capacity)?;
-        let ttl = args::seconds("lease_ttl", lease_ttl, false)?;
+        let ttl = args::seconds("lease_ttl", &lease_ttl, false)?;
         if ttl < RedisSemaphore::MIN_LEASE_TTL {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "lease_ttl must be at least {} seconds, got {lease_ttl}",
                 RedisSemaphore::MIN_LEASE_TTL.as_secs_f64()
             )));
         }
-        let max_wait = args::max_sleep(max_sleep)?;
+        let max_wait = args::max_sleep(max_sleep.as_ref())?;
         let target = Target::from_arg(redis_url)?;
         let key = name.clone();
         let lazy = Lazy::new(target, move |redis| {
@@ -60,6 +60,7 @@ impl Semaphore {
             builder.build().expect("name, capacity and lease_ttl were checked by the constructor")
         });
         let label = format!("semaphore {name:?}").into();
+        let max_sleep = max_wait.map(|d| d.as_secs_f64());
         Ok(Semaphore { name, label, capacity, lease_ttl: ttl, max_sleep, lazy })
     }
 

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use tollgate::{Quota, Reason};
 use tollgate_redis::{RedisAlgorithm, RedisLimiter};
 
-use crate::args;
+use crate::args::{self, Seconds};
 use crate::connection::{Lazy, Target};
 use crate::decision::Decision;
 use crate::errors;
@@ -46,14 +46,14 @@ impl TokenBucket {
     fn new(
         name: String,
         capacity: i64,
-        refill_frequency: f64,
+        refill_frequency: Seconds,
         refill_amount: i64,
-        max_sleep: Option<f64>,
+        max_sleep: Option<Seconds>,
         redis_url: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<TokenBucket> {
         args::redis_name(&name)?;
-        let quota = args::bucket_quota(capacity, refill_frequency, refill_amount)?;
-        let max_wait = args::max_sleep(max_sleep)?;
+        let quota = args::bucket_quota(capacity, &refill_frequency, refill_amount)?;
+        let max_wait = args::max_sleep(max_sleep.as_ref())?;
         let target = Target::from_arg(redis_url)?;
         let lazy = Lazy::new(target, move |redis| {
             let mut builder = RedisLimiter::builder(redis, PREFIX, RedisAlgorithm::TokenBucket).limit(LIMIT, quota);
@@ -67,9 +67,9 @@ impl TokenBucket {
             name: name.into(),
             label,
             quota,
-            refill_frequency,
+            refill_frequency: quota.period().as_secs_f64(),
             refill_amount: refill_amount as u64,
-            max_sleep,
+            max_sleep: max_wait.map(|d| d.as_secs_f64()),
             lazy,
         })
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tollgate import (
@@ -121,3 +123,35 @@ def test_bad_arguments_are_value_errors_naming_the_parameter(make, param):
 def test_wrong_types_are_type_errors_naming_the_argument():
     with pytest.raises(TypeError, match="capacity"):
         LocalTokenBucket("ten", 1, 1)
+
+
+def test_durations_may_be_written_as_on_the_command_line():
+    clock = ManualClock()
+    window = LocalSlidingWindow(limit=2, window="1m30s", clock=clock)
+    assert window.try_acquire(2)
+    no = window.try_acquire()
+    assert not no and 0 < no.retry_after <= 90
+    slow = LocalTokenBucket(capacity=2, refill_frequency="1m30s", refill_amount=2, clock=clock)
+    assert slow.try_acquire(2)
+    assert slow.try_acquire().retry_after == pytest.approx(45)
+    bucket = LocalTokenBucket(capacity=1, refill_frequency="250ms", refill_amount=1, clock=clock)
+    assert bucket.try_acquire()
+    no = bucket.try_acquire()
+    assert not no and no.retry_after == pytest.approx(0.25)
+    clock.advance("250ms")
+    assert bucket.try_acquire()
+    assert KeyedWeightedWindow(1, " 2s ").try_acquire("k")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: LocalSlidingWindow(1, "fast"), 'window: invalid duration "fast"'),
+        (lambda: LocalSlidingWindow(1, "0s"), 'window: invalid duration "0s": "0s" is zero'),
+        (lambda: LocalTokenBucket(1, "1 parsec", 1), 'refill_frequency: invalid duration "1 parsec"'),
+        (lambda: KeyedTokenBucket(1, "", 1), 'refill_frequency: invalid duration "": nothing given'),
+    ],
+)
+def test_bad_duration_strings_are_value_errors_naming_the_parameter_and_the_text(make, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()

@@ -122,3 +122,5 @@ def test_properties_and_repr():
     assert (bucket.name, bucket.capacity, bucket.refill_frequency, bucket.refill_amount, bucket.max_sleep) == (
         "api", 10, 60.0, 10, 600.0)
     assert repr(bucket).startswith('TokenBucket(name="api", capacity=10, refill_frequency=60')
+    spelled = TokenBucket("api", 10, "1m", 10, max_sleep="250ms")
+    assert (spelled.refill_frequency, spelled.max_sleep) == (60.0, 0.25)

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use tollgate_server::simulate::{AlgorithmKind, Mode, Scenario, Traffic, parse_quota, simulate};
+use tollgate::Quota;
+use tollgate_server::simulate::{AlgorithmKind, Mode, Scenario, Traffic, simulate};
 
 fn tollgate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tollgate")).args(args).output().expect("the tollgate binary runs")
@@ -35,7 +36,7 @@ fn boundary_attack_lets_fixed_window_admit_up_to_twice_the_limit_and_sliding_log
         ("600/m", Mode::Try),
         ("100/s", Mode::Acquire { max_wait: None }),
     ] {
-        let q = parse_quota(quota, None).unwrap();
+        let q = Quota::parse(quota).unwrap();
         let mut scenario = Scenario::new(q, Traffic::parse("boundary", &q).unwrap());
         scenario.duration = q.period() * 20;
         scenario.mode = mode;
@@ -121,7 +122,7 @@ fn a_bad_pattern_file_is_an_error_naming_its_line() {
     assert!(stdout(&out).is_empty());
 
     // The same through the library.
-    let q = parse_quota("10/s", None).unwrap();
+    let q = Quota::parse("10/s").unwrap();
     let e = Traffic::parse(&spec, &q).unwrap_err();
     assert!(e.to_string().contains("line 5"), "{e}");
 }
@@ -220,15 +221,17 @@ fn acquire_mode_reports_waits_in_the_fifo_queue() {
 fn bad_input_is_a_clear_error_naming_the_value_never_a_panic() {
     let base = [("--quota", "100/s"), ("--traffic", "steady")];
     for (args, needle) in [
-        (vec!["--quota", "100/x"], "invalid --quota \"100/x\""),
-        (vec!["--quota", "0/s"], "invalid --quota \"0/s\""),
+        (vec!["--quota", "100/x"], "for '--quota <LIMIT/PERIOD>': invalid quota \"100/x\""),
+        (vec!["--quota", "0/s"], "for '--quota <LIMIT/PERIOD>': invalid quota \"0/s\": quota limit must be at least 1"),
         (vec!["--quota", "100"], "no '/'"),
+        (vec!["--quota", "5/"], "for '--quota <LIMIT/PERIOD>': invalid quota \"5/\": no period after '/'"),
         (vec!["--burst", "0"], "invalid --burst \"0\""),
         (vec!["--traffic", "tsunami"], "unknown pattern \"tsunami\""),
         (vec!["--traffic", "steady:fast"], "\"fast\""),
         (vec!["--algorithms", "token_bucket,leaky_bucket"], "unknown algorithm \"leaky_bucket\""),
-        (vec!["--duration", "0s"], "invalid --duration \"0s\""),
-        (vec!["--duration", "forever"], "invalid --duration \"forever\""),
+        (vec!["--duration", "0s"], "for '--duration <DURATION>': invalid duration \"0s\""),
+        (vec!["--duration", "forever"], "for '--duration <DURATION>': invalid duration \"forever\""),
+        (vec!["--traffic", "boundary:10,fast"], "--traffic boundary spread: invalid duration \"fast\""),
         (vec!["--segments", "0"], "invalid --segments \"0\""),
         (vec!["--segments", "1000000000"], "invalid --segments \"1000000000\""),
         (vec!["--bucket", "1ns"], "invalid --bucket \"1ns\""),
@@ -269,7 +272,7 @@ fn help_lists_the_patterns() {
 #[test]
 fn simulated_time_is_not_wall_time() {
     // An hour of 1000 requests per second through all six algorithms.
-    let q = parse_quota("500/s", Some(50)).unwrap();
+    let q = Quota::parse("500/s").unwrap().with_burst(50).unwrap();
     let mut scenario = Scenario::new(q, Traffic::parse("poisson:1000/s", &q).unwrap());
     scenario.duration = Duration::from_secs(600);
     let started = std::time::Instant::now();
@@ -283,7 +286,7 @@ fn simulated_time_is_not_wall_time() {
 /// period, 200 instead of about 1000 here).
 #[test]
 fn the_interval_bucket_admits_the_quotas_rate_whatever_the_burst() {
-    let q = parse_quota("100/s", Some(20)).unwrap();
+    let q = Quota::parse("100/s").unwrap().with_burst(20).unwrap();
     let mut scenario = Scenario::new(q, Traffic::parse("poisson:150/s", &q).unwrap());
     scenario.duration = Duration::from_secs(10);
     let sim = simulate(&scenario).unwrap();

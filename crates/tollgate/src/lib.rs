@@ -51,6 +51,27 @@
 //!
 //! [`Keyed`] keeps one state per key with bounded memory; [`Chain`] combines limits
 //! all-or-nothing.
+//!
+//! ## Quotas and durations as text
+//!
+//! One parser reads what people write, for the `tollgate` command line, the Python bindings and
+//! your own configuration: [`Quota::parse`] (also `str::parse::<Quota>()`) takes `LIMIT/PERIOD`
+//! (`"100/s"`, `"5/10m"`, `"60/1m30s"`, `"1000/day"`), [`parse_duration`] takes `"250ms"`,
+//! `"1m30s"` (humantime's syntax), and every failure is a [`ParseError`] naming the text at fault:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::Quota;
+//!
+//! let quota: Quota = "5/10m".parse()?;
+//! assert_eq!((quota.limit(), quota.period()), (5, Duration::from_secs(600)));
+//! assert_eq!(tollgate::parse_duration("250ms")?, Duration::from_millis(250));
+//!
+//! let err = "10/0s".parse::<Quota>().unwrap_err();
+//! assert_eq!(err.input(), "10/0s");
+//! assert!(err.to_string().starts_with("invalid quota \"10/0s\": \"0s\" is zero"));
+//! # Ok::<(), tollgate::ParseError>(())
+//! ```
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub, missing_debug_implementations)]
 #![forbid(unsafe_code)]
@@ -65,6 +86,7 @@ mod fixed_window;
 mod interval_bucket;
 mod keyed;
 mod limiter;
+mod parse;
 mod permit;
 mod queue;
 mod quota;
@@ -88,6 +110,7 @@ pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use interval_bucket::{IntervalBucket, IntervalBucketState};
 pub use keyed::{Keyed, KeyedBuilder, KeyedStatistics};
 pub use limiter::{Builder, Limiter, QueueOrder};
+pub use parse::{ParseError, ParseErrorKind, ParseTarget, parse_duration, parse_duration_or_zero, parse_rate};
 pub use permit::Permit;
 pub use quota::{Quota, QuotaError};
 pub use rate_limiter::RateLimiter;

@@ -17,6 +17,10 @@ and in-process limiters for one process (``LocalTokenBucket``, ``LocalSlidingWin
 whose ``try_acquire()`` answers at once with a ``Decision``. ``SlidingWindow`` is the segmented
 window; ``WeightedWindow`` is the two-window approximation (previous window weighted by overlap).
 
+Durations (``window``, ``refill_frequency``, ``max_sleep``, ``lease_ttl``) are seconds as a
+number, or text as on the ``tollgate`` command line: ``"250ms"``, ``"10s"``, ``"1m30s"`` (the
+core's one parser; a bad string is a ``ValueError`` naming the parameter and the text).
+
 Messages and ``repr`` show a Redis URL without its credentials (``redis://***@host:6379``).
 """
 

@@ -4,6 +4,10 @@ from typing import Any, Dict, List, Optional, Union
 
 __version__: str
 
+Seconds = Union[float, str]
+"""A duration: seconds as a number (``0.25``), or text as on the ``tollgate`` command line
+(``"250ms"``, ``"10s"``, ``"1m30s"``), read by the core's one duration parser."""
+
 class TollgateError(Exception):
     """Base class of the exceptions Tollgate raises (besides ValueError and RedisUnavailableError)."""
 
@@ -51,9 +55,9 @@ class Semaphore:
         self,
         name: str,
         capacity: int,
-        max_sleep: Optional[float] = None,
+        max_sleep: Optional[Seconds] = None,
         redis_url: Union[str, List[str], None] = None,
-        lease_ttl: float = 10.0,
+        lease_ttl: Seconds = 10.0,
     ) -> None: ...
     @property
     def name(self) -> str: ...
@@ -74,9 +78,9 @@ class TokenBucket:
         self,
         name: str,
         capacity: int,
-        refill_frequency: float,
+        refill_frequency: Seconds,
         refill_amount: int,
-        max_sleep: Optional[float] = None,
+        max_sleep: Optional[Seconds] = None,
         redis_url: Union[str, List[str], None] = None,
     ) -> None: ...
     @property
@@ -98,7 +102,7 @@ class ManualClock:
     """A clock that moves only when told (for tests of the in-process limiters)."""
 
     def __init__(self) -> None: ...
-    def advance(self, seconds: float) -> None: ...
+    def advance(self, seconds: Seconds) -> None: ...
     @property
     def now(self) -> float: ...
 
@@ -106,7 +110,7 @@ class LocalTokenBucket:
     """An in-process token bucket."""
 
     def __init__(
-        self, capacity: int, refill_frequency: float, refill_amount: int, clock: Optional[ManualClock] = None
+        self, capacity: int, refill_frequency: Seconds, refill_amount: int, clock: Optional[ManualClock] = None
     ) -> None: ...
     def try_acquire(self, n: int = 1) -> Decision: ...
 
@@ -114,14 +118,14 @@ class LocalSlidingWindow:
     """An in-process sliding window: about ``limit`` permits in any ``window`` seconds."""
 
     def __init__(
-        self, limit: int, window: float, segments: int = 10, clock: Optional[ManualClock] = None
+        self, limit: int, window: Seconds, segments: int = 10, clock: Optional[ManualClock] = None
     ) -> None: ...
     def try_acquire(self, n: int = 1) -> Decision: ...
 
 class LocalWeightedWindow:
     """An in-process weighted window: the previous window weighted by overlap plus the current one."""
 
-    def __init__(self, limit: int, window: float, clock: Optional[ManualClock] = None) -> None: ...
+    def __init__(self, limit: int, window: Seconds, clock: Optional[ManualClock] = None) -> None: ...
     def try_acquire(self, n: int = 1) -> Decision: ...
 
 class KeyedTokenBucket:
@@ -130,7 +134,7 @@ class KeyedTokenBucket:
     def __init__(
         self,
         capacity: int,
-        refill_frequency: float,
+        refill_frequency: Seconds,
         refill_amount: int,
         max_keys: int = 100000,
         clock: Optional[ManualClock] = None,
@@ -144,7 +148,7 @@ class KeyedSlidingWindow:
     def __init__(
         self,
         limit: int,
-        window: float,
+        window: Seconds,
         segments: int = 10,
         max_keys: int = 100000,
         clock: Optional[ManualClock] = None,
@@ -156,7 +160,7 @@ class KeyedWeightedWindow:
     """One in-process weighted window per key."""
 
     def __init__(
-        self, limit: int, window: float, max_keys: int = 100000, clock: Optional[ManualClock] = None
+        self, limit: int, window: Seconds, max_keys: int = 100000, clock: Optional[ManualClock] = None
     ) -> None: ...
     def try_acquire(self, key: str, n: int = 1) -> Decision: ...
     def __len__(self) -> int: ...

@@ -33,11 +33,12 @@ pub(crate) struct BenchArgs {
     concurrency: Option<usize>,
 
     /// How long to measure, e.g. 10s, 500ms, 1m.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = tollgate::parse_duration)]
     duration: Duration,
 
-    /// How long to send before measuring (not counted, though the server counts those hits).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// How long to send before measuring (not counted, though the server counts those hits); 0s
+    /// for none.
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = tollgate::parse_duration_or_zero)]
     warmup: Duration,
 
     /// The namespace (the RLS domain).
@@ -58,7 +59,7 @@ pub(crate) struct BenchArgs {
     rate: Option<f64>,
 
     /// Give up on a connection or an answer after this long (an error).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = tollgate::parse_duration)]
     timeout: Duration,
 
     /// Runtime worker threads [default: the available cores].
@@ -80,10 +81,6 @@ Examples:
   tollgate bench --duration 10s
   tollgate bench --protocol http --connections 64 --json
   tollgate bench --rate 20000 --duration 30s";
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (expected e.g. 10s, 500ms, 1m)"))
-}
 
 pub(crate) fn main(args: BenchArgs) -> ExitCode {
     let threads = match args.threads {

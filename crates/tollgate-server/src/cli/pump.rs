@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use tollgate::parse_duration;
 use tollgate_pace::{Budget, Pacer, Partitions, Progress, PumpOptions, Queue, RedisStreams, pump};
 use tollgate_server::pump::{HttpWorker, parse_line};
-use tollgate_server::simulate::{parse_duration, parse_quota};
 
 /// Arguments of `tollgate pump`.
 #[derive(Debug, Args)]
@@ -37,8 +37,8 @@ struct QueueArgs {
     queue: String,
     /// An item not acknowledged this long after delivery is delivered again (its worker died);
     /// must exceed an item's wait for budget plus its request time.
-    #[arg(long, default_value = "30s", value_name = "DURATION")]
-    idle: String,
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    idle: Duration,
     /// Failed attempts before an item goes to the dead-letter stream.
     #[arg(long, default_value_t = 5)]
     max_attempts: u64,
@@ -61,8 +61,8 @@ struct RunArgs {
     #[arg(long, value_name = "URL")]
     url: String,
     /// The global budget: UNITS/PERIOD, e.g. 200/s, 12000/m (items cost 1 unit unless they say).
-    #[arg(long, value_name = "UNITS/PERIOD")]
-    rate: String,
+    #[arg(long, value_name = "UNITS/PERIOD", value_parser = Budget::parse)]
+    rate: Budget,
     /// Split the budget into this many partitions leased through Redis, shared by every worker
     /// on the same queue [default: no partitions, this worker spends the whole budget].
     #[arg(long, value_name = "P")]
@@ -71,17 +71,17 @@ struct RunArgs {
     #[arg(long, value_name = "K")]
     want: Option<u64>,
     /// How long a dead worker's partitions stay leased.
-    #[arg(long, default_value = "5s", value_name = "DURATION")]
-    lease_ttl: String,
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
+    lease_ttl: Duration,
     /// The budget is released in slices this long.
-    #[arg(long, default_value = "200ms", value_name = "DURATION")]
-    granularity: String,
+    #[arg(long, default_value = "200ms", value_name = "DURATION", value_parser = parse_duration)]
+    granularity: Duration,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
     /// Timeout of one request.
-    #[arg(long, default_value = "10s", value_name = "DURATION")]
-    timeout: String,
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    timeout: Duration,
     /// This worker's name in the consumer group [default: host-pid].
     #[arg(long)]
     consumer: Option<String>,
@@ -123,8 +123,7 @@ enum Failure {
 }
 
 async fn open(args: &QueueArgs) -> Result<RedisStreams, Failure> {
-    let idle = parse_duration("--idle", &args.idle).map_err(|e| Failure::Usage(e.to_string()))?;
-    RedisStreams::open(&args.redis_url, &args.queue, idle, args.max_attempts)
+    RedisStreams::open(&args.redis_url, &args.queue, args.idle, args.max_attempts)
         .await
         .map_err(|e| Failure::Run(e.to_string()))
 }
@@ -165,11 +164,7 @@ async fn enqueue(args: EnqueueArgs) -> Result<ExitCode, Failure> {
 
 async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let usage = |e: String| Failure::Usage(e);
-    let quota = parse_quota(&args.rate, None).map_err(|e| usage(e.to_string()))?;
-    let budget = Budget::new(quota.limit(), quota.period()).map_err(|e| usage(e.to_string()))?;
-    let granularity = parse_duration("--granularity", &args.granularity).map_err(|e| usage(e.to_string()))?;
-    let timeout = parse_duration("--timeout", &args.timeout).map_err(|e| usage(e.to_string()))?;
-    let lease_ttl = parse_duration("--lease-ttl", &args.lease_ttl).map_err(|e| usage(e.to_string()))?;
+    let (budget, granularity, timeout, lease_ttl) = (args.rate, args.granularity, args.timeout, args.lease_ttl);
     let worker = HttpWorker::new(&args.url, timeout).map_err(|e| usage(format!("--url: {e}")))?;
     let pacer = Arc::new(Pacer::builder(budget).granularity(granularity).build().map_err(|e| usage(e.to_string()))?);
     let queue = Arc::new(open(&args.queue).await?);

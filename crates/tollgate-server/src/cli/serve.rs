@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
 use tollgate::SystemClock;
@@ -39,8 +40,8 @@ pub(crate) struct ServeArgs {
     redis_prefix: String,
 
     /// With `--storage redis-cached`: how often local counts are flushed to Redis.
-    #[arg(long, default_value = "100ms", value_name = "DURATION")]
-    flush_every: String,
+    #[arg(long, default_value = "100ms", value_name = "DURATION", value_parser = tollgate::parse_duration)]
+    flush_every: Duration,
 
     /// accuracy: all counters of a request are checked and updated together (no overshoot);
     /// throughput: each counter on its own (faster, may briefly overshoot under contention).
@@ -81,14 +82,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             StorageKind::Memory => Storage::Memory,
             StorageKind::Redis => Storage::Redis { url: args.redis_url, prefix: args.redis_prefix },
             StorageKind::RedisCached => {
-                let flush = match humantime::parse_duration(args.flush_every.trim()) {
-                    Ok(d) if !d.is_zero() => d,
-                    _ => {
-                        eprintln!("error: invalid --flush-every `{}`: expected e.g. 100ms, 1s", args.flush_every);
-                        return ExitCode::from(2);
-                    }
-                };
-                Storage::RedisCached { url: args.redis_url, prefix: args.redis_prefix, flush }
+                Storage::RedisCached { url: args.redis_url, prefix: args.redis_prefix, flush: args.flush_every }
             }
         },
     };

@@ -6,17 +6,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_server::simulate::{
-    AlgorithmKind, DEFAULT_DURATION, Mode, Scenario, SimError, Traffic, parse_duration, parse_quota, plot, simulate,
-};
+use tollgate::{Quota, parse_duration};
+use tollgate_server::simulate::{AlgorithmKind, DEFAULT_DURATION, Mode, Scenario, SimError, Traffic, plot, simulate};
 
 /// Arguments of `tollgate simulate`.
 #[derive(Debug, Args)]
 #[command(after_long_help = AFTER_HELP)]
 pub(crate) struct SimulateArgs {
-    /// The quota every algorithm enforces: LIMIT/PERIOD, e.g. 100/s, 10/100ms, 600/m.
-    #[arg(long, value_name = "LIMIT/PERIOD")]
-    quota: String,
+    /// The quota every algorithm enforces: LIMIT/PERIOD, e.g. 100/s, 10/100ms, 600/m, 60/1m30s.
+    #[arg(long, value_name = "LIMIT/PERIOD", value_parser = Quota::parse)]
+    quota: Quota,
 
     /// Most permits a token bucket holds at once (token_bucket, interval_bucket) [default: the limit].
     #[arg(long)]
@@ -38,8 +37,8 @@ pub(crate) struct SimulateArgs {
 
     /// Simulated time, e.g. 60s, 10m [default: 60s; for replay, up to the last timestamp plus one
     /// period].
-    #[arg(long)]
-    duration: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    duration: Option<Duration>,
 
     /// Segments of the sliding window.
     #[arg(long, default_value_t = tollgate_server::simulate::DEFAULT_SEGMENTS)]
@@ -54,12 +53,12 @@ pub(crate) struct SimulateArgs {
     acquire: bool,
 
     /// With --acquire: reject a request at once when its wait would be longer than this.
-    #[arg(long, requires = "acquire")]
-    max_wait: Option<String>,
+    #[arg(long, requires = "acquire", value_name = "DURATION", value_parser = parse_duration)]
+    max_wait: Option<Duration>,
 
     /// Width of the plot's time buckets [default: a tenth of the quota's period, at most 1000 buckets].
-    #[arg(long)]
-    bucket: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    bucket: Option<Duration>,
 
     /// Write the plot here: .svg or .png.
     #[arg(long, value_name = "FILE")]
@@ -115,25 +114,28 @@ fn run(args: SimulateArgs) -> Result<(), SimError> {
 
 /// Everything the user typed, checked and turned into a scenario before anything runs.
 fn validate(args: SimulateArgs) -> Result<Validated, SimError> {
-    let quota = parse_quota(&args.quota, args.burst)?;
+    let quota = match args.burst {
+        None => args.quota,
+        Some(b) => args.quota.with_burst(b).map_err(|e| SimError::Invalid {
+            what: "--burst",
+            value: b.to_string(),
+            reason: e.to_string(),
+        })?,
+    };
     if let Some(out) = &args.out {
         plot::Format::from_path(out)?;
     }
     let traffic = Traffic::parse(&args.traffic, &quota)?;
-    let duration = match (&args.duration, &traffic) {
-        (Some(d), _) => parse_duration("--duration", d)?,
+    let duration = match (args.duration, &traffic) {
+        (Some(d), _) => d,
         // A replay runs to its last timestamp plus one period, so its last window is complete.
         (None, Traffic::Replay { times, .. }) => {
             Duration::from_nanos(times.last().copied().unwrap_or(0)).saturating_add(quota.period())
         }
         (None, _) => DEFAULT_DURATION,
     };
-    let mode = if args.acquire {
-        Mode::Acquire { max_wait: args.max_wait.as_deref().map(|m| parse_duration("--max-wait", m)).transpose()? }
-    } else {
-        Mode::Try
-    };
-    let bucket = args.bucket.as_deref().map(|b| parse_duration("--bucket", b)).transpose()?;
+    let mode = if args.acquire { Mode::Acquire { max_wait: args.max_wait } } else { Mode::Try };
+    let bucket = args.bucket;
     if let Some(b) = bucket {
         plot::check_bucket(duration, b)?;
     }

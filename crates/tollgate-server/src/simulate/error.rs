@@ -17,6 +17,16 @@ pub enum SimError {
         /// What is wrong with it, and what would be right.
         reason: String,
     },
+    /// A rate, quota or duration given by the user is not valid: the option, then the core
+    /// parser's error (which names the value and the syntax expected).
+    #[error("{what}: {source}")]
+    Parse {
+        /// Which option or part of one, e.g. `--traffic`.
+        what: &'static str,
+        /// What is wrong with the value.
+        #[source]
+        source: tollgate::ParseError,
+    },
     /// A traffic pattern file could not be read.
     #[error("cannot read pattern file {}: {source}", path.display())]
     ReplayRead {
@@ -80,6 +90,7 @@ impl SimError {
         matches!(
             self,
             SimError::Invalid { .. }
+                | SimError::Parse { .. }
                 | SimError::ReplayRead { .. }
                 | SimError::ReplayLine { .. }
                 | SimError::ReplayEmpty { .. }

@@ -1,7 +1,7 @@
 //! `tollgate simulate`: run one request-arrival sequence through each rate-limiting algorithm on
 //! a manual clock and compare what they admit, as numbers and as a plot.
 //!
-//! Data flows one way: user input is parsed ([`parse_quota`], [`Traffic::parse`],
+//! Data flows one way: user input is parsed ([`tollgate::Quota::parse`], [`Traffic::parse`],
 //! [`AlgorithmKind::parse_list`]) into a [`Scenario`]; [`simulate`] turns its traffic into
 //! arrival times (seeded, so the same seed gives the same run) and runs them through a
 //! [`tollgate::Limiter`] per algorithm, each on its own [`tollgate::ManualClock`]; the resulting
@@ -9,9 +9,9 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate_server::simulate::{AlgorithmKind, Scenario, Traffic, parse_quota, simulate};
+//! use tollgate_server::simulate::{AlgorithmKind, Scenario, Traffic, simulate};
 //!
-//! let quota = parse_quota("100/s", None)?;
+//! let quota: tollgate::Quota = "100/s".parse()?;
 //! let mut scenario = Scenario::new(quota, Traffic::parse("boundary", &quota)?);
 //! scenario.duration = Duration::from_secs(10);
 //! let sim = simulate(&scenario)?;
@@ -42,7 +42,7 @@ pub use error::SimError;
 pub use report::Report;
 pub use run::{AlgorithmRun, Memory, Mode, Waits};
 pub use traffic::{MAX_REQUESTS, Traffic, parse_replay, read_replay};
-pub use units::{Rate, Span, parse_duration, parse_quota};
+pub use units::{Rate, Span};
 pub use window::{Worst, bucket_counts, trailing_counts, worst_window};
 
 /// Segments of a sliding window unless told otherwise.

@@ -133,8 +133,8 @@ impl Traffic {
                 };
                 let spread = match spread {
                     None => period / 20,
-                    Some("0") => Duration::ZERO,
-                    Some(s) => humantime::parse_duration(s).map_err(|e| bad(format!("spread {s:?}: {e}")))?,
+                    Some(s) => tollgate::parse_duration_or_zero(s)
+                        .map_err(|source| SimError::Parse { what: "--traffic boundary spread", source })?,
                 };
                 if spread > period / 2 {
                     return Err(bad(format!(

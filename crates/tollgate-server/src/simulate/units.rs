@@ -1,16 +1,12 @@
-//! Rates, quotas and durations as people write them (`100/s`, `10/100ms`, `600/m`, `60s`), parsed
-//! with errors that name the bad value, and printed back compactly.
+//! Traffic rates (`150/s`, `0/s..300/s`) read with the core's parser ([`tollgate::parse_rate`],
+//! the same syntax as `--quota`), and durations printed back compactly.
 
 use std::fmt;
 use std::time::Duration;
 
-use tollgate::Quota;
-
 use super::error::SimError;
 
-const RATE_HINT: &str = "expected COUNT/PERIOD, e.g. 100/s, 10/100ms, 600/m, 5/2h";
-
-/// `count` events per `per`: the shape of a quota and of a traffic rate.
+/// `count` events per `per`: the shape of a traffic rate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rate {
     /// Events per period.
@@ -20,36 +16,21 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// Parses `COUNT/PERIOD`: `100/s`, `10/100ms`, `600/m`, `5/2h`. A period without a number
-    /// means one of its unit. `what` names the option in errors.
+    /// Parses `COUNT/PERIOD` with [`tollgate::parse_rate`]: `100/s`, `10/100ms`, `600/m`, `5/2h`.
+    /// A period without a number means one of its unit; the count may be zero. `what` names the
+    /// option in errors.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate_server::simulate::Rate;
-    /// let r = Rate::parse("--quota", "10/100ms")?;
+    /// let r = Rate::parse("--traffic", "10/100ms")?;
     /// assert_eq!((r.count, r.per), (10, Duration::from_millis(100)));
-    /// assert!(Rate::parse("--quota", "10/fortnight").unwrap_err().to_string().contains("10/fortnight"));
+    /// assert!(Rate::parse("--traffic", "10/fortnight").unwrap_err().to_string().contains("10/fortnight"));
     /// # Ok::<(), tollgate_server::simulate::SimError>(())
     /// ```
     pub fn parse(what: &'static str, s: &str) -> Result<Rate, SimError> {
-        let bad = |reason: String| SimError::invalid(what, s, format!("{reason} ({RATE_HINT})"));
-        let (count, per) = s.trim().split_once('/').ok_or_else(|| bad("no '/' between count and period".into()))?;
-        let count = count.trim();
-        let count: u64 = count.parse().map_err(|_| bad(format!("count {count:?} is not a whole number")))?;
-        let per = per.trim();
-        if per.is_empty() {
-            return Err(bad("no period after '/'".into()));
-        }
-        let with_number =
-            if per.starts_with(|c: char| c.is_ascii_digit()) { per.to_owned() } else { format!("1{per}") };
-        let per_d = humantime::parse_duration(&with_number).map_err(|e| bad(format!("period {per:?}: {e}")))?;
-        if per_d.is_zero() {
-            return Err(bad(format!("period {per:?} is zero")));
-        }
-        if u64::try_from(per_d.as_nanos()).is_err() {
-            return Err(bad(format!("period {per:?} is longer than 584 years")));
-        }
-        Ok(Rate { count, per: per_d })
+        let (count, per) = tollgate::parse_rate(s).map_err(|source| SimError::Parse { what, source })?;
+        Ok(Rate { count, per })
     }
 
     /// Events per nanosecond.
@@ -62,38 +43,6 @@ impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.count, Span(self.per))
     }
-}
-
-/// Parses a quota, `LIMIT/PERIOD` (see [`Rate::parse`]), with an optional burst for the token
-/// buckets. Quota errors (zero limit, more than one permit per nanosecond, ...) name the value.
-///
-/// ```
-/// use std::time::Duration;
-/// let q = tollgate_server::simulate::parse_quota("600/m", Some(20))?;
-/// assert_eq!((q.limit(), q.period(), q.burst()), (600, Duration::from_secs(60), 20));
-/// assert!(tollgate_server::simulate::parse_quota("0/s", None).is_err());
-/// # Ok::<(), tollgate_server::simulate::SimError>(())
-/// ```
-pub fn parse_quota(s: &str, burst: Option<u64>) -> Result<Quota, SimError> {
-    let rate = Rate::parse("--quota", s)?;
-    let quota = Quota::per(rate.per, rate.count).map_err(|e| SimError::invalid("--quota", s, e.to_string()))?;
-    match burst {
-        None => Ok(quota),
-        Some(b) => quota.with_burst(b).map_err(|e| SimError::invalid("--burst", &b.to_string(), e.to_string())),
-    }
-}
-
-/// Parses a duration such as `60s`, `1m30s`, `250ms` (humantime's syntax); zero is an error.
-pub fn parse_duration(what: &'static str, s: &str) -> Result<Duration, SimError> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| SimError::invalid(what, s, format!("{e} (expected e.g. 60s, 1m30s, 250ms)")))?;
-    if d.is_zero() {
-        return Err(SimError::invalid(what, s, "must be longer than zero"));
-    }
-    if u64::try_from(d.as_nanos()).is_err() {
-        return Err(SimError::invalid(what, s, "is longer than 584 years"));
-    }
-    Ok(d)
 }
 
 /// Whole nanoseconds of `d`, saturating.
@@ -135,46 +84,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rates_in_every_spelling() {
-        let r = |s| Rate::parse("--quota", s).map(|r| (r.count, r.per));
-        assert_eq!(r("100/s").unwrap(), (100, Duration::from_secs(1)));
-        assert_eq!(r("10/100ms").unwrap(), (10, Duration::from_millis(100)));
-        assert_eq!(r("600/m").unwrap(), (600, Duration::from_secs(60)));
-        assert_eq!(r(" 5 / 2h ").unwrap(), (5, Duration::from_secs(7200)));
-        assert_eq!(r("0/s").unwrap(), (0, Duration::from_secs(1)));
-    }
-
-    #[test]
-    fn bad_rates_name_the_value_and_what_is_wrong() {
-        for (input, needle) in [
-            ("100", "no '/'"),
-            ("x/s", "count \"x\""),
-            ("-1/s", "count \"-1\""),
-            ("10/", "no period"),
-            ("10/parsec", "period \"parsec\""),
-            ("10/0s", "zero"),
-        ] {
-            let e = Rate::parse("--quota", input).unwrap_err().to_string();
-            assert!(e.contains(&format!("{input:?}")), "{e}");
-            assert!(e.contains(needle), "{input}: {e}");
-        }
-    }
-
-    #[test]
-    fn quota_errors_come_from_the_core_with_the_value() {
-        let e = parse_quota("0/s", None).unwrap_err().to_string();
-        assert!(e.contains("\"0/s\"") && e.contains("at least 1"), "{e}");
-        let e = parse_quota("2000000000/s", None).unwrap_err().to_string();
-        assert!(e.contains("nanosecond"), "{e}");
-        let e = parse_quota("100/s", Some(0)).unwrap_err().to_string();
-        assert!(e.contains("--burst") && e.contains("\"0\""), "{e}");
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("--duration", "1m30s").unwrap(), Duration::from_secs(90));
-        assert!(parse_duration("--duration", "0s").unwrap_err().to_string().contains("longer than zero"));
-        assert!(parse_duration("--duration", "soon").unwrap_err().to_string().contains("\"soon\""));
+    fn traffic_rates_may_be_zero_and_errors_name_the_option_and_the_value() {
+        let r = |s| Rate::parse("--traffic", s).unwrap();
+        assert_eq!(r(" 5 / 2h "), Rate { count: 5, per: Duration::from_secs(7200) });
+        assert_eq!(r("0/s"), Rate { count: 0, per: Duration::from_secs(1) });
+        let e = Rate::parse("--traffic", "10/0s").unwrap_err().to_string();
+        assert!(e.starts_with("--traffic: invalid rate \"10/0s\""), "{e}");
     }
 
     #[test]
