@@ -6,7 +6,7 @@
 //! - [`serve`]: the rate-limit server (`tollgate serve`): Envoy RLS over gRPC, an HTTP API
 //!   compatible with Limitador's, Prometheus metrics, hot reload.
 //!
-//! - [`bench`]: load a server over gRPC or HTTP and measure throughput and latency (`tollgate bench`).
+//! - [`bench`](mod@bench): load a server over gRPC or HTTP and measure throughput and latency (`tollgate bench`).
 //!
 //! - [`pump`]: work items for `tollgate pump` and the HTTP worker that sends them.
 #![deny(missing_docs)]
