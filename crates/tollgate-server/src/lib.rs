@@ -10,7 +10,7 @@
 //!
 //! - [`pump`]: work items for `tollgate pump` and the HTTP worker that sends them.
 #![deny(missing_docs)]
-#![warn(rust_2018_idioms, unreachable_pub)]
+#![warn(rust_2018_idioms, unreachable_pub, missing_debug_implementations)]
 
 pub mod bench;
 pub mod pump;

@@ -75,3 +75,15 @@ fn each_algorithm_name_decides_as_that_algorithm() {
     // The arrivals tell the two windows apart, so the first assertion could not pass by accident.
     assert_ne!(weighted, through_core(sliding()), "the arrivals should separate the two windows");
 }
+
+#[test]
+fn an_engine_and_its_outcomes_print_what_they_are() {
+    let policy = Policy::parse("- {namespace: api, max_value: 1, seconds: 60}", "limits.yaml").unwrap();
+    let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new());
+    let shown = format!("{engine:?}");
+    for part in ["Engine", "Accuracy", "Memory", "generation: 1"] {
+        assert!(shown.contains(part), "{part:?} missing from {shown}");
+    }
+    let outcome = engine.decide("api", &[Descriptor::default()], 1, Action::CheckAndReport);
+    assert!(format!("{outcome:?}").contains("allowed: true"));
+}

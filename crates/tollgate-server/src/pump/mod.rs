@@ -241,6 +241,12 @@ impl HttpWorker {
     }
 }
 
+impl std::fmt::Debug for HttpWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpWorker").field("base", &self.base).field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -210,6 +210,7 @@ impl std::fmt::Display for StorageError {
 }
 
 /// Counters in Redis instead of in memory.
+#[derive(Debug)]
 pub struct RedisStore {
     /// The connection.
     pub redis: tollgate_redis::Redis,
@@ -530,4 +531,35 @@ fn redis_key(prefix: &str, namespace: &str, hit: &tollgate_policy::Hit<'_>) -> S
         let _ = write!(key, ":{}:{value}", value.len());
     }
     key
+}
+
+impl<C: Clock> std::fmt::Debug for Loaded<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("generation", &self.generation)
+            .field("limits", &self.policy.limits().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for Outcome<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcome")
+            .field("allowed", &self.allowed)
+            .field("would_limit", &self.would_limit)
+            .field("statuses", &self.statuses)
+            .field("generation", &self.loaded.generation)
+            .finish()
+    }
+}
+
+impl<C: Clock + Clone> std::fmt::Debug for Engine<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("mode", &self.mode)
+            .field("shadow", &self.shadow)
+            .field("storage", &self.storage())
+            .field("generation", &self.loaded().generation)
+            .finish_non_exhaustive()
+    }
 }

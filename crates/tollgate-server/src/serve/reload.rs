@@ -95,3 +95,9 @@ impl<C: Clock + Clone> Reloader<C> {
         Ok(watcher)
     }
 }
+
+impl<C: Clock> std::fmt::Debug for Reloader<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader").field("path", &self.path).field("engine", &self.engine).finish_non_exhaustive()
+    }
+}

@@ -108,3 +108,9 @@ fn rate_limit(limit: &Limit) -> RateLimit {
 fn duration(ns: u64) -> ProtoDuration {
     ProtoDuration { seconds: (ns / 1_000_000_000) as i64, nanos: (ns % 1_000_000_000) as i32 }
 }
+
+impl<C: Clock> std::fmt::Debug for Rls<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rls").field("engine", &self.engine).finish_non_exhaustive()
+    }
+}

@@ -273,3 +273,13 @@ fn decode_errors_are_invalid_argument<B>(mut response: ::http::Response<B>) -> :
     }
     response
 }
+
+impl<C: Clock> std::fmt::Debug for Running<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("grpc", &self.grpc)
+            .field("http", &self.http)
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
+    }
+}

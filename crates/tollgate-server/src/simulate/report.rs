@@ -9,6 +9,7 @@ use super::units::Span;
 
 /// A [`Simulation`] as a plain-text table (its `Display`); deterministic, so the same run prints
 /// the same bytes.
+#[derive(Debug)]
 pub struct Report<'a> {
     sim: &'a Simulation,
 }
