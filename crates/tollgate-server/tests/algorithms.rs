@@ -33,14 +33,21 @@ fn through_engine(algorithm: &str) -> Vec<(bool, u64)> {
     let clock = ManualClock::new();
     let engine = Engine::new(policy, Mode::Accuracy, false, clock.clone());
     let values = [Descriptor::default()];
+    replay(&clock, |n| {
+        let outcome = engine.decide("api", &values, n, Action::CheckAndReport);
+        (outcome.allowed, outcome.statuses[0].meta.remaining)
+    })
+}
+
+/// `decide(n)` for each of [`ARRIVALS`] at its time on `clock`: (allowed, remaining) each.
+fn replay(clock: &ManualClock, mut decide: impl FnMut(u64) -> (bool, u64)) -> Vec<(bool, u64)> {
     let mut at = 0;
     ARRIVALS
         .iter()
         .map(|&(ms, n)| {
             clock.advance(Duration::from_millis(ms - at));
             at = ms;
-            let outcome = engine.decide("api", &values, n, Action::CheckAndReport);
-            (outcome.allowed, outcome.statuses[0].meta.remaining)
+            decide(n)
         })
         .collect()
 }
@@ -49,18 +56,10 @@ fn through_engine(algorithm: &str) -> Vec<(bool, u64)> {
 fn through_core<A: Algorithm>(algorithm: A) -> Vec<(bool, u64)> {
     let clock = ManualClock::new();
     let limiter = Limiter::builder(algorithm).clock(clock.clone()).build();
-    let mut at = 0;
-    ARRIVALS
-        .iter()
-        .map(|&(ms, n)| {
-            clock.advance(Duration::from_millis(ms - at));
-            at = ms;
-            match limiter.try_acquire(n) {
-                Ok(lease) => (true, lease.remaining()),
-                Err(rejected) => (false, rejected.remaining()),
-            }
-        })
-        .collect()
+    replay(&clock, |n| match limiter.try_acquire(n) {
+        Ok(lease) => (true, lease.remaining()),
+        Err(rejected) => (false, rejected.remaining()),
+    })
 }
 
 #[test]
