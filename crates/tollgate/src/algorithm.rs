@@ -78,3 +78,10 @@ pub trait Algorithm: Send + Sync + 'static {
         false
     }
 }
+
+/// What `algo` would answer for `n` permits on `state` at `now`, taking nothing, whichever way
+/// it goes (`n == 0`: the state as a probe reports it).
+#[inline]
+pub(crate) fn peek<A: Algorithm>(algo: &A, state: &A::State, now: u64, n: u64) -> Snapshot {
+    algo.decide(state, now, n, false).unwrap_or_else(|m| m)
+}

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use hashbrown::HashTable;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, peek};
 use crate::clock::{Clock, SystemClock, nanos};
 use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
 use crate::quota::Quota;
@@ -275,8 +275,7 @@ where
                 Ok((meta, now))
             }
             Err(meta) if n > meta.limit() => {
-                let meta = inner.algo.decide(state, now, 0, false).unwrap_or_else(|m| m);
-                rejected(meta.with_retry(None), Reason::ExceedsCapacity)
+                rejected(peek(&inner.algo, state, now, 0).with_retry(None), Reason::ExceedsCapacity)
             }
             Err(meta) => rejected(meta, Reason::Exhausted),
         };
@@ -300,8 +299,7 @@ where
             table.retain(|(_, s)| !inner.algo.is_idle(s, now));
         }
         if table.len() >= inner.max_per_shard {
-            let meta = inner.algo.decide(&fresh, now, 0, false).unwrap_or_else(|m| m);
-            return rejected(meta.with_retry(None), Reason::KeyLimit);
+            return rejected(peek(&inner.algo, &fresh, now, 0).with_retry(None), Reason::KeyLimit);
         }
         let outcome = inner.algo.decide(&fresh, now, n, commit);
         let admitted = count(outcome, &fresh);
@@ -363,7 +361,7 @@ where
             let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
             for (key, state) in table.iter() {
                 if !inner.algo.is_idle(state, now) {
-                    f(key, inner.algo.decide(state, now, 0, false).unwrap_or_else(|m| m).meta());
+                    f(key, peek(&inner.algo, state, now, 0).meta());
                 }
             }
         }

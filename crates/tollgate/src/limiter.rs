@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, peek};
 use crate::clock::{Clock, SystemClock, nanos};
 use crate::concurrency::Concurrency;
 use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
@@ -177,7 +177,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// [`Builder::statistics`]) admitted and rejected requests.
     pub fn statistics(&self) -> Statistics {
         let s = &self.shared;
-        let available = s.algo.decide(&s.state, s.clock.now(), 0, false).unwrap_or_else(|m| m).meta().remaining;
+        let available = peek(&s.algo, &s.state, s.clock.now(), 0).meta().remaining;
         let (admitted, rejected) = s.counts.read();
         Statistics { available, queued: s.gate.queued(), admitted, rejected }
     }
@@ -282,14 +282,17 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         if self.algo.reads_clock() { self.clock.now() } else { 0 }
     }
 
-    pub(crate) fn closed_rejection(&self, n: u64) -> Rejected {
-        let meta = self.algo.decide(&self.state, self.clock.now(), 0, false).unwrap_or_else(|m| m).meta();
-        Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::Closed)
+    fn closed_rejection(&self, n: u64) -> Rejected {
+        self.final_rejection(self.clock.now(), n, Reason::Closed)
     }
 
-    pub(crate) fn over_capacity(&self, now: u64, n: u64) -> Rejected {
-        let meta = self.algo.decide(&self.state, now, 0, false).unwrap_or_else(|m| m).meta();
-        Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::ExceedsCapacity)
+    fn over_capacity(&self, now: u64, n: u64) -> Rejected {
+        self.final_rejection(now, n, Reason::ExceedsCapacity)
+    }
+
+    /// A rejection waiting cannot cure: the state as a probe reports it, no retry time.
+    fn final_rejection(&self, now: u64, n: u64, reason: Reason) -> Rejected {
+        Rejected::of(peek(&self.algo, &self.state, now, 0).with_retry(None), n, reason)
     }
 
     #[inline]
@@ -340,9 +343,10 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         }
     }
 
+    /// Counted: more than the capacity was asked for.
     #[cold]
     #[inline(never)]
-    fn rejected_over_capacity(&self, n: u64, now: u64) -> Rejected {
+    pub(crate) fn rejected_over_capacity(&self, n: u64, now: u64) -> Rejected {
         self.counts.rejected();
         self.over_capacity(now, n)
     }
@@ -358,18 +362,18 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         if n > 0 && self.order == QueueOrder::Fifo {
             let now = self.now();
             if n > self.algo.capacity() {
-                self.counts.rejected();
-                return Err(self.over_capacity(now, n));
+                return Err(self.rejected_over_capacity(n, now));
             }
             // Strict FIFO: taking permits now would overtake the waiters.
-            let meta = self.algo.decide(&self.state, now, n, false).unwrap_or_else(|m| m).meta();
+            let meta = peek(&self.algo, &self.state, now, n).meta();
             let retry = self.algo.wait_estimate(&self.state, now, queued + n);
             return Err(self.reject(Meta { remaining: 0, retry_ns: retry, ..meta }, n, Reason::Exhausted));
         }
         Ok(())
     }
 
-    fn reject_closed(&self, n: u64) -> Rejected {
+    /// Counted: the limiter is closed.
+    pub(crate) fn reject_closed(&self, n: u64) -> Rejected {
         self.counts.rejected();
         self.closed_rejection(n)
     }
@@ -400,9 +404,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
             self.drive(None);
         }
     }
-}
 
-impl<A: Algorithm, C: Clock> Shared<A, C> {
     /// Gives back `n` held permits (a concurrency lease or permit) and serves waiters that fit.
     #[inline]
     pub(crate) fn release_permits(self: &Arc<Self>, n: u64) {

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, peek};
 use crate::clock::{Clock, Sleep};
 use crate::decision::{Lease, Meta, Reason, Rejected};
 use crate::limiter::{QueueOrder, Shared};
@@ -91,13 +91,11 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
 
     fn enqueue(self: &Arc<Self>, n: u64) -> Enqueued {
         if self.gate.is_closed() {
-            self.counts.rejected();
-            return Enqueued::Done(Err(self.closed_rejection(n)));
+            return Enqueued::Done(Err(self.reject_closed(n)));
         }
         let now = self.clock.now();
         if n > self.algo.capacity() {
-            self.counts.rejected();
-            return Enqueued::Done(Err(self.over_capacity(now, n)));
+            return Enqueued::Done(Err(self.rejected_over_capacity(n, now)));
         }
         let mut wake = Vec::new();
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -105,8 +103,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         // here is either seen by `close` or sees the flag.
         if self.gate.is_closed() {
             drop(q);
-            self.counts.rejected();
-            return Enqueued::Done(Err(self.closed_rejection(n)));
+            return Enqueued::Done(Err(self.reject_closed(n)));
         }
         let may_go_now = n == 0 || q.waiters.is_empty() || self.order == QueueOrder::Lifo;
         let meta = if may_go_now {
@@ -115,7 +112,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
                 Err(meta) => meta,
             }
         } else {
-            self.algo.decide(&self.state, now, n, false).unwrap_or_else(|m| m)
+            peek(&self.algo, &self.state, now, n)
         };
         let meta = meta.meta();
         let ahead = if self.order == QueueOrder::Fifo { q.permits } else { 0 };
@@ -169,8 +166,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
             let n = w.n;
             let outcome = if n > self.algo.capacity() {
                 // The capacity shrank under this waiter (a quota change): it can never be served.
-                self.counts.rejected();
-                Err(self.over_capacity(now, n))
+                Err(self.rejected_over_capacity(n, now))
             } else {
                 match self.algo.decide(&self.state, now, n, true) {
                     Ok(meta) => Ok(self.lease(meta, n, now)),
@@ -186,7 +182,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         {
             if w.deadline.is_some_and(|d| d <= now) {
                 let w = q.remove(me).expect("present");
-                let meta = self.algo.decide(&self.state, now, w.n, false).unwrap_or_else(|m| m).meta();
+                let meta = peek(&self.algo, &self.state, now, w.n).meta();
                 self.counts.rejected();
                 wake.extend(w.slot.complete(Err(Rejected::new(meta, w.n, Reason::MaxWait))));
             } else {
@@ -248,13 +244,8 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
             self.gate.close();
             std::mem::take(&mut q.waiters)
         };
-        let wake: Vec<Waker> = waiters
-            .into_values()
-            .filter_map(|w| {
-                self.counts.rejected();
-                w.slot.complete(Err(self.closed_rejection(w.n)))
-            })
-            .collect();
+        let wake: Vec<Waker> =
+            waiters.into_values().filter_map(|w| w.slot.complete(Err(self.reject_closed(w.n)))).collect();
         wake.into_iter().for_each(Waker::wake);
     }
 }
