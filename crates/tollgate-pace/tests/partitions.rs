@@ -2,15 +2,12 @@
 //! workers take what is free, what live workers may spend never adds up to more than the budget,
 //! released partitions are taken over.
 
-#[path = "../../tollgate-redis/tests/common/mod.rs"]
-mod redis_common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_common::RedisServer;
 use tollgate_pace::{Budget, Pacer, Partitions};
 use tollgate_redis::Redis;
+use tollgate_testkit::RedisServer;
 
 async fn worker(redis: &Redis, budget: Budget, want: u64) -> (Arc<Pacer>, Partitions) {
     let pacer = Arc::new(Pacer::builder(budget).build().unwrap());
@@ -63,7 +60,7 @@ async fn workers_share_the_budget_and_take_over_released_partitions() {
 #[tokio::test]
 async fn bad_settings_and_unreachable_redis() {
     let budget = Budget::per_second(10).unwrap();
-    let port = redis_common::free_port();
+    let port = tollgate_testkit::free_port();
     let error = Redis::connect(&format!("redis://127.0.0.1:{port}")).await.err().unwrap();
     assert!(error.to_string().contains(&port.to_string()), "names the URL: {error}");
     let server = RedisServer::start();

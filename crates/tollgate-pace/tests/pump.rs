@@ -2,20 +2,17 @@
 //! partitions drain the queue with nothing lost, nothing done twice, few throttled calls; failures
 //! and panics are retried then dead-lettered, never lost.
 
-#[path = "../../tollgate-redis/tests/common/mod.rs"]
-mod redis_common;
-
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis_common::RedisServer;
 use tollgate::{Limiter, Quota, TokenBucket};
 use tollgate_pace::{
     Budget, Handled, HandlerError, Item, Pacer, Partitions, Progress, PumpOptions, Queue, RedisStreams, pump,
 };
 use tollgate_redis::Redis;
+use tollgate_testkit::RedisServer;
 
 /// A service that throttles above `rate`/s (burst 1/10 s) with 429 + Retry-After, and records
 /// each completed idempotency key.
@@ -133,7 +130,7 @@ async fn failures_and_panics_are_retried_then_dead_lettered() {
 
 #[tokio::test]
 async fn unreachable_redis_is_a_clear_error() {
-    let port = redis_common::free_port();
+    let port = tollgate_testkit::free_port();
     let url = format!("redis://127.0.0.1:{port}");
     let error = RedisStreams::open(&url, "jobs", Duration::from_secs(1), 3).await.err().unwrap();
     assert!(error.to_string().starts_with(&format!("queue: cannot connect to {url}")), "{error}");

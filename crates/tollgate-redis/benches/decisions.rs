@@ -2,9 +2,6 @@
 //! the same machine measured the same way: EVALSHA of a script that only returns 1, from the same
 //! number of concurrent tasks over one multiplexed connection.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +10,7 @@ use tollgate::Quota;
 use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter, RedisOptions, RedisSemaphore};
 
 fn bench(c: &mut Criterion) {
-    let server = common::RedisServer::start();
+    let server = tollgate_testkit::RedisServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let options = RedisOptions { deadline: Duration::from_secs(5), ..Default::default() };
     let redis = rt.block_on(Redis::connect_with(&server.url(), options)).unwrap();

@@ -64,6 +64,9 @@ struct Inner {
 #[derive(Default)]
 struct Health {
     failures: u32,
+    /// When the last failure was counted: calls already in flight then fail of the same cause
+    /// and must not grow the back-off (8 callers cut by one reset are one failure, not 8).
+    failed_at: Option<Instant>,
     retry_at: Option<Instant>,
     last_error: Option<String>,
 }
@@ -190,7 +193,12 @@ impl Redis {
         keys: &[String],
         args: &[String],
     ) -> Result<T, BackendError> {
-        self.check_backoff()?;
+        if let Err(backing_off) = self.check_backoff() {
+            // Failing at once never yields: a caller looping on decisions would hold its worker
+            // thread (and the timers and reconnection that would end the outage) forever.
+            tokio::task::consume_budget().await;
+            return Err(backing_off);
+        }
         let mut invocation = script.prepare_invoke();
         for k in keys {
             invocation.key(k);
@@ -199,6 +207,7 @@ impl Redis {
             invocation.arg(a);
         }
         let deadline = self.inner.options.deadline;
+        let started = Instant::now();
         let call = async {
             match self.inner.conn.clone() {
                 Conn::Single(mut c) => invocation.invoke_async::<T>(&mut c).await,
@@ -210,7 +219,7 @@ impl Redis {
             Ok(Err(e)) => Err(BackendError::classify(e, &self.inner.shown, keys.first().map(String::as_str))),
             Ok(Ok(v)) => Ok(v),
         };
-        self.record(&outcome);
+        self.record(&outcome, started);
         outcome
     }
 
@@ -224,7 +233,7 @@ impl Redis {
         }
     }
 
-    fn record<T>(&self, outcome: &Result<T, BackendError>) {
+    fn record<T>(&self, outcome: &Result<T, BackendError>, started: Instant) {
         let mut h = self.inner.health.lock().unwrap_or_else(|e| e.into_inner());
         match outcome {
             Ok(_) => {
@@ -232,11 +241,14 @@ impl Redis {
                     tracing::info!(url = %self.inner.shown, "redis is answering again");
                 }
                 h.failures = 0;
+                h.failed_at = None;
             }
             // A wrong key type is the caller's data, not the server's health.
             Err(BackendError::WrongType { .. }) => {}
+            Err(_) if h.failed_at.is_some_and(|at| started < at) => {}
             Err(e) => {
                 h.failures = h.failures.saturating_add(1);
+                h.failed_at = Some(Instant::now());
                 let o = &self.inner.options;
                 let backoff = o.backoff_min.saturating_mul(1 << (h.failures - 1).min(16)).min(o.backoff_max);
                 if h.retry_at.is_none() {

@@ -3,15 +3,13 @@
 //! Redis limit, and `RedisLimiter`, all on one `ManualClock`; every implementor must give the same
 //! decisions with the same metadata.
 
-mod common;
-
 use std::time::Duration;
 
-use common::RedisServer;
 use tollgate::{
     Chain, Decision, FixedWindow, Keyed, Lease, Limiter, ManualClock, Meta, Quota, RateLimiter, Reason, Refund,
 };
 use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+use tollgate_testkit::RedisServer;
 
 const LIMIT: u64 = 5;
 const SEC: u64 = 1_000_000_000;

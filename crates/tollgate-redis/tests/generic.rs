@@ -1,16 +1,14 @@
 //! One test body, two backends: the same sequence of decisions on the in-memory `Keyed` limiter
 //! and on the Redis limiter (both on one ManualClock) must give the same decisions and metadata.
 
-mod common;
-
 use std::time::Duration;
 
-use common::RedisServer;
 use tollgate::{
     Algorithm, FixedWindow, Keyed, ManualClock, Meta, Quota, Reason, SlidingLog, TokenBucket, WeightedWindow,
 };
 use tollgate::{Lease, RateLimiter};
 use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+use tollgate_testkit::RedisServer;
 
 /// What a caller can observe of a decision.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,14 +1,12 @@
 //! Redis-specific behaviour: multi-limit atomicity, key expiry, exactness under contention, one
 //! round trip per decision, failures (outage, bad URL, auth, WRONGTYPE), and a real cluster.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, free_port};
 use tollgate::{ManualClock, Quota, Reason};
 use tollgate_redis::{BackendError, FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+use tollgate_testkit::{RedisServer, free_port};
 
 async fn connect(server: &RedisServer) -> Redis {
     Redis::connect(&server.url()).await.unwrap()

@@ -2,8 +2,6 @@
 //! FIFO, max_wait, release, lease expiry, a dead waiter, Redis failures, and 8 OS processes
 //! (this test binary re-executed in a child mode) some of which are SIGKILLed while holding.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::process::{Child, Command, Stdio};
@@ -11,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
 use tollgate::Reason;
 use tollgate_redis::{Redis, RedisOptions, RedisSemaphore, SemaphoreConfigError};
+use tollgate_testkit::RedisServer;
 
 /// A connection with a deadline that tolerates a busy 2-core test machine.
 async fn connect(url: &str) -> Redis {

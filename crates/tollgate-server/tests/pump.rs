@@ -1,9 +1,6 @@
 //! `tollgate pump` end to end: real worker processes, a real redis-server (started on a free
 //! port) and an in-process API that throttles with 429 + Retry-After above its limit.
 
-#[path = "../../tollgate-redis/tests/common/mod.rs"]
-mod redis_common;
-
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -16,8 +13,8 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
-use redis_common::RedisServer;
 use tollgate::{Limiter, Quota, TokenBucket};
+use tollgate_testkit::RedisServer;
 
 #[derive(Clone)]
 struct Api {

@@ -2,16 +2,13 @@
 
 mod support;
 
-#[path = "../../tollgate-redis/tests/common/mod.rs"]
-mod redis_common;
-
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use redis_common::RedisServer;
 use support::{SEED_003, Server, descriptor, seed_003_round, server_on, should_rate_limit};
 use tollgate_policy::AlgorithmKind;
 use tollgate_server::serve::{Mode, ServeError, Storage, StorageKind};
+use tollgate_testkit::RedisServer;
 
 async fn each_storage(body: impl AsyncFn(Server)) {
     body(server_on(SEED_003, Mode::Accuracy, false, false, Storage::Memory).await).await;
@@ -130,7 +127,7 @@ async fn redis_storage_rejects_other_algorithms_and_bad_urls() {
         }
         other => panic!("expected a storage error, got {other:?}"),
     }
-    let port = redis_common::free_port();
+    let port = tollgate_testkit::free_port();
     let url = format!("redis://127.0.0.1:{port}");
     let error = tollgate_server::serve::start(&config(url.clone()), tollgate::SystemClock::new()).await.err().unwrap();
     assert!(error.to_string().contains(&format!("127.0.0.1:{port}")), "names the URL: {error}");

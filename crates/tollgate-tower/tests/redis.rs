@@ -2,8 +2,6 @@
 //! and the failure policy (with its own status) when Redis is down.
 #![cfg(feature = "redis")]
 
-#[path = "../../tollgate-redis/tests/common/mod.rs"]
-mod common;
 mod support;
 
 use std::net::SocketAddr;
@@ -30,7 +28,7 @@ async fn fetch(addr: SocketAddr, key: &str) -> http::Response<Bytes> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_limits_through_the_layer_and_its_failure_policy_answers_when_it_is_down() {
-    let mut server = common::RedisServer::start();
+    let mut server = tollgate_testkit::RedisServer::start();
     let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
     let redis = Redis::connect_with(&server.url(), options).await.unwrap();
     let clock = ManualClock::new();
@@ -80,7 +78,7 @@ fn get_ok() -> axum::routing::MethodRouter {
 /// counter read back from Redis is what the admitted requests alone left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_local_rejection_gives_the_redis_permits_back() {
-    let server = common::RedisServer::start();
+    let server = tollgate_testkit::RedisServer::start();
     let redis = Redis::connect(&server.url()).await.unwrap();
     let clock = ManualClock::new();
     let shared = RedisLimiter::builder(&redis, "refund", RedisAlgorithm::FixedWindow)

@@ -1,21 +1,30 @@
-//! A real `redis-server` per test, on a free port, that the test can kill and restart.
-#![allow(dead_code)]
+//! [`RedisServer`]: a real `redis-server` per test, on a free port.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::process::{Signal, free_port, signal};
+
+/// A `redis-server` on 127.0.0.1 and a free port, without persistence, killed when dropped.
+///
+/// ```no_run
+/// let mut redis = tollgate_testkit::RedisServer::start();
+/// assert_eq!(redis.cli(&["PING"]), "PONG");
+/// redis.pause();   // SIGSTOP: connections stay open, nothing answers
+/// redis.resume();
+/// redis.restart(); // SIGKILL, then an empty server on the same port
+/// ```
+#[derive(Debug)]
 pub struct RedisServer {
     child: Option<Child>,
+    /// The port it listens on.
     pub port: u16,
     args: Vec<String>,
+    /// Its working directory (removed when dropped).
     pub dir: PathBuf,
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl RedisServer {
@@ -28,7 +37,7 @@ impl RedisServer {
     pub fn start_with(extra: &[&str]) -> RedisServer {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("tollgate-redis-{port}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).expect("a temporary directory for redis-server");
         let mut server = RedisServer { child: None, port, args: extra.iter().map(|s| s.to_string()).collect(), dir };
         server.spawn();
         server
@@ -55,11 +64,9 @@ impl RedisServer {
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
                 if s.write_all(b"PING\r\n").is_ok() {
                     let mut buf = [0u8; 64];
-                    if let Ok(n) = s.read(&mut buf) {
-                        // +PONG, or -NOAUTH when a password is set: either way it is up.
-                        if n > 0 {
-                            return;
-                        }
+                    // +PONG, or -NOAUTH when a password is set: either way it is up.
+                    if let Ok(1..) = s.read(&mut buf) {
+                        return;
                     }
                 }
             }
@@ -68,8 +75,14 @@ impl RedisServer {
         }
     }
 
+    /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The server's process id (none after [`RedisServer::kill`]).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGKILL, as a crash would.
@@ -86,9 +99,23 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// SIGSTOP: the server hangs with its connections open, as a stuck process does.
+    pub fn pause(&self) {
+        signal(self.pid().expect("redis-server is running"), Signal::Stop);
+    }
+
+    /// SIGCONT after [`RedisServer::pause`].
+    pub fn resume(&self) {
+        signal(self.pid().expect("redis-server is running"), Signal::Cont);
+    }
+
     /// Runs a command with redis-cli and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli").args(["-p", &self.port.to_string()]).args(args).output().unwrap();
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli must be installed (.ci/run installs it)");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 }
