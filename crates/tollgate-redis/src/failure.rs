@@ -1,6 +1,8 @@
 //! [`FailurePolicy`]: who decides when Redis cannot, within the deadline.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tollgate::{Keyed, Lease, Meta, Quota, QuotaError, Reason, Rejected, SystemClock, TokenBucket};
 
@@ -12,10 +14,11 @@ pub enum FailurePolicy {
     /// Reject (fail closed). The default: a limit that silently stops limiting is worse.
     #[default]
     Deny,
-    /// Admit (fail open).
+    /// Admit (fail open). Over-admits by everything asked during the outage.
     Allow,
-    /// Decide with an in-memory limiter, per key.
-    Local(Arc<Keyed<String, TokenBucket, SystemClock>>),
+    /// Decide with an in-memory limiter, per key, and count what it granted in Redis when Redis
+    /// answers again (see [`LocalFallback`]).
+    Local(Arc<LocalFallback>),
 }
 
 impl FailurePolicy {
@@ -25,7 +28,7 @@ impl FailurePolicy {
         let replicas = replicas.max(1);
         let share = Quota::per(quota.period(), (quota.limit() / replicas).max(1))?
             .with_burst((quota.burst() / replicas).max(1))?;
-        Ok(FailurePolicy::Local(Arc::new(Keyed::new(TokenBucket::new(share)))))
+        Ok(FailurePolicy::Local(Arc::new(LocalFallback::new(share))))
     }
 
     pub(crate) fn decide(&self, key: &str, n: u64, capacity: u64) -> Result<Lease, Rejected> {
@@ -35,10 +38,22 @@ impl FailurePolicy {
             FailurePolicy::Allow => {
                 Ok(Lease::new(Meta { remaining: capacity, ..meta }, n, 0).with_reason(Reason::FailOpen))
             }
-            FailurePolicy::Local(local) => match local.try_acquire(key, n) {
-                Ok(lease) => Ok(lease.with_reason(Reason::Fallback)),
-                Err(rejected) => Err(rejected.because(Reason::Fallback)),
-            },
+            FailurePolicy::Local(local) => local.decide(key, n),
+        }
+    }
+
+    /// Permits the local limiter granted for `key` that Redis has not counted yet (0 for the
+    /// other policies), taken out: the caller counts them in Redis or puts them back.
+    pub(crate) fn take_debt(&self, key: &str) -> u64 {
+        match self {
+            FailurePolicy::Local(local) => local.take_debt(key),
+            _ => 0,
+        }
+    }
+
+    pub(crate) fn put_back_debt(&self, key: &str, n: u64) {
+        if let FailurePolicy::Local(local) = self {
+            local.add_debt(key, n);
         }
     }
 }
@@ -48,7 +63,116 @@ impl std::fmt::Debug for FailurePolicy {
         match self {
             FailurePolicy::Deny => f.write_str("Deny"),
             FailurePolicy::Allow => f.write_str("Allow"),
-            FailurePolicy::Local(_) => f.write_str("Local(..)"),
+            FailurePolicy::Local(local) => f.debug_tuple("Local").field(local).finish(),
         }
+    }
+}
+
+/// The in-memory limiter of [`FailurePolicy::Local`], made to keep the bound across an outage:
+///
+/// - a key's local bucket starts each outage **empty**: it does not know how much of its burst
+///   Redis granted just before, so it grants only what the rate earns from the outage's start,
+///   never a second burst on top of Redis's;
+/// - what it grants is owed to Redis: the first decision Redis answers for the key after the
+///   outage first counts those permits there (`charge.lua`, one extra round trip, once), so Redis
+///   does not grant them again. A charge that misses its deadline is kept and sent again; if the
+///   late one reaches Redis too, the permits are counted twice (the safe side: fewer admitted).
+///
+/// Measured with the fault campaign's history checker (`tests/faults.rs`): a token bucket keeps
+/// its bound over the whole run through a blackholed or hung Redis. The window algorithms count
+/// the debt in the window open when Redis answers again; the window that was open when the outage
+/// began may hold up to twice its limit (Redis's count plus the local grants).
+///
+/// ```
+/// use tollgate::Quota;
+/// use tollgate_redis::{FailurePolicy, LocalFallback};
+/// let local = std::sync::Arc::new(LocalFallback::new(Quota::per_second(100)?));
+/// let policy = FailurePolicy::Local(local.clone());
+/// # let _ = policy;
+/// assert_eq!(local.owed(), 0);
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+pub struct LocalFallback {
+    limiter: Keyed<String, TokenBucket, SystemClock>,
+    /// Per key in an outage: the permits granted and not yet counted in Redis.
+    debts: Mutex<HashMap<String, u64>>,
+    /// Whether `debts` has any entry: the only thing a healthy decision reads.
+    in_outage: AtomicBool,
+}
+
+impl LocalFallback {
+    /// A local token bucket per key with `quota`.
+    pub fn new(quota: Quota) -> LocalFallback {
+        LocalFallback::with_limiter(Keyed::new(TokenBucket::new(quota)))
+    }
+
+    /// Around a keyed token bucket of your own (its cap, shards, statistics).
+    pub fn with_limiter(limiter: Keyed<String, TokenBucket, SystemClock>) -> LocalFallback {
+        LocalFallback { limiter, debts: Mutex::new(HashMap::new()), in_outage: AtomicBool::new(false) }
+    }
+
+    /// The local limiter.
+    pub fn limiter(&self) -> &Keyed<String, TokenBucket, SystemClock> {
+        &self.limiter
+    }
+
+    /// Permits granted locally that Redis has not counted yet, over all keys.
+    pub fn owed(&self) -> u64 {
+        self.debts.lock().unwrap_or_else(|e| e.into_inner()).values().sum()
+    }
+
+    fn decide(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
+        let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
+        if !debts.contains_key(key) {
+            // The outage's first decision for this key: start from an empty bucket.
+            if let Ok(remaining) = self.limiter.check(key, 0).map(|m| m.remaining)
+                && remaining > 0
+            {
+                // A token bucket's lease holds nothing to release: the permits stay taken.
+                drop(self.limiter.try_acquire(key, remaining));
+            }
+            debts.insert(key.to_owned(), 0);
+            self.in_outage.store(true, Ordering::Relaxed);
+        }
+        match self.limiter.try_acquire(key, n) {
+            Ok(lease) => {
+                *debts.entry(key.to_owned()).or_default() += n;
+                Ok(lease.with_reason(Reason::Fallback))
+            }
+            Err(rejected) => Err(rejected.because(Reason::Fallback)),
+        }
+    }
+
+    /// A lease it granted, given back: restored locally, and no longer owed.
+    pub(crate) fn give_back(&self, key: &str, lease: Lease) {
+        let n = lease.permits();
+        if let Some(debt) = self.debts.lock().unwrap_or_else(|e| e.into_inner()).get_mut(key) {
+            *debt = debt.saturating_sub(n);
+        }
+        self.limiter.give_back(key, lease);
+    }
+
+    fn take_debt(&self, key: &str) -> u64 {
+        if !self.in_outage.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
+        let debt = debts.remove(key).unwrap_or(0);
+        if debts.is_empty() {
+            self.in_outage.store(false, Ordering::Relaxed);
+        }
+        debt
+    }
+
+    fn add_debt(&self, key: &str, n: u64) {
+        let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
+        *debts.entry(key.to_owned()).or_default() += n;
+        self.in_outage.store(true, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for LocalFallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalFallback").field("limiter", &self.limiter).field("owed", &self.owed()).finish()
     }
 }

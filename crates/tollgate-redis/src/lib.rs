@@ -43,7 +43,7 @@ mod semaphore;
 pub use backend::{Redis, RedisOptions, redact_url};
 pub use counters::{CountersAnswer, CountersMode, WindowCounter, decide_windows};
 pub use error::BackendError;
-pub use failure::FailurePolicy;
+pub use failure::{FailurePolicy, LocalFallback};
 pub use key::RedisKey;
 pub use limiter::{KeyCountError, RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
 pub use semaphore::{RedisSemaphore, RedisSemaphoreBuilder, SemaphoreConfigError, SemaphoreGuard, SemaphoreState};

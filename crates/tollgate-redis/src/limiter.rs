@@ -288,7 +288,7 @@ impl RedisLimiter {
             Reason::Granted => {}
             Reason::Fallback => {
                 if let FailurePolicy::Local(local) = &i.failure {
-                    tollgate::Keyed::give_back(local, key, lease);
+                    local.give_back(key, lease);
                 }
                 return Ok(());
             }
@@ -414,6 +414,15 @@ impl RedisLimiter {
         max_wait_us: u64,
     ) -> Result<Reply, BackendError> {
         let i = &self.inner;
+        // What a local fallback granted for this key during an outage is counted first, once.
+        let debt = i.failure.take_debt(tag);
+        if debt > 0 {
+            let args = self.args(debt, i.algorithm.name().to_owned(), String::new());
+            if let Err(error) = i.redis.invoke::<i64>(&scripts::CHARGE, &self.keys_for(tag, keys), &args).await {
+                i.failure.put_back_debt(tag, debt);
+                return Err(error);
+            }
+        }
         let args = self.args(n, (mode as u8).to_string(), max_wait_us.to_string());
         let reply: Vec<i64> = i.redis.invoke(i.algorithm.script(), &self.keys_for(tag, keys), &args).await?;
         let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;

@@ -19,4 +19,5 @@ pub(crate) static FIXED_WINDOW: LazyLock<Script> = script!("fixed_window.lua");
 pub(crate) static WEIGHTED_WINDOW: LazyLock<Script> = script!("weighted_window.lua");
 pub(crate) static SLIDING_LOG: LazyLock<Script> = script!("sliding_log.lua");
 pub(crate) static REFUND: LazyLock<Script> = script!("refund.lua");
+pub(crate) static CHARGE: LazyLock<Script> = script!("charge.lua");
 pub(crate) static COUNTERS: LazyLock<Script> = script!("counters.lua");

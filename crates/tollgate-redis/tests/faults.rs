@@ -114,12 +114,14 @@ async fn run(outage: Outage, policy: Policy) -> Figures {
         .collect();
 
     tokio::time::sleep(before).await;
-    let fault_at = Instant::now();
     match outage {
         Outage::Blackhole => proxy.set(Fault::Blackhole),
         Outage::Hang => server.pause(),
         Outage::Resets => {}
     }
+    // Once the fault is in place (kill(1) has delivered the signal): what starts later cannot be
+    // answered by Redis.
+    let fault_at = Instant::now();
     if outage == Outage::Resets {
         while fault_at.elapsed() < length {
             proxy.reset();
@@ -244,8 +246,17 @@ async fn connection_resets_with_deny_keep_the_bound() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn blackhole_with_a_local_fallback_follows_the_policy() {
+async fn blackhole_with_a_local_fallback_keeps_the_bound() {
     let figures = run(Outage::Blackhole, Policy::Local).await;
     figures.report("blackhole, Local");
     figures.assert_common(Reason::Fallback);
+    figures.history.check(&BOUND).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_redis_with_a_local_fallback_keeps_the_bound() {
+    let figures = run(Outage::Hang, Policy::Local).await;
+    figures.report("SIGSTOP, Local");
+    figures.assert_common(Reason::Fallback);
+    figures.history.check(&BOUND).unwrap();
 }

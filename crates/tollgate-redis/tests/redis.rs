@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tollgate::{ManualClock, Quota, Reason};
-use tollgate_redis::{BackendError, FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+use tollgate_redis::{BackendError, FailurePolicy, LocalFallback, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
 use tollgate_testkit::{RedisServer, free_port};
 
 async fn connect(server: &RedisServer) -> Redis {
@@ -399,4 +399,59 @@ async fn works_on_a_three_node_cluster() {
     }
     let per_node: Vec<u64> = nodes.iter().map(|n| n.cli(&["DBSIZE"]).parse().unwrap()).collect();
     assert!(per_node.iter().filter(|&&k| k > 0).count() >= 2, "keys on one node only: {per_node:?}");
+}
+
+/// What a local fallback granted during an outage is counted in Redis by the first decision Redis
+/// answers afterwards, for every algorithm: Redis then has exactly that much less to grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_fallback_s_grants_are_counted_in_redis_when_it_answers_again() {
+    let server = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", server.port).parse().unwrap();
+    let proxy = tollgate_testkit::FaultProxy::start(upstream, 1).await.unwrap();
+    let options = RedisOptions {
+        deadline: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(40),
+        ..Default::default()
+    };
+    let redis = Redis::connect_with(&proxy.redis_url(), options).await.unwrap();
+    let clock = ManualClock::new();
+    for algorithm in [
+        RedisAlgorithm::TokenBucket,
+        RedisAlgorithm::FixedWindow,
+        RedisAlgorithm::WeightedWindow,
+        RedisAlgorithm::SlidingLog,
+    ] {
+        let local = std::sync::Arc::new(LocalFallback::new(Quota::per_second(2000).unwrap()));
+        let l = RedisLimiter::builder(&redis, &format!("charge:{algorithm:?}"), algorithm)
+            .limit("l", Quota::per_minute(100).unwrap())
+            .failure_policy(FailurePolicy::Local(local.clone()))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        assert_eq!(l.try_acquire("k", 10).await.unwrap().reason(), Reason::Granted);
+        proxy.set(tollgate_testkit::Fault::Blackhole);
+        // The local bucket starts the outage empty and earns 2 permits a millisecond.
+        let started = Instant::now();
+        while local.owed() < 20 {
+            if let Ok(lease) = l.try_acquire("k", 1).await {
+                assert_eq!(lease.reason(), Reason::Fallback, "{algorithm:?}");
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "{algorithm:?}: the fallback granted nothing");
+        }
+        let owed = local.owed();
+        proxy.heal();
+        let probe = loop {
+            match l.try_acquire_or_error("k", 0).await {
+                Ok(answer) => break answer.unwrap(),
+                Err(_) => tokio::task::yield_now().await,
+            }
+        };
+        // A call that missed its deadline may still reach Redis when the partition heals and be
+        // counted there (the safe side): a decision's permit, or a charge that is then sent again.
+        let counted = 100 - 10 - probe.remaining();
+        assert!((owed..=2 * owed + 2).contains(&counted), "{algorithm:?}: {owed} owed, {counted} counted");
+        assert_eq!(local.owed(), 0, "{algorithm:?}: counted once");
+        let again = l.try_acquire_or_error("k", 0).await.unwrap().unwrap();
+        assert_eq!(again.remaining(), probe.remaining(), "{algorithm:?}: not counted twice");
+    }
 }

@@ -1,0 +1,63 @@
+-- charge.lua: counts permits granted elsewhere (by a failure policy's local limiter while Redis
+-- could not answer) against a decision's keys, without asking whether they fit: they are gone.
+-- The counterpart of refund.lua; the limits then admit only what is left, so over the outage and
+-- after it the keys hold no more than their bound.
+--
+-- KEYS[i]   the decision's keys, in the same order as the decision script takes them.
+-- ARGV[1]   now in microseconds, or '' to read the server's TIME.
+-- ARGV[2]   n: permits to count.
+-- ARGV[3]   algorithm: 'token_bucket' | 'fixed_window' | 'weighted_window' | 'sliding_log'.
+-- ARGV[4]   unused (the decision scripts' fourth argument).
+-- ARGV[5]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
+-- ARGV[6 + 2(i-1)], ARGV[7 + 2(i-1)]  limit i's two numbers, as the decision script takes them
+--           (token bucket: emission interval µs, burst; the others: limit, period µs).
+--
+-- Returns n.
+
+local now = now_us(ARGV[1])  -- from clock.lua, prepended
+local n = tonumber(ARGV[2])
+local algorithm = ARGV[3]
+local min_ttl = tonumber(ARGV[5])
+
+for i, key in ipairs(KEYS) do
+  local a = tonumber(ARGV[6 + 2 * (i - 1)])
+  local b = tonumber(ARGV[7 + 2 * (i - 1)])
+  if algorithm == 'token_bucket' then
+    -- a = emission interval: the TAT moves n intervals on from max(TAT, now).
+    local tat = math.max(tonumber(redis.call('GET', key)) or 0, now) + n * a
+    local ttl = math.max(math.ceil((tat - now) / 1000) + 1, min_ttl)
+    redis.call('SET', key, string.format('%.0f', tat), 'PX', ttl)
+  elseif algorithm == 'fixed_window' then
+    -- a = limit, b = period: counted in the current window, or in one opened now.
+    local stored = redis.call('HMGET', key, 's', 'c')
+    local start, count = tonumber(stored[1]) or now, tonumber(stored[2]) or 0
+    if count == 0 or now >= start + b then
+      start, count = now, 0
+    end
+    redis.call('HSET', key, 's', string.format('%.0f', start), 'c', count + n)
+    redis.call('PEXPIRE', key, math.max(math.ceil((start + b - now) / 1000), 1, min_ttl))
+  elseif algorithm == 'weighted_window' then
+    -- b = period: counted in the current window.
+    local stored = redis.call('HMGET', key, 'i', 'p', 'c')
+    local index = math.floor(now / b)
+    local w, prev, curr = tonumber(stored[1]), tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+    if w == nil or index - w >= 2 then
+      prev, curr = 0, 0
+    elseif index - w == 1 then
+      prev, curr = curr, 0
+    end
+    redis.call('HSET', key, 'i', index, 'p', prev, 'c', curr + n)
+    redis.call('PEXPIRE', key, math.max(math.ceil(((index + 2) * b - now) / 1000), 1, min_ttl))
+  elseif algorithm == 'sliding_log' then
+    -- b = period: n members stamped now, named as sliding_log.lua names them.
+    local stamp = string.format('%.0f', now)
+    local first = redis.call('ZCOUNT', key, stamp, stamp)
+    for j = 1, n do
+      redis.call('ZADD', key, stamp, stamp .. ':' .. (first + j))
+    end
+    redis.call('PEXPIRE', key, math.max(math.ceil(b / 1000), 1, min_ttl))
+  else
+    return redis.error_reply('charge.lua: unknown algorithm ' .. tostring(algorithm))
+  end
+end
+return n
