@@ -33,7 +33,12 @@ struct Backends {
 impl Backends {
     async fn new() -> Backends {
         let server = RedisServer::start();
-        let redis = Redis::connect(&server.url()).await.unwrap();
+        let redis = Redis::connect_with(
+            &server.url(),
+            tollgate_redis::RedisOptions { deadline: std::time::Duration::from_secs(2), ..Default::default() },
+        )
+        .await
+        .unwrap();
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(1_000));
         Backends { clock, _server: server, redis }

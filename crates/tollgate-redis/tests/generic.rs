@@ -82,7 +82,12 @@ impl NowUs for ManualClock {
 }
 
 async fn setup(server: &RedisServer, algorithm: RedisAlgorithm, quota: Quota, clock: &ManualClock) -> RedisLimiter {
-    let redis = Redis::connect(&server.url()).await.unwrap();
+    let redis = Redis::connect_with(
+        &server.url(),
+        tollgate_redis::RedisOptions { deadline: std::time::Duration::from_secs(2), ..Default::default() },
+    )
+    .await
+    .unwrap();
     // A prefix per limiter: each run starts from empty state, like its fresh in-memory twin.
     let prefix = format!("generic:{algorithm:?}:{quota}");
     RedisLimiter::builder(&redis, &prefix, algorithm).limit("l", quota).clock(clock.clone()).build().unwrap()

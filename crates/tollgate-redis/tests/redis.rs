@@ -8,8 +8,14 @@ use tollgate::{ManualClock, Quota, Reason};
 use tollgate_redis::{BackendError, FailurePolicy, LocalFallback, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
 use tollgate_testkit::{RedisServer, free_port};
 
+/// Behaviour on a manual clock: a loaded CI machine must not turn a slow answer into an outage.
 async fn connect(server: &RedisServer) -> Redis {
-    Redis::connect(&server.url()).await.unwrap()
+    Redis::connect_with(
+        &server.url(),
+        tollgate_redis::RedisOptions { deadline: std::time::Duration::from_secs(2), ..Default::default() },
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
