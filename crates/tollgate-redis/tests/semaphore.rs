@@ -477,6 +477,9 @@ async fn semaphore_child_process() {
     let Ok(spec) = std::env::var(CHILD_ENV) else { return };
     let mut parts = spec.split(' ');
     let (url, role, child) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+    if role == "holder" {
+        return hold_and_report(url, child).await;
+    }
     let redis = connect(url).await;
     let sem = semaphore(&redis, "crash", CRASH_CAPACITY, CRASH_TTL.as_millis() as u64);
     let mut log = plain_connection(url).await;
@@ -681,4 +684,166 @@ async fn eight_processes_capacity_three_some_killed_while_holding() {
     }
     let state = sem.state().await.unwrap();
     assert_eq!((state.holders, state.waiting), (0, 0), "{state:?}");
+}
+
+// --- Fault scenario 3: holders SIGKILLed at random while Redis is paused (SIGSTOP) for 2 s. ---
+//
+// The log cannot go through Redis (it is paused): each holder prints what it believes on stdout,
+// timed by the wall clock all processes of this machine share. A holder believes it holds from
+// the grant it received ("G") until it decides to release ("R", printed before the release is
+// sent), learns the lease was lost ("L"), or is killed (the parent notes when).
+
+const PAUSED_CAPACITY: u64 = 3;
+/// Shorter than the pause: every lease held when Redis stops is lost during it.
+const PAUSED_TTL: Duration = Duration::from_millis(1000);
+
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+/// The child's loop: take a slot, hold it 10-80 ms (one hold in ten: 3 s, longer than the pause),
+/// print each step; until killed.
+async fn hold_and_report(url: &str, child: &str) {
+    let options = RedisOptions { deadline: Duration::from_millis(750), ..RedisOptions::default() };
+    // Started while Redis is paused, it waits for Redis like any client would.
+    let redis = loop {
+        match Redis::connect_with(url, options.clone()).await {
+            Ok(redis) => break redis,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let sem = semaphore(&redis, "paused", PAUSED_CAPACITY, PAUSED_TTL.as_millis() as u64);
+    let mut rng = Lcg(std::process::id() as u64 * 104729);
+    loop {
+        let guard = match sem.acquire().await {
+            Ok(guard) => guard,
+            // Redis paused or restarting: ask again (acquire itself waited its deadline).
+            Err(_) => continue,
+        };
+        let token = guard.fencing_token();
+        println!("G {child} {token} {}", wall_ns());
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(if rng.next(10) == 0 { 3000 } else { 10 + rng.next(70) })) => {
+                println!("R {child} {token} {}", wall_ns());
+                let _ = guard.release().await;
+            }
+            _ = guard.lost() => println!("L {child} {token} {}", wall_ns()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_killed_at_random_and_a_paused_redis_never_exceed_capacity() {
+    use std::io::BufRead;
+    use tollgate_testkit::{Hold, max_holders};
+    let full = std::env::var_os("TOLLGATE_FAULTS_FULL").is_some_and(|v| v != "0");
+    let (kill_every, faults_for) = if full {
+        (Duration::from_millis(300), Duration::from_secs(30))
+    } else {
+        (Duration::from_millis(500), Duration::from_secs(5))
+    };
+    let server = RedisServer::start();
+    let url = server.url();
+    let exe = std::env::current_exe().unwrap();
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let spawn = |child: usize| {
+        let mut process = Command::new(&exe)
+            .args(["semaphore_child_process", "--exact", "--nocapture", "--test-threads", "1"])
+            .env(CHILD_ENV, format!("{url} holder {child}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let (out, lines) = (process.stdout.take().unwrap(), lines.clone());
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if line.starts_with(['G', 'R', 'L']) {
+                    lines.lock().unwrap().push(line);
+                }
+            }
+        });
+        process
+    };
+    let mut children = Children((0..8).map(spawn).collect());
+    // The child number of the process in each slot.
+    let mut ids: Vec<usize> = (0..8).collect();
+    let mut kills: Vec<(usize, u64)> = Vec::new();
+    let mut rng = Lcg(3);
+    let started = Instant::now();
+    let (pause_at, resume_at) = (faults_for / 3, faults_for / 3 + Duration::from_secs(2));
+    let mut paused = false;
+    let mut next_child = 8;
+    let mut last_fault = wall_ns();
+    while started.elapsed() < faults_for {
+        tokio::time::sleep(kill_every).await;
+        let at = started.elapsed();
+        if !paused && at >= pause_at && at < resume_at {
+            server.pause();
+            paused = true;
+        } else if paused && at >= resume_at {
+            server.resume();
+            paused = false;
+            last_fault = wall_ns();
+        }
+        let slot = rng.next(children.0.len() as u64) as usize;
+        children.0[slot].kill().unwrap();
+        children.0[slot].wait().unwrap();
+        last_fault = last_fault.max(wall_ns());
+        kills.push((ids[slot], wall_ns()));
+        // The replacement is a new process with a new child number.
+        children.0[slot] = spawn(next_child);
+        ids[slot] = next_child;
+        next_child += 1;
+    }
+    if paused {
+        server.resume();
+        last_fault = wall_ns();
+    }
+    // Quiet: the holders run undisturbed for a TTL and 2 s more.
+    tokio::time::sleep(PAUSED_TTL + Duration::from_secs(2)).await;
+    let end = wall_ns();
+    drop(children);
+    let lines = lines.lock().unwrap().clone();
+
+    // Holds from the holders' own words, closed at a kill or at the end.
+    let mut open: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut holds = Vec::new();
+    let (mut grants, mut lost) = (0, 0);
+    for line in &lines {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (child, token, at): (String, u64, u64) = (f[1].into(), f[2].parse().unwrap(), f[3].parse().unwrap());
+        if f[0] == "G" {
+            grants += 1;
+            open.insert(child, (token, at));
+        } else if let Some((token, from_ns)) = open.remove(&child) {
+            lost += usize::from(f[0] == "L");
+            holds.push(Hold { from_ns, until_ns: at, token });
+        }
+    }
+    let killed_at: HashMap<String, u64> = kills.iter().map(|(c, at)| (c.to_string(), *at)).collect();
+    for (child, (token, from_ns)) in open {
+        holds.push(Hold { from_ns, until_ns: killed_at.get(&child).copied().unwrap_or(end), token });
+    }
+    let most = max_holders(&holds);
+    // Full again: the first instant after the last fault at which 3 holders hold.
+    let mut edges: Vec<(u64, i64)> = holds.iter().flat_map(|h| [(h.from_ns, 1), (h.until_ns, -1)]).collect();
+    edges.sort_unstable();
+    let mut now = 0;
+    let full_again = edges.iter().find_map(|&(at, step)| {
+        now += step;
+        (at >= last_fault && now == PAUSED_CAPACITY as i64).then(|| Duration::from_nanos(at - last_fault))
+    });
+    let mut tokens: Vec<u64> = holds.iter().map(|h| h.token).collect();
+    tokens.sort_unstable();
+    let distinct = tokens.windows(2).all(|w| w[0] < w[1]);
+    eprintln!(
+        "semaphore, capacity {PAUSED_CAPACITY}, ttl {PAUSED_TTL:?}: {} kills, Redis paused 2 s; {grants} grants, {lost} \
+         leases lost; most holders at once {most}; full capacity again {full_again:?} after the last fault",
+        kills.len()
+    );
+    assert!(most <= PAUSED_CAPACITY as usize, "{most} holders at once");
+    assert!(distinct, "a fencing token was given twice");
+    // Not asserted yet: after a pause, holders sometimes stop asking (issue 19's closing note has
+    // the figures); the safety bound above is what this scenario guarantees today.
+    let _ = full_again;
 }
