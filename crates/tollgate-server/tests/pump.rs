@@ -187,3 +187,50 @@ async fn a_killed_workers_items_and_partitions_are_taken_over() {
     println!("killed worker: {twice} items completed twice (at least once), partitions reused after {reused:?}");
     assert!(twice <= 16, "only what the killed worker had in flight (16 requests) can repeat: {twice}");
 }
+
+/// Fault scenario 6: three workers drain 10,000 items while a random worker is SIGKILLed every
+/// 1.5 s (2 s and a slower API with `TOLLGATE_FAULTS_FULL=1`) and replaced by a new process: no
+/// item is lost, duplicates (at-least-once) are counted and reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_every_few_seconds_lose_nothing() {
+    let full = std::env::var_os("TOLLGATE_FAULTS_FULL").is_some_and(|v| v != "0");
+    let (rate, kill_every) = if full { (1000, Duration::from_secs(2)) } else { (2000, Duration::from_millis(1500)) };
+    let redis = RedisServer::start();
+    let (api, addr) = api(rate).await;
+    assert!(enqueue(&redis.url(), &items(10_000)).status.success());
+    let mut workers: Vec<Child> = (0..3).map(|w| worker(&redis.url(), addr, rate, 2, &format!("f{w}"))).collect();
+    let mut spawned = 3;
+    let mut kills = 0;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let started = Instant::now();
+    // Kill while work remains; then let the last workers finish (they exit when idle).
+    while api.done.lock().unwrap().len() < 9_000 {
+        assert!(started.elapsed() < Duration::from_secs(120), "the work does not progress");
+        tokio::time::sleep(kill_every).await;
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let victim = (rng % workers.len() as u64) as usize;
+        workers[victim].kill().unwrap(); // SIGKILL
+        workers[victim].wait().unwrap();
+        kills += 1;
+        workers[victim] = worker(&redis.url(), addr, rate, 2, &format!("f{spawned}"));
+        spawned += 1;
+    }
+    for w in workers {
+        let out = w.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let done = api.done.lock().unwrap().clone();
+    let duplicates: u32 = done.values().map(|n| n - 1).sum();
+    println!(
+        "pump under kills: {kills} workers SIGKILLed in {:.1} s; {} of 10000 items done, {duplicates} duplicate \
+         completions",
+        started.elapsed().as_secs_f64(),
+        done.len()
+    );
+    assert_eq!(done.len(), 10_000, "zero lost");
+    assert!(kills >= 2, "the scenario killed {kills} workers");
+    // At least once: only what a killed worker had in flight (2 partitions x 8 requests) repeats.
+    assert!(duplicates <= 16 * kills, "{duplicates} duplicates for {kills} kills");
+}
