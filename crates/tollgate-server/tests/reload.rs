@@ -108,3 +108,75 @@ async fn watcher_notices_writes_and_atomic_renames() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// `tollgate_config_reload_errors_total` and `/status`'s `config_err_since`.
+async fn reload_errors(server: &support::Server) -> (u64, u64) {
+    let metrics = server.get("/metrics").await.1;
+    let total = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate_config_reload_errors_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("tollgate_config_reload_errors_total is exported");
+    let status: serde_json::Value = serde_json::from_str(&server.get("/status").await.1).unwrap();
+    (total, status["config_err_since"].as_u64().unwrap())
+}
+
+const BAD_A: &str = "- {namespace: ns, max_value: 0, seconds: 60}\n";
+const BAD_B: &str = "- {namespace: ns, max_value: 5, seconds: 60, colour: red}\n";
+
+#[tokio::test]
+async fn a_bad_version_is_counted_once_however_often_it_is_read() {
+    let server = server(V1, Mode::Accuracy, false, false).await;
+    std::fs::write(&server.limits, BAD_A).unwrap();
+    let first = server.running.reloader.reload().unwrap_err();
+    for _ in 0..20 {
+        assert_eq!(server.running.reloader.reload().unwrap_err(), first, "the same file, the same error");
+    }
+    assert_eq!(reload_errors(&server).await, (1, 1), "one bad version, read 21 times");
+
+    std::fs::write(&server.limits, BAD_B).unwrap();
+    for _ in 0..5 {
+        assert!(server.running.reloader.reload().unwrap_err().to_string().contains("colour"));
+    }
+    assert_eq!(reload_errors(&server).await, (2, 2), "a second, different bad version");
+
+    // The first bad version again is a new rejection: the file changed to it.
+    std::fs::write(&server.limits, BAD_A).unwrap();
+    assert_eq!(server.running.reloader.reload().unwrap_err(), first);
+    assert_eq!(reload_errors(&server).await, (3, 3));
+    assert_eq!(server.running.engine.loaded().generation, 1, "nothing bad was applied");
+}
+
+#[tokio::test]
+async fn reverting_a_bad_edit_clears_the_failure() {
+    let server = server(V1, Mode::Accuracy, false, false).await;
+    std::fs::write(&server.limits, BAD_A).unwrap();
+    server.running.reloader.reload().unwrap_err();
+    assert!(server.get("/metrics").await.1.contains("tollgate_config_last_reload_failed{error="));
+
+    // Back to the content in force: nothing to apply, and nothing failing any more.
+    std::fs::write(&server.limits, V1).unwrap();
+    assert_eq!(server.running.reloader.reload().unwrap(), Reloaded::Unchanged);
+    assert!(server.get("/metrics").await.1.contains("tollgate_config_last_reload_failed 0"));
+    assert_eq!(reload_errors(&server).await, (1, 0), "the total stays; failures since the last good reset");
+    assert_eq!(server.running.engine.loaded().generation, 1);
+}
+
+/// The watcher used to hear its own reads (an open is an inotify event): a bad file left in
+/// place was re-read, logged and counted about 20 times a second. Left for a second now, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_counts_a_bad_file_left_in_place_once() {
+    let server = server(V1, Mode::Accuracy, false, true).await;
+    std::fs::write(&server.limits, BAD_A).unwrap();
+    // Paces the fault (the file stays bad this long); no limiter logic waits on it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reload_errors(&server).await, (1, 1), "one bad version in place for 1 s");
+
+    std::fs::write(&server.limits, BAD_B).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(reload_errors(&server).await, (2, 2), "a second bad version");
+
+    std::fs::write(&server.limits, V2).unwrap();
+    assert_eq!(generation(&server, 2).await, 2, "a good version is applied");
+    assert_eq!(reload_errors(&server).await, (2, 0));
+}

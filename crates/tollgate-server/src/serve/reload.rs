@@ -3,14 +3,18 @@
 //! The file's directory is watched, not the file: editors save by writing a new file and renaming
 //! it over the old one, and Kubernetes swaps a `..data` symlink in the directory; either way the
 //! watched path's inode changes and a watch on the file itself would go quiet. Any event in the
-//! directory re-reads the file; a content equal to the last one read is ignored. A file that does
-//! not parse is logged and counted, and the last good limits stay in force.
+//! directory that may change content re-reads the file (opening or reading a file is an event too,
+//! and the reload's own read must not trigger another one). A content equal to the limits in force
+//! is ignored. A file that does not parse is logged and counted once per version: the same bad
+//! content read again (more events, or a caller retrying) is neither logged nor counted again, and
+//! the last good limits stay in force.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tollgate::Clock;
 use tollgate_policy::{Policy, PolicyError};
 
@@ -25,7 +29,17 @@ pub struct Reloader<C: Clock> {
     path: PathBuf,
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
-    last: Mutex<Option<String>>,
+    seen: Mutex<Seen>,
+}
+
+/// The versions of the file read so far that matter: the one in force and the last one rejected.
+/// Whole texts, not hashes: a limits file is small, and a hash collision would keep a good version
+/// out as if it were the bad one.
+struct Seen {
+    loaded: String,
+    /// The last version rejected and why, until a version is applied or the file is back to the
+    /// limits in force.
+    rejected: Option<(String, PolicyError)>,
 }
 
 /// What a reload did.
@@ -40,35 +54,55 @@ pub enum Reloaded {
 impl<C: Clock + Clone> Reloader<C> {
     /// A reloader for `path`, whose current content `loaded_text` is already in force.
     pub fn new(path: &Path, loaded_text: String, engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -> Reloader<C> {
-        Reloader { path: path.to_path_buf(), engine, metrics, last: Mutex::new(Some(loaded_text)) }
+        let seen = Seen { loaded: loaded_text, rejected: None };
+        Reloader { path: path.to_path_buf(), engine, metrics, seen: Mutex::new(seen) }
     }
 
     /// Reads the file and applies it if it changed; on error the last good limits stay.
+    ///
+    /// A rejected version is logged and counted (`tollgate_config_reload_errors_total`) the first
+    /// time it is read; reading the same content again returns the same error quietly. A file
+    /// that cannot be read at all is logged and counted each time: there is no content to tell
+    /// one failure from the next.
     pub fn reload(&self) -> Result<Reloaded, PolicyError> {
         let name = self.path.display().to_string();
-        let result = Policy::read(&self.path).and_then(|text| {
-            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-            if last.as_deref() == Some(text.as_str()) {
-                return Ok(Reloaded::Unchanged);
+        let text = Policy::read(&self.path).inspect_err(|e| self.rejected(e))?;
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.loaded == text {
+            if seen.rejected.take().is_some() {
+                // Back to the limits in force (a bad edit reverted): nothing is failing any more.
+                self.metrics.reload_succeeded();
+                tracing::info!(file = %name, "limits file is back to the limits in force");
             }
-            let policy = Policy::parse(&text, &name)?;
+            return Ok(Reloaded::Unchanged);
+        }
+        if let Some((bad, error)) = &seen.rejected
+            && *bad == text
+        {
+            return Err(error.clone());
+        }
+        let applied = Policy::parse(&text, &name).and_then(|policy| {
             self.engine.accepts(&policy).map_err(|e| PolicyError::new(&name, e.position, e.message()))?;
-            let generation = self.engine.reload(policy);
-            *last = Some(text);
-            Ok(Reloaded::Applied(generation))
+            Ok(self.engine.reload(policy))
         });
-        match &result {
-            Ok(Reloaded::Applied(generation)) => {
+        match applied {
+            Ok(generation) => {
+                *seen = Seen { loaded: text, rejected: None };
                 self.metrics.reload_succeeded();
                 tracing::info!(generation, file = %name, "limits reloaded");
+                Ok(Reloaded::Applied(generation))
             }
-            Ok(Reloaded::Unchanged) => {}
             Err(e) => {
-                self.metrics.reload_failed(&e.to_string());
-                tracing::error!("limits not reloaded, the last good ones stay in force: {e}");
+                self.rejected(&e);
+                seen.rejected = Some((text, e.clone()));
+                Err(e)
             }
         }
-        result
+    }
+
+    fn rejected(&self, e: &PolicyError) {
+        self.metrics.reload_failed(&e.to_string());
+        tracing::error!("limits not reloaded, the last good ones stay in force: {e}");
     }
 
     /// Watches the file's directory and reloads on every change until the returned watcher is
@@ -76,7 +110,7 @@ impl<C: Clock + Clone> Reloader<C> {
     pub fn watch(self: Arc<Self>) -> notify::Result<RecommendedWatcher> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok() {
+            if event.is_ok_and(|e| may_change_content(&e.kind)) {
                 let _ = tx.send(());
             }
         })?;
@@ -93,6 +127,17 @@ impl<C: Clock + Clone> Reloader<C> {
             }
         });
         Ok(watcher)
+    }
+}
+
+/// False for events that cannot change the file's content: opening, reading, closing after
+/// reading. Each reload opens and reads the file, so counting those would make every reload
+/// schedule the next one, forever. Closing after writing counts: it is a writer finishing.
+fn may_change_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
     }
 }
 
