@@ -26,6 +26,7 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -162,17 +163,17 @@ struct Inner<K, A: Algorithm, C: Clock> {
 struct Shard<K, S> {
     table: RwLock<Table<K, S>>,
     counts: Counts,
+    /// New keys rejected at the cap, and decided without being stored (also under the read lock).
+    rejected: AtomicU64,
+    unstored: AtomicU64,
 }
 
-/// A shard's keys, their expiry heap and what happened at the cap (written under the write
-/// lock only, so plain integers).
+/// A shard's keys, their expiry heap and what happened to them (written under the write lock).
 struct Table<K, S> {
     map: HashTable<(K, S)>,
     expiry: Expiry,
     swept: u64,
     evicted: u64,
-    rejected: u64,
-    unstored: u64,
 }
 
 /// Counters of a [`Keyed`] limiter.
@@ -253,15 +254,10 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
     pub fn build(self) -> Keyed<K, A, C> {
         let shards: Box<[_]> = (0..self.shards)
             .map(|_| Shard {
-                table: RwLock::new(Table {
-                    map: HashTable::new(),
-                    expiry: Expiry::default(),
-                    swept: 0,
-                    evicted: 0,
-                    rejected: 0,
-                    unstored: 0,
-                }),
+                table: RwLock::new(Table { map: HashTable::new(), expiry: Expiry::default(), swept: 0, evicted: 0 }),
                 counts: Counts::new(self.statistics),
+                rejected: AtomicU64::new(0),
+                unstored: AtomicU64::new(0),
             })
             .collect();
         let bits = self.shards.trailing_zeros();
@@ -544,6 +540,9 @@ where
             // Nothing to take: answer from a fresh state without storing the key.
             return count(inner.algo.decide(&fresh, now, n, false), &fresh);
         }
+        if let Some(answer) = self.at_limit_read(key, hash, &fresh, now, n, commit) {
+            return answer;
+        }
         let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
         let t = &mut *guard;
         if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
@@ -557,16 +556,16 @@ where
                 // A key holding permits is never evicted: its leases would release into
                 // whichever key is stored under its name next.
                 AtKeyLimit::EvictNearestIdle if inner.by_release => {
-                    t.rejected += 1;
-                    return rejected(peek(&inner.algo, &fresh, now, 0).with_retry(None), Reason::KeyLimit);
+                    shard.rejected.fetch_add(1, Ordering::Relaxed);
+                    return rejected(key_limit(inner.algo.capacity(), None), Reason::KeyLimit);
                 }
                 AtKeyLimit::Reject => {
-                    t.rejected += 1;
+                    shard.rejected.fetch_add(1, Ordering::Relaxed);
                     let retry = (earliest != u64::MAX).then(|| earliest - now);
-                    return rejected(peek(&inner.algo, &fresh, now, 0).with_retry(retry), Reason::KeyLimit);
+                    return rejected(key_limit(inner.algo.capacity(), retry), Reason::KeyLimit);
                 }
                 AtKeyLimit::AdmitUnstored => {
-                    t.unstored += 1;
+                    shard.unstored.fetch_add(1, Ordering::Relaxed);
                     return count(inner.algo.decide(&fresh, now, n, commit), &fresh)
                         .map(|(meta, now, _)| (meta, now, false));
                 }
@@ -591,6 +590,55 @@ where
             debug_assert_eq!(t.expiry.len(), t.map.len(), "one record per stored key");
         }
         admitted
+    }
+
+    /// The answer at the cap under the read lock, when the shard is full and no key is idle
+    /// without a doubt: a flood of new keys then never takes the write lock from the shard's
+    /// stored keys. `None`: the write path decides.
+    fn at_limit_read<Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        fresh: &A::State,
+        now: u64,
+        n: u64,
+        commit: bool,
+    ) -> Option<Result<(Snapshot, u64, bool), Rejected>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let inner = &*self.inner;
+        if inner.by_release || inner.at_limit == AtKeyLimit::EvictNearestIdle {
+            return None;
+        }
+        let shard = inner.shard(hash);
+        let t = shard.table.read().unwrap_or_else(|e| e.into_inner());
+        if t.map.len() < inner.max_per_shard {
+            return None;
+        }
+        if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
+            return Some(inner.count(shard, inner.algo.decide(state, now, n, commit), state, now, n, commit));
+        }
+        // Records are lower bounds: none idle yet if the top's is later than now.
+        let Record { at, hash: top } = t.expiry.top()?;
+        if at <= now {
+            return None;
+        }
+        if inner.at_limit == AtKeyLimit::AdmitUnstored {
+            shard.unstored.fetch_add(1, Ordering::Relaxed);
+            let answer = inner.count(shard, inner.algo.decide(fresh, now, n, commit), fresh, now, n, commit);
+            return Some(answer.map(|(meta, now, _)| (meta, now, false)));
+        }
+        // Reject, when the top's record is current (else the write path re-files it).
+        let (_, state) = t.map.find(top, |(k, _)| inner.hasher.hash_one(k) == top)?;
+        if inner.algo.idle_at(state, now) != at {
+            return None;
+        }
+        shard.rejected.fetch_add(1, Ordering::Relaxed);
+        shard.counts.rejected();
+        let meta = key_limit(inner.algo.capacity(), Some(at - now));
+        Some(Err(Rejected::of(meta, n, Reason::KeyLimit)))
     }
 
     /// Gives a lease's permits for `key` back as if they had never been taken.
@@ -700,8 +748,8 @@ where
             stats.keys += t.map.len();
             stats.swept_idle += t.swept;
             stats.evicted_at_limit += t.evicted;
-            stats.rejected_at_limit += t.rejected;
-            stats.unstored_at_limit += t.unstored;
+            stats.rejected_at_limit += shard.rejected.load(Ordering::Relaxed);
+            stats.unstored_at_limit += shard.unstored.load(Ordering::Relaxed);
             let (admitted, rejected) = shard.counts.read();
             stats.admitted = admitted.map(|a| a + stats.admitted.unwrap_or(0));
             stats.rejected = rejected.map(|r| r + stats.rejected.unwrap_or(0));
@@ -748,6 +796,12 @@ where
     pub fn set_quota(&self, quota: Quota) {
         self.set_config(quota)
     }
+}
+
+/// What a new key rejected at the cap is told: nothing left for it now, and room (a fresh state)
+/// in `retry_ns`, which is also when this answer resets; `None`: not by time.
+fn key_limit(limit: u64, retry_ns: Option<u64>) -> Snapshot {
+    Meta { limit, remaining: 0, reset_ns: retry_ns.unwrap_or(0), retry_ns }.into()
 }
 
 impl<K, A: Algorithm, C: Clock> std::fmt::Debug for Keyed<K, A, C> {

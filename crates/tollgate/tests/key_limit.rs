@@ -54,6 +54,8 @@ fn reject_tells_the_exact_time_a_stored_key_goes_idle() {
     let no = k.try_acquire(&1000, 1).unwrap_err();
     assert_eq!(no.reason(), Reason::KeyLimit);
     assert_eq!(no.retry_after(), Some(Duration::from_nanos(first_idle - 3 * SECOND)));
+    // Nothing for it now; the answer changes when the retry time comes.
+    assert_eq!((no.remaining(), no.reset_after()), (0, Duration::from_nanos(first_idle - 3 * SECOND)));
     // One tick earlier there is still no room, and the answer is the same instant.
     clock.set(first_idle - 1);
     let no = k.try_acquire(&1000, 1).unwrap_err();
