@@ -31,9 +31,8 @@ fn max_keys(value: i64) -> PyResult<NonZeroUsize> {
 
 /// `at_max_keys`: what a new key gets when `max_keys` are stored and none is idle.
 fn at_max_keys(name: &str) -> PyResult<AtKeyLimit> {
-    AtKeyLimit::from_name(name).ok_or_else(|| {
-        PyValueError::new_err(format!("at_max_keys must be 'reject', 'evict' or 'admit', got {name:?}"))
-    })
+    AtKeyLimit::from_name(name)
+        .ok_or_else(|| PyValueError::new_err(format!("at_max_keys must be 'reject', 'evict' or 'admit', got {name:?}")))
 }
 
 /// An in-process token bucket (GCRA): `capacity` tokens, `refill_amount` more every
@@ -145,8 +144,11 @@ impl KeyedSlidingWindow {
         at_max_keys: &str,
     ) -> PyResult<Self> {
         let algo = sliding_window(limit, &window, segments)?;
-        let keyed = Keyed::builder(algo).max_keys(self::max_keys(max_keys)?)
-            .at_key_limit(self::at_max_keys(at_max_keys)?).clock(AnyClock::from_arg(clock)).build();
+        let keyed = Keyed::builder(algo)
+            .max_keys(self::max_keys(max_keys)?)
+            .at_key_limit(self::at_max_keys(at_max_keys)?)
+            .clock(AnyClock::from_arg(clock))
+            .build();
         Ok(Self(keyed))
     }
 
@@ -205,8 +207,11 @@ impl KeyedWeightedWindow {
         at_max_keys: &str,
     ) -> PyResult<Self> {
         let algo = WeightedWindow::new(args::window_quota(limit, &window)?);
-        let keyed = Keyed::builder(algo).max_keys(self::max_keys(max_keys)?)
-            .at_key_limit(self::at_max_keys(at_max_keys)?).clock(AnyClock::from_arg(clock)).build();
+        let keyed = Keyed::builder(algo)
+            .max_keys(self::max_keys(max_keys)?)
+            .at_key_limit(self::at_max_keys(at_max_keys)?)
+            .clock(AnyClock::from_arg(clock))
+            .build();
         Ok(Self(keyed))
     }
 

@@ -399,7 +399,7 @@ where
                 t.expiry.pop();
                 t.swept += 1;
                 if !exact {
-                    // Room was made; the rest is left for later insertions.
+                    // Go on: idle keys removed now are memory given back.
                     continue;
                 }
                 return now;
@@ -536,12 +536,16 @@ where
             Err(Rejected::of(meta, n, reason))
         };
         let fresh = inner.algo.new_state(now);
-        if n == 0 || !commit || n > inner.algo.capacity() {
+        if n == 0 || n > inner.algo.capacity() {
             // Nothing to take: answer from a fresh state without storing the key.
             return count(inner.algo.decide(&fresh, now, n, false), &fresh);
         }
         if let Some(answer) = self.at_limit_read(key, hash, &fresh, now, n, commit) {
             return answer;
+        }
+        if !commit {
+            // A check: what a fresh state would answer, storing nothing.
+            return count(inner.algo.decide(&fresh, now, n, false), &fresh);
         }
         let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
         let t = &mut *guard;
@@ -578,6 +582,10 @@ where
                         }
                         t.expiry.pop();
                     }
+                    if t.map.len() >= inner.max_per_shard {
+                        // Only if a record named no key (it cannot): the cap holds regardless.
+                        return rejected(key_limit(inner.algo.capacity(), None), Reason::KeyLimit);
+                    }
                 }
             }
         }
@@ -594,7 +602,10 @@ where
 
     /// The answer at the cap under the read lock, when the shard is full and no key is idle
     /// without a doubt: a flood of new keys then never takes the write lock from the shard's
-    /// stored keys. `None`: the write path decides.
+    /// stored keys. `None`: the write path decides (or, for a check, a fresh state answers).
+    /// A check (`!commit`) on a new key at the cap with [`AtKeyLimit::Reject`] answers what a
+    /// request would get; its retry time is the top record's, a lower bound when that record is
+    /// stale (a check does not re-file).
     fn at_limit_read<Q>(
         &self,
         key: &Q,
@@ -626,16 +637,20 @@ where
             return None;
         }
         if inner.at_limit == AtKeyLimit::AdmitUnstored {
-            shard.unstored.fetch_add(1, Ordering::Relaxed);
+            if commit {
+                shard.unstored.fetch_add(1, Ordering::Relaxed);
+            }
             let answer = inner.count(shard, inner.algo.decide(fresh, now, n, commit), fresh, now, n, commit);
             return Some(answer.map(|(meta, now, _)| (meta, now, false)));
         }
         // Reject, when the top's record is current (else the write path re-files it).
-        let (_, state) = t.map.find(top, |(k, _)| inner.hasher.hash_one(k) == top)?;
-        if inner.algo.idle_at(state, now) != at {
-            return None;
+        if commit {
+            let (_, state) = t.map.find(top, |(k, _)| inner.hasher.hash_one(k) == top)?;
+            if inner.algo.idle_at(state, now) != at {
+                return None;
+            }
+            shard.rejected.fetch_add(1, Ordering::Relaxed);
         }
-        shard.rejected.fetch_add(1, Ordering::Relaxed);
         shard.counts.rejected();
         let meta = key_limit(inner.algo.capacity(), Some(at - now));
         Some(Err(Rejected::of(meta, n, Reason::KeyLimit)))

@@ -56,6 +56,9 @@ fn reject_tells_the_exact_time_a_stored_key_goes_idle() {
     assert_eq!(no.retry_after(), Some(Duration::from_nanos(first_idle - 3 * SECOND)));
     // Nothing for it now; the answer changes when the retry time comes.
     assert_eq!((no.remaining(), no.reset_after()), (0, Duration::from_nanos(first_idle - 3 * SECOND)));
+    // A check says what a request would get, and stores nothing.
+    let checked = k.check(&1000, 1).unwrap_err();
+    assert_eq!((checked.reason(), checked.retry_after()), (Reason::KeyLimit, no.retry_after()));
     // One tick earlier there is still no room, and the answer is the same instant.
     clock.set(first_idle - 1);
     let no = k.try_acquire(&1000, 1).unwrap_err();
