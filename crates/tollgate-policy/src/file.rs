@@ -25,6 +25,10 @@ struct RawLimit {
     #[serde(default)]
     variables: Option<Vec<Spanned<String>>>,
     algorithm: Option<Spanned<String>>,
+    /// Ours: most counters (distinct variable values) kept in memory for this limit.
+    max_counters: Option<Spanned<i64>>,
+    /// Ours: what a new counter gets when `max_counters` are kept and none is idle.
+    at_max_counters: Option<Spanned<String>>,
 }
 
 /// Parses and validates every limit of a file, in file order.
@@ -63,6 +67,28 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
             )
         })?,
     };
+    let max_counters = raw
+        .max_counters
+        .map(|m| {
+            let at = m.referenced;
+            let n = positive(m, "max_counters", source_name)?;
+            usize::try_from(n)
+                .ok()
+                .and_then(std::num::NonZeroUsize::new)
+                .ok_or_else(|| err(at.into(), format!("max_counters is too large: {n}")))
+        })
+        .transpose()?;
+    let at_max_counters = raw
+        .at_max_counters
+        .map(|a| {
+            tollgate::AtKeyLimit::from_name(a.value.trim()).ok_or_else(|| {
+                err(
+                    a.referenced.into(),
+                    format!("unknown at_max_counters `{}`: expected reject, evict or admit", a.value),
+                )
+            })
+        })
+        .transpose()?;
     let conditions = raw
         .conditions
         .unwrap_or_default()
@@ -84,6 +110,8 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         conditions,
         variables,
         algorithm,
+        max_counters,
+        at_max_counters,
         position: at,
         id: LimitId(0),
     };

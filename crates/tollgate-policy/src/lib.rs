@@ -32,7 +32,11 @@
 //! [`tollgate::parse_duration`]), all required; `name`,
 //! `conditions` (all must hold), `variables` (all must have a value), and ours, `algorithm`
 //! (`fixed_window` — Limitador's, the default — `token_bucket`, `sliding_window` or
-//! `weighted_window`; see [`AlgorithmKind`]). Unknown
+//! `weighted_window`; see [`AlgorithmKind`]), `max_counters` (≥ 1: how many counters, one per
+//! distinct combination of variable values, the server keeps in memory for this limit) and
+//! `at_max_counters` (`reject`, `evict` or `admit`: what a new counter gets when that many are
+//! kept and none is idle; see [`tollgate::AtKeyLimit`]), both defaulting to the server's
+//! `--max-counters` and `--at-max-counters`. Unknown
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
 #![deny(missing_docs)]

@@ -71,6 +71,8 @@ pub struct Limit {
     pub(crate) conditions: Vec<Condition>,
     pub(crate) variables: Vec<Variable>,
     pub(crate) algorithm: AlgorithmKind,
+    pub(crate) max_counters: Option<std::num::NonZeroUsize>,
+    pub(crate) at_max_counters: Option<tollgate::AtKeyLimit>,
     pub(crate) position: Position,
     pub(crate) id: LimitId,
 }
@@ -120,6 +122,16 @@ impl Limit {
     /// How the limit counts.
     pub fn algorithm(&self) -> AlgorithmKind {
         self.algorithm
+    }
+    /// The most counters (distinct combinations of variable values) kept in memory for this
+    /// limit, if the file sets it (`max_counters`; the server's `--max-counters` otherwise).
+    pub fn max_counters(&self) -> Option<std::num::NonZeroUsize> {
+        self.max_counters
+    }
+    /// What a new counter gets when `max_counters` are kept and none is idle, if the file sets it
+    /// (`at_max_counters: reject | evict | admit`; the server's `--at-max-counters` otherwise).
+    pub fn at_max_counters(&self) -> Option<tollgate::AtKeyLimit> {
+        self.at_max_counters
     }
     /// Where the limit starts in its file.
     pub fn position(&self) -> Position {

@@ -21,7 +21,7 @@ fn structure() {
     assert_eq!(
         error(&format!("{OK}  colour: red\n")),
         "limits.yaml:4:3: unknown field `colour`, expected one of namespace, max_value, seconds, name, id, conditions, \
-         variables, algorithm"
+         variables, algorithm, max_counters, at_max_counters"
     );
     assert_eq!(error("namespace: a\n"), "limits.yaml:1:1: expected a list of limits (`- namespace: ...`)");
     assert!(error("- namespace: a\n  max_value: 3\n  seconds: [1\n").starts_with("limits.yaml:3:"));
@@ -128,4 +128,21 @@ fn seconds_may_be_a_duration_in_the_core_syntax() {
     );
     assert_eq!(seconds("0s"), Err("limits.yaml:3:12: seconds: invalid duration \"0s\": \"0s\" is zero; it must be longer than zero (expected a duration such as 250ms, 10s, 1m30s, 2h)".into()));
     assert_eq!(seconds("1500ms"), Err("limits.yaml:3:12: seconds must be whole seconds, got \"1500ms\" (1.5s)".into()));
+}
+
+#[test]
+fn max_counters_and_what_happens_there_are_checked() {
+    assert_eq!(error(&format!("{OK}  max_counters: 0\n")), "limits.yaml:4:17: max_counters must be at least 1, got 0");
+    assert_eq!(error(&format!("{OK}  max_counters: lots\n")), "limits.yaml:4:17: expected a whole number");
+    assert_eq!(
+        error(&format!("{OK}  at_max_counters: drop\n")),
+        "limits.yaml:4:20: unknown at_max_counters `drop`: expected reject, evict or admit"
+    );
+    let policy =
+        Policy::parse(&format!("{OK}  max_counters: 1000\n  at_max_counters: evict\n"), "limits.yaml").unwrap();
+    let limit = &policy.limits()[0];
+    assert_eq!(limit.max_counters().map(|n| n.get()), Some(1000));
+    assert_eq!(limit.at_max_counters(), Some(tollgate::AtKeyLimit::EvictNearestIdle));
+    let plain = Policy::parse(OK, "limits.yaml").unwrap();
+    assert_eq!((plain.limits()[0].max_counters(), plain.limits()[0].at_max_counters()), (None, None));
 }

@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use tollgate::{Keyed, Limiter, SlidingWindow, TokenBucket, WeightedWindow};
+use tollgate::{AtKeyLimit, Keyed, Limiter, SlidingWindow, TokenBucket, WeightedWindow};
 
 use crate::args::{self, Seconds};
 use crate::clock::{AnyClock, ManualClock};
@@ -27,6 +27,12 @@ fn max_keys(value: i64) -> PyResult<NonZeroUsize> {
         .ok()
         .and_then(NonZeroUsize::new)
         .ok_or_else(|| PyValueError::new_err(format!("max_keys is too large: {value}")))
+}
+
+/// `at_max_keys`: what a new key gets when `max_keys` are stored and none is idle.
+fn at_max_keys(name: &str) -> PyResult<AtKeyLimit> {
+    AtKeyLimit::from_name(name)
+        .ok_or_else(|| PyValueError::new_err(format!("at_max_keys must be 'reject', 'evict' or 'admit', got {name:?}")))
 }
 
 /// An in-process token bucket (GCRA): `capacity` tokens, `refill_amount` more every
@@ -81,24 +87,29 @@ impl LocalSlidingWindow {
 }
 
 /// One in-process token bucket per key (e.g. per user), at most `max_keys` keys in memory (idle
-/// ones are evicted first).
+/// ones are evicted first). When that many are stored and none is idle, a new key is rejected
+/// with the time one goes idle (`at_max_keys="reject"`, the default), evicts the key nearest to
+/// idle (`"evict"`: that key may get its burst again) or is allowed without being stored
+/// (`"admit"`: fail open).
 #[pyclass(module = "tollgate._tollgate", name = "KeyedTokenBucket")]
 pub struct KeyedTokenBucket(Keyed<String, TokenBucket, AnyClock>);
 
 #[pymethods]
 impl KeyedTokenBucket {
     #[new]
-    #[pyo3(signature = (capacity, refill_frequency, refill_amount, max_keys=DEFAULT_MAX_KEYS, clock=None))]
+    #[pyo3(signature = (capacity, refill_frequency, refill_amount, max_keys=DEFAULT_MAX_KEYS, clock=None, at_max_keys="reject"))]
     fn new(
         capacity: i64,
         refill_frequency: Seconds,
         refill_amount: i64,
         max_keys: i64,
         clock: Option<PyRef<'_, ManualClock>>,
+        at_max_keys: &str,
     ) -> PyResult<Self> {
         let quota = args::bucket_quota(capacity, &refill_frequency, refill_amount)?;
         let keyed = Keyed::builder(TokenBucket::new(quota))
             .max_keys(self::max_keys(max_keys)?)
+            .at_key_limit(self::at_max_keys(at_max_keys)?)
             .clock(AnyClock::from_arg(clock))
             .build();
         Ok(Self(keyed))
@@ -115,23 +126,29 @@ impl KeyedTokenBucket {
     }
 }
 
-/// One in-process sliding window per key, at most `max_keys` keys in memory.
+/// One in-process sliding window per key, at most `max_keys` keys in memory (`at_max_keys` as
+/// for [`KeyedTokenBucket`]).
 #[pyclass(module = "tollgate._tollgate", name = "KeyedSlidingWindow")]
 pub struct KeyedSlidingWindow(Keyed<String, SlidingWindow, AnyClock>);
 
 #[pymethods]
 impl KeyedSlidingWindow {
     #[new]
-    #[pyo3(signature = (limit, window, segments=DEFAULT_SEGMENTS, max_keys=DEFAULT_MAX_KEYS, clock=None))]
+    #[pyo3(signature = (limit, window, segments=DEFAULT_SEGMENTS, max_keys=DEFAULT_MAX_KEYS, clock=None, at_max_keys="reject"))]
     fn new(
         limit: i64,
         window: Seconds,
         segments: i64,
         max_keys: i64,
         clock: Option<PyRef<'_, ManualClock>>,
+        at_max_keys: &str,
     ) -> PyResult<Self> {
         let algo = sliding_window(limit, &window, segments)?;
-        let keyed = Keyed::builder(algo).max_keys(self::max_keys(max_keys)?).clock(AnyClock::from_arg(clock)).build();
+        let keyed = Keyed::builder(algo)
+            .max_keys(self::max_keys(max_keys)?)
+            .at_key_limit(self::at_max_keys(at_max_keys)?)
+            .clock(AnyClock::from_arg(clock))
+            .build();
         Ok(Self(keyed))
     }
 
@@ -173,17 +190,28 @@ impl LocalWeightedWindow {
     }
 }
 
-/// One in-process weighted window per key, at most `max_keys` keys in memory.
+/// One in-process weighted window per key, at most `max_keys` keys in memory (`at_max_keys` as
+/// for [`KeyedTokenBucket`]).
 #[pyclass(module = "tollgate._tollgate", name = "KeyedWeightedWindow")]
 pub struct KeyedWeightedWindow(Keyed<String, WeightedWindow, AnyClock>);
 
 #[pymethods]
 impl KeyedWeightedWindow {
     #[new]
-    #[pyo3(signature = (limit, window, max_keys=DEFAULT_MAX_KEYS, clock=None))]
-    fn new(limit: i64, window: Seconds, max_keys: i64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
+    #[pyo3(signature = (limit, window, max_keys=DEFAULT_MAX_KEYS, clock=None, at_max_keys="reject"))]
+    fn new(
+        limit: i64,
+        window: Seconds,
+        max_keys: i64,
+        clock: Option<PyRef<'_, ManualClock>>,
+        at_max_keys: &str,
+    ) -> PyResult<Self> {
         let algo = WeightedWindow::new(args::window_quota(limit, &window)?);
-        let keyed = Keyed::builder(algo).max_keys(self::max_keys(max_keys)?).clock(AnyClock::from_arg(clock)).build();
+        let keyed = Keyed::builder(algo)
+            .max_keys(self::max_keys(max_keys)?)
+            .at_key_limit(self::at_max_keys(at_max_keys)?)
+            .clock(AnyClock::from_arg(clock))
+            .build();
         Ok(Self(keyed))
     }
 

@@ -90,6 +90,21 @@ def test_keyed_limiters_keep_one_limit_per_key():
     assert not windows.try_acquire("a")
 
 
+@pytest.mark.parametrize("at_max_keys", ["reject", "evict", "admit"])
+def test_keyed_limiters_never_store_more_than_max_keys(at_max_keys):
+    clock = ManualClock()
+    buckets = KeyedTokenBucket(1, 60.0, 1, max_keys=64, clock=clock, at_max_keys=at_max_keys)
+    decisions = [buckets.try_acquire(f"ip-{i}") for i in range(1000)]
+    assert len(buckets) <= 64
+    rejected = [d for d in decisions if not d]
+    if at_max_keys == "reject":
+        assert rejected and all(d.reason == "key_limit" for d in rejected)
+        # Told when a stored key goes idle (60 s after its permit), not "never".
+        assert all(d.retry_after == 60.0 for d in rejected)
+    else:
+        assert not rejected
+
+
 def test_decision_is_data():
     d = LocalTokenBucket(1, 1.0, 1).try_acquire()
     assert d.allowed and d.limit == 1 and d.remaining == 0 and d.reason == "granted"
@@ -110,6 +125,7 @@ def test_decision_is_data():
         (lambda: LocalWeightedWindow(0, 1), "limit"),
         (lambda: LocalWeightedWindow(1, float("nan")), "window"),
         (lambda: KeyedWeightedWindow(1, 1, max_keys=0), "max_keys"),
+        (lambda: KeyedTokenBucket(1, 1, 1, at_max_keys="drop"), "at_max_keys"),
         (lambda: LocalTokenBucket(1, 1, 1).try_acquire(0), "n"),
         (lambda: KeyedTokenBucket(1, 1, 1).try_acquire("k", -1), "n"),
         (lambda: ManualClock().advance(-1), "seconds"),

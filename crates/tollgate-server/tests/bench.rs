@@ -27,6 +27,7 @@ async fn server(name: &str) -> Running {
         shadow: false,
         watch: false,
         time: Default::default(),
+        counters: Default::default(),
         storage: Default::default(),
     };
     start(&config, SystemClock::new()).await.expect("the server starts")

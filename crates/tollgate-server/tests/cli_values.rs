@@ -58,3 +58,22 @@ fn the_same_spellings_are_accepted_everywhere() {
         assert!(out.status.success(), "{quota}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+#[test]
+fn counter_caps_are_checked_before_serving() {
+    for (extra, flag) in [
+        (["--max-counters", "0"], "'--max-counters <N>'"),
+        (["--max-counters", "many"], "'--max-counters <N>'"),
+        (["--at-max-counters", "drop"], "'--at-max-counters <AT_MAX_COUNTERS>'"),
+    ] {
+        let mut args = vec!["serve", "--limits", "l.yaml"];
+        args.extend(extra);
+        let out = tollgate(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&format!("for {flag}")), "{args:?} names {flag}: {err}");
+    }
+    let out = tollgate(&["serve", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--max-counters <N>") && help.contains("[default: reject]"), "{help}");
+}

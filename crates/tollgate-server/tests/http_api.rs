@@ -123,3 +123,45 @@ async fn shadow_mode_allows_counts_and_reports() {
     assert!(text.contains("shadow_limited_calls{limitador_namespace=\"ns\",limit_name=\"per app\"} 2"), "{text}");
     assert!(!text.contains("\nlimited_calls{"), "{text}");
 }
+
+/// A flood of distinct variable values against a limit that keeps at most 64 counters: the cap
+/// holds, and `/metrics` says what the new counters met there.
+#[tokio::test]
+async fn counters_are_capped_and_what_happens_at_the_cap_is_in_metrics() {
+    let limits = format!("{LIMITS}  max_counters: 64\n");
+    let server = server(&limits, Mode::Accuracy, false, false).await;
+    let mut limited = 0;
+    for app in 0..200 {
+        let (status, headers, _) = server.post("/check_and_report", &call(&app.to_string(), 1, true)).await;
+        if status == 429 {
+            limited += 1;
+            // Told when a counter goes idle (a fixed window: when the first one's window ends),
+            // not "never".
+            assert_eq!(headers["x-ratelimit-reset"], "60", "{headers:?}");
+        }
+    }
+    let text = server.get("/metrics").await.1;
+    for line in [
+        "tollgate_counters{limitador_namespace=\"ns\",limit_name=\"per app\",limit_id=",
+        "tollgate_counters_rejected_at_max_total{limitador_namespace=\"ns\",limit_name=\"per app\",limit_id=",
+        "tollgate_counters_evicted_at_max_total{",
+        "tollgate_counters_admitted_unstored_at_max_total{",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    let value = |name: &str| {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name}{{"))).unwrap();
+        line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+    };
+    // The cap holds shard by shard (64 shards of 1 here): values that fell in a shard already
+    // holding one were limited, the rest kept.
+    let kept = value("tollgate_counters");
+    assert!((40..=64).contains(&kept), "{kept} counters kept");
+    assert_eq!(value("tollgate_counters_max"), 64);
+    assert_eq!((value("tollgate_counters_rejected_at_max_total"), limited), (200 - kept, 200 - kept));
+    assert_eq!(value("tollgate_counters_evicted_at_max_total"), 0);
+    assert!(text.contains("at_max_counters=\"reject\"} 64"), "{text}");
+    // Once the window of the counters kept is over, new values are counted again.
+    server.clock.advance(Duration::from_secs(60));
+    assert_eq!(server.post("/check_and_report", &call("new", 1, false)).await.0, 200);
+}

@@ -111,6 +111,7 @@ async fn redis_storage_rejects_other_algorithms_and_bad_urls() {
         shadow: false,
         watch: false,
         time: Default::default(),
+        counters: Default::default(),
         storage: Storage::Redis { url, prefix: "t:".into() },
     };
     let error = tollgate_server::serve::start(&config(redis.url()), tollgate::SystemClock::new()).await.err().unwrap();

@@ -24,6 +24,26 @@ pub type CostFn = Arc<dyn Fn(&RequestInfo<'_>) -> u64 + Send + Sync>;
 
 /// One limit applied to requests: which key they count under, how much each costs.
 ///
+/// Per-key limits keep one state per key in a [`tollgate::Keyed`], bounded by its `max_keys`;
+/// what a new client (a new address, under a flood of rotating ones) gets when that many are
+/// stored and none is idle is the limiter's [`tollgate::AtKeyLimit`], set on its builder:
+///
+/// ```
+/// use std::num::NonZeroUsize;
+/// use tollgate::{AtKeyLimit, Keyed, Quota, TokenBucket};
+/// use tollgate_tower::{ClientIp, Policy};
+/// let per_ip = Keyed::builder(TokenBucket::new(Quota::per_minute(60)?))
+///     .max_keys(NonZeroUsize::new(1_000_000).unwrap())
+///     // The default: a 429 whose Retry-After says when a stored address goes idle. Or
+///     // `EvictNearestIdle` (never turn a new client away; an evicted one may get its burst
+///     // again) or `AdmitUnstored` (fail open).
+///     .at_key_limit(AtKeyLimit::Reject)
+///     .build();
+/// let policy = Policy::new("per-ip", ClientIp::new(), per_ip);
+/// # let _ = policy;
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+///
 /// ```
 /// use std::sync::Arc;
 /// use tollgate::{Keyed, Quota, TokenBucket};

@@ -19,7 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use support::serve;
 use tokio::sync::{mpsc, oneshot};
-use tollgate::{Concurrency, Keyed, Limiter, ManualClock, Quota, SlidingLog, TokenBucket};
+use tollgate::{AtKeyLimit, Concurrency, Keyed, Limiter, ManualClock, Quota, SlidingLog, TokenBucket};
 use tollgate_tower::{ClientIp, Global, Header, MissingKey, Policy, RateLimitLayer};
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
@@ -74,6 +74,38 @@ async fn limits_are_per_key_and_headers_match_the_limiter() {
     assert_eq!(get_with(&c, addr, "/", &[]).await.status(), StatusCode::BAD_REQUEST);
     clock.advance(Duration::from_secs(20));
     assert_eq!(get_with(&c, addr, "/", &[("x-api-key", "alice")]).await.status(), StatusCode::OK);
+}
+
+/// Per-IP limits under a flood of new addresses: at the key cap a new client gets 429 with the
+/// time a stored key goes idle (not "never"), and `evict` makes room for it instead.
+#[tokio::test]
+async fn at_the_key_cap_new_clients_are_told_when_to_retry_or_make_room() {
+    let clock = ManualClock::new();
+    let layer = |policy: AtKeyLimit| {
+        let limit: Keyed<Bytes, _, _> = Keyed::builder(TokenBucket::new(Quota::per_minute(3).unwrap()))
+            .clock(clock.clone())
+            .shards(std::num::NonZeroUsize::MIN)
+            .max_keys(std::num::NonZeroUsize::new(2).unwrap())
+            .at_key_limit(policy)
+            .build();
+        RateLimitLayer::new(Policy::new("per-key", Header::new("x-api-key".parse().unwrap()), limit))
+    };
+    let reject = serve(Router::new().route("/", get(|| async { "ok" })).layer(layer(AtKeyLimit::Reject))).await;
+    let evict =
+        serve(Router::new().route("/", get(|| async { "ok" })).layer(layer(AtKeyLimit::EvictNearestIdle))).await;
+    let c = client();
+    for addr in [reject, evict] {
+        assert_eq!(get_with(&c, addr, "/", &[("x-api-key", "a")]).await.status(), StatusCode::OK);
+        assert_eq!(get_with(&c, addr, "/", &[("x-api-key", "b")]).await.status(), StatusCode::OK);
+    }
+    clock.advance(Duration::from_secs(5));
+    let res = get_with(&c, reject, "/", &[("x-api-key", "c")]).await;
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Key "a" is idle 20 s after its one permit (3 per minute): 15 s from now.
+    assert_eq!(res.headers()["retry-after"], "15");
+    assert_eq!(get_with(&c, evict, "/", &[("x-api-key", "c")]).await.status(), StatusCode::OK);
+    clock.advance(Duration::from_secs(15));
+    assert_eq!(get_with(&c, reject, "/", &[("x-api-key", "c")]).await.status(), StatusCode::OK);
 }
 
 #[tokio::test]

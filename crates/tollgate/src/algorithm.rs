@@ -40,6 +40,15 @@ pub trait Algorithm: Send + Sync + 'static {
     /// would decide identically. Keyed limiters evict such keys.
     fn is_idle(&self, state: &Self::State, now: u64) -> bool;
 
+    /// The earliest time, at or after `now`, at which the state will be idle if nothing else
+    /// happens to it (no decision, no give-back): `now` when it is idle already, `u64::MAX` when
+    /// only a release, not time, can make it idle. Exact: `is_idle(state, t)` holds at
+    /// `t = idle_at(state, now)` and, when `t > now`, not at `t - 1`.
+    ///
+    /// Keyed limiters order their keys by it to find idle keys without scanning (see
+    /// [`crate::Keyed`]); a decision that takes permits must never move it earlier.
+    fn idle_at(&self, state: &Self::State, now: u64) -> u64;
+
     /// Nanoseconds from `now` until `permits` permits (possibly more than the capacity, as when
     /// several waiters are queued) will have become available one request after another; `None`
     /// when only a release, not time, frees permits.

@@ -105,6 +105,10 @@ impl Algorithm for Concurrency {
         state.0.load(Ordering::Relaxed) == 0
     }
 
+    fn idle_at(&self, state: &ConcurrencyState, now: u64) -> u64 {
+        if self.is_idle(state, now) { now } else { u64::MAX }
+    }
+
     fn wait_estimate(&self, _state: &ConcurrencyState, _now: u64, _permits: u64) -> Option<u64> {
         None
     }

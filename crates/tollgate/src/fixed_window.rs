@@ -107,6 +107,12 @@ impl Algorithm for FixedWindow {
         current(w, now, self.quota.load().period_ns()).count == 0
     }
 
+    fn idle_at(&self, state: &FixedWindowState, now: u64) -> u64 {
+        let period = self.quota.load().period_ns();
+        let w = current(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, period);
+        if w.count == 0 { now } else { w.start.saturating_add(period) }
+    }
+
     fn wait_estimate(&self, state: &FixedWindowState, now: u64, permits: u64) -> Option<u64> {
         let q = self.quota.load();
         let w = current(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, q.period_ns());

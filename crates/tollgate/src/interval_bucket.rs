@@ -213,6 +213,21 @@ impl Algorithm for IntervalBucket {
         t.tokens >= q.burst()
     }
 
+    fn idle_at(&self, state: &IntervalBucketState, now: u64) -> u64 {
+        let q = self.quota.load();
+        let t = self.refreshed(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, &q);
+        if t.tokens >= q.burst() {
+            return now;
+        }
+        if !self.auto {
+            return u64::MAX;
+        }
+        // Full at the start of the tick that brings the missing tokens.
+        let ticks = (q.burst() - t.tokens).div_ceil(q.limit());
+        let at = (u128::from(t.tick) + u128::from(ticks)) * u128::from(q.period_ns());
+        u64::try_from(at).unwrap_or(u64::MAX)
+    }
+
     fn wait_estimate(&self, state: &IntervalBucketState, now: u64, permits: u64) -> Option<u64> {
         let q = self.quota.load();
         let t = self.refreshed(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, &q);

@@ -5,14 +5,28 @@
 //! only, so threads working on different keys rarely touch the same cache line.
 //!
 //! Memory is bounded two ways: a key whose state is idle (back at full capacity, so it holds no
-//! information) is swept out before a shard grows its table, and `max_keys` is a hard cap. At the
-//! cap, idle keys are swept; if none is idle a *new* key is rejected with [`Reason::KeyLimit`]
-//! (fail closed: existing keys keep their limits, nobody gets a fresh bucket by flooding keys).
+//! information) is removed when a new key is inserted into its shard, and `max_keys` is a hard
+//! cap, where [`AtKeyLimit`] decides what happens to a new key.
+//!
+//! # Work per decision
+//!
+//! A decision on a stored key takes its shard's read lock and looks at that one key. A decision
+//! that inserts a key (below the cap, or at it) takes the shard's write lock and looks at no more
+//! than [`SWEEP`] other keys besides its own: each shard keeps its keys in an expiry heap ordered
+//! by the time each goes idle ([`crate::Algorithm::idle_at`]), so the keys nearest to idle are
+//! found at its top, removed if idle, and re-filed if they took permits since they were filed.
+//! Nothing scans a shard inside a request. What is not bounded per decision is the hash table's
+//! and the heap's own growth (each doubles, copying its entries, at most `log2(max_keys / shards)`
+//! times per shard, all on the way up to the cap) and [`Keyed::evict_idle`] and
+//! [`Keyed::set_config`], which are explicit passes over every key.
+//!
+//! The heap costs 16 bytes per stored key on top of the key, its state and the table's overhead.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -21,6 +35,7 @@ use hashbrown::HashTable;
 use crate::algorithm::{Algorithm, peek};
 use crate::clock::{Clock, SystemClock, nanos};
 use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
+use crate::expiry::{Expiry, Record};
 use crate::quota::Quota;
 use crate::snapshot::Snapshot;
 use crate::stats::Counts;
@@ -40,6 +55,98 @@ pub struct Keyed<K, A: Algorithm, C: Clock = SystemClock> {
     inner: Arc<Inner<K, A, C>>,
 }
 
+/// Keys a decision that inserts a key looks at, besides its own, at most: the bound on work under
+/// a shard's write lock.
+pub const SWEEP: usize = 8;
+
+/// What a [`Keyed`] limiter does with a new key when its shard holds `max_keys / shards` keys and
+/// none of them is idle.
+///
+/// Keys are sharded, so "the cap" is reached shard by shard: a new key is compared with the keys
+/// of its own shard only.
+///
+/// ```
+/// use std::num::NonZeroUsize;
+/// use std::time::Duration;
+/// use tollgate::{AtKeyLimit, Keyed, ManualClock, Quota, Reason, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let per_ip: Keyed<u64, _, _> = Keyed::builder(TokenBucket::new(Quota::per_minute(10)?))
+///     .clock(clock.clone())
+///     .shards(NonZeroUsize::MIN)
+///     .max_keys(NonZeroUsize::new(2).unwrap())
+///     .at_key_limit(AtKeyLimit::Reject) // the default
+///     .build();
+/// per_ip.try_acquire(&1, 1).unwrap();
+/// clock.advance(Duration::from_secs(1));
+/// per_ip.try_acquire(&2, 1).unwrap();
+/// // Key 1 is idle again 6 s after its permit (10 per minute): a new key is told so.
+/// let no = per_ip.try_acquire(&3, 1).unwrap_err();
+/// assert_eq!((no.reason(), no.retry_after()), (Reason::KeyLimit, Some(Duration::from_secs(5))));
+/// clock.advance(Duration::from_secs(5));
+/// assert!(per_ip.try_acquire(&3, 1).is_ok());
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AtKeyLimit {
+    /// Reject the new key with [`Reason::KeyLimit`], telling it when a stored key of its shard
+    /// goes idle (`retry_after`; `None` only when no key goes idle by time, as with
+    /// [`crate::Concurrency`], where only a release makes room). The default: under a flood of
+    /// new keys (rotating source addresses) every stored key keeps its limit and nobody is
+    /// admitted uncounted, so the flood can deny service to new keys only, never buy permits;
+    /// the other two policies trade that for availability.
+    ///
+    /// The retry time is exact (a retry then finds room if no other new key took it first,
+    /// one tick earlier does not) unless more than [`SWEEP`] of the shard's keys nearest to idle
+    /// took permits since the shard last looked at them; it is then the idle time of a key that
+    /// was looked at, which is later than the exact time, never earlier.
+    #[default]
+    Reject,
+    /// Evict the stored key closest to idle (as [`AtKeyLimit::Reject`] finds it) and store the
+    /// new key. This over-admits: if the evicted key comes back, it starts from a fresh state,
+    /// so it is granted again what it had spent and not yet earned back: at most its burst (its
+    /// `limit` for windows) per eviction. Choose it when new keys must never be turned away and
+    /// that excess is acceptable.
+    ///
+    /// Keys of an algorithm whose permits are held ([`crate::Concurrency`]) are never evicted
+    /// while they hold permits (their leases would release into the next key of that name):
+    /// there, a new key at the cap is rejected as with [`AtKeyLimit::Reject`].
+    EvictNearestIdle,
+    /// Decide the new key on a fresh state and do not store it (fail open): it gets up to its
+    /// burst on every request while the shard is full, so the limit does not hold for new keys.
+    /// Choose it only when the limit protects nothing that matters more than availability.
+    AdmitUnstored,
+}
+
+impl AtKeyLimit {
+    /// Reads `reject`, `evict` (or `evict-nearest-idle`) or `admit` (or `admit-unstored`), the
+    /// names the server's `--at-max-counters` and the Python bindings use.
+    ///
+    /// ```
+    /// use tollgate::AtKeyLimit;
+    /// assert_eq!(AtKeyLimit::from_name("evict"), Some(AtKeyLimit::EvictNearestIdle));
+    /// assert_eq!(AtKeyLimit::EvictNearestIdle.name(), "evict");
+    /// assert_eq!(AtKeyLimit::from_name("drop"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<AtKeyLimit> {
+        match name {
+            "reject" => Some(AtKeyLimit::Reject),
+            "evict" | "evict-nearest-idle" => Some(AtKeyLimit::EvictNearestIdle),
+            "admit" | "admit-unstored" => Some(AtKeyLimit::AdmitUnstored),
+            _ => None,
+        }
+    }
+
+    /// The short name [`AtKeyLimit::from_name`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtKeyLimit::Reject => "reject",
+            AtKeyLimit::EvictNearestIdle => "evict",
+            AtKeyLimit::AdmitUnstored => "admit",
+        }
+    }
+}
+
 struct Inner<K, A: Algorithm, C: Clock> {
     algo: A,
     clock: C,
@@ -47,12 +154,26 @@ struct Inner<K, A: Algorithm, C: Clock> {
     shards: Box<[Shard<K, A::State>]>,
     shift: u32,
     max_per_shard: usize,
+    at_limit: AtKeyLimit,
+    /// Only a release makes a key idle: keys are filed under a counter, not a time.
+    by_release: bool,
 }
 
 #[repr(align(128))]
 struct Shard<K, S> {
-    table: RwLock<HashTable<(K, S)>>,
+    table: RwLock<Table<K, S>>,
     counts: Counts,
+    /// New keys rejected at the cap, and decided without being stored (also under the read lock).
+    rejected: AtomicU64,
+    unstored: AtomicU64,
+}
+
+/// A shard's keys, their expiry heap and what happened to them (written under the write lock).
+struct Table<K, S> {
+    map: HashTable<(K, S)>,
+    expiry: Expiry,
+    swept: u64,
+    evicted: u64,
 }
 
 /// Counters of a [`Keyed`] limiter.
@@ -65,6 +186,15 @@ pub struct KeyedStatistics {
     pub admitted: Option<u64>,
     /// Requests rejected so far; `None` unless built with [`KeyedBuilder::statistics`].
     pub rejected: Option<u64>,
+    /// Idle keys removed to make room or keep memory down (always counted; not those removed by
+    /// [`Keyed::evict_idle`]).
+    pub swept_idle: u64,
+    /// Keys that were not idle, evicted at the cap for a new key ([`AtKeyLimit::EvictNearestIdle`]).
+    pub evicted_at_limit: u64,
+    /// New keys rejected at the cap ([`AtKeyLimit::Reject`]).
+    pub rejected_at_limit: u64,
+    /// New keys decided without being stored at the cap ([`AtKeyLimit::AdmitUnstored`]).
+    pub unstored_at_limit: u64,
 }
 
 /// Builds a [`Keyed`] limiter.
@@ -75,6 +205,7 @@ pub struct KeyedBuilder<K, A: Algorithm, C: Clock> {
     max_keys: usize,
     shards: usize,
     statistics: bool,
+    at_limit: AtKeyLimit,
     _key: PhantomData<fn() -> K>,
 }
 
@@ -87,8 +218,16 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
             max_keys: self.max_keys,
             shards: self.shards,
             statistics: self.statistics,
+            at_limit: self.at_limit,
             _key: PhantomData,
         }
+    }
+
+    /// What a new key gets when its shard is at the cap and no key is idle (default:
+    /// [`AtKeyLimit::Reject`], which says when to retry; see [`AtKeyLimit`] for why).
+    pub fn at_key_limit(mut self, policy: AtKeyLimit) -> Self {
+        self.at_limit = policy;
+        self
     }
 
     /// Hard cap on stored keys (default: 10 million). Rounded up to a multiple of the shard count.
@@ -114,9 +253,15 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
     /// The keyed limiter.
     pub fn build(self) -> Keyed<K, A, C> {
         let shards: Box<[_]> = (0..self.shards)
-            .map(|_| Shard { table: RwLock::new(HashTable::new()), counts: Counts::new(self.statistics) })
+            .map(|_| Shard {
+                table: RwLock::new(Table { map: HashTable::new(), expiry: Expiry::default(), swept: 0, evicted: 0 }),
+                counts: Counts::new(self.statistics),
+                rejected: AtomicU64::new(0),
+                unstored: AtomicU64::new(0),
+            })
             .collect();
         let bits = self.shards.trailing_zeros();
+        let by_release = self.algo.releases_on_drop();
         Keyed {
             inner: Arc::new(Inner {
                 algo: self.algo,
@@ -126,6 +271,8 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
                 // Shard from the top bits; the table uses the low bits, so the two stay independent.
                 shift: 64 - bits,
                 shards,
+                at_limit: self.at_limit,
+                by_release,
             }),
         }
     }
@@ -148,6 +295,7 @@ impl<K, A: Algorithm> Keyed<K, A, SystemClock> {
             max_keys: 10_000_000,
             shards: 64,
             statistics: false,
+            at_limit: AtKeyLimit::Reject,
             _key: PhantomData,
         }
     }
@@ -185,9 +333,100 @@ where
     {
         let hash = self.hasher.hash_one(key);
         let table = self.shard(hash).table.read().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, state)) = table.find(hash, |(k, _)| k.borrow() == key) {
+        if let Some((_, state)) = table.map.find(hash, |(k, _)| k.borrow() == key) {
             self.algo.give_back(state, self.clock.now(), n, acquired_at);
         }
+    }
+
+    /// Counts a decision on `state` and turns it into the limiter's answer. Every algorithm
+    /// rejects more than its capacity (the decision's `limit`), so "never" is told from "not now"
+    /// on the rejection path only; "never" reports the state as a probe.
+    #[inline]
+    fn count(
+        &self,
+        shard: &Shard<K, A::State>,
+        outcome: Result<Snapshot, Snapshot>,
+        state: &A::State,
+        now: u64,
+        n: u64,
+        commit: bool,
+    ) -> Result<(Snapshot, u64, bool), Rejected> {
+        match outcome {
+            Ok(meta) => {
+                if n > 0 && commit {
+                    shard.counts.admitted();
+                }
+                Ok((meta, now, true))
+            }
+            Err(meta) => {
+                let (meta, reason) = if n > meta.limit() {
+                    (peek(&self.algo, state, now, 0).with_retry(None), Reason::ExceedsCapacity)
+                } else {
+                    (meta, Reason::Exhausted)
+                };
+                shard.counts.rejected();
+                Err(Rejected::of(meta, n, reason))
+            }
+        }
+    }
+
+    /// Where `state` is filed in the expiry heap.
+    fn file_at(&self, expiry: &mut Expiry, state: &A::State, now: u64) -> u64 {
+        if self.by_release { expiry.stamp() } else { self.algo.idle_at(state, now) }
+    }
+
+    /// Looks at the top of the shard's expiry heap, at most [`SWEEP`] keys: removes those idle at
+    /// `now` and re-files those whose record went stale. Stops early at a record later than `now`
+    /// unless `exact`, in which case it goes on until the top record is checked current. Returns
+    /// the earliest time a stored key goes idle as far as it found out (exact when it stopped on
+    /// a current top record; see [`AtKeyLimit::Reject`]), `u64::MAX` when no key goes idle by time.
+    fn sweep(&self, t: &mut Table<K, A::State>, now: u64, exact: bool) -> u64 {
+        let mut earliest = u64::MAX;
+        for _ in 0..SWEEP {
+            let Some(Record { at, hash }) = t.expiry.top() else { return u64::MAX };
+            if at > now && !exact && !self.by_release {
+                return at;
+            }
+            // Every record names a stored key with its hash (see `expiry`). The table matches
+            // only 7 bits of the hash before asking `eq`, so `eq` compares the whole hash.
+            let Ok(entry) = t.map.find_entry(hash, |(k, _)| self.hasher.hash_one(k) == hash) else {
+                t.expiry.pop();
+                continue;
+            };
+            let idle_at = self.algo.idle_at(&entry.get().1, now);
+            if idle_at <= now {
+                entry.remove();
+                t.expiry.pop();
+                t.swept += 1;
+                if !exact {
+                    // Go on: idle keys removed now are memory given back.
+                    continue;
+                }
+                return now;
+            }
+            if self.by_release {
+                let stamp = t.expiry.stamp();
+                t.expiry.set_top(stamp);
+                continue;
+            }
+            if idle_at == at {
+                // Current, and every other record is a lower bound of its key's idle time.
+                return at;
+            }
+            earliest = earliest.min(idle_at);
+            t.expiry.set_top(idle_at);
+        }
+        earliest
+    }
+
+    /// Files every key of the shard again, from its state now.
+    fn refile(&self, t: &mut Table<K, A::State>, now: u64) {
+        let Table { map, expiry, .. } = t;
+        let mut records = Vec::with_capacity(map.len());
+        for (k, s) in map.iter() {
+            records.push(Record { at: self.file_at(expiry, s, now), hash: self.hasher.hash_one(k) });
+        }
+        expiry.rebuild(records.into_iter());
     }
 }
 
@@ -202,7 +441,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.decide(key, n, true).map(|(meta, now)| self.lease(key, meta, n, now))
+        self.decide(key, n, true).map(|(meta, now, stored)| self.lease(key, meta, n, now, stored))
     }
 
     /// Would `n` permits for `key` be granted now? Takes nothing, stores nothing.
@@ -211,7 +450,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.decide(key, n, false).map(|(meta, _)| meta.meta())
+        self.decide(key, n, false).map(|(meta, ..)| meta.meta())
     }
 
     /// Waits until `n` permits for `key` are granted, re-trying at each `retry_after`. Keys have no
@@ -238,13 +477,14 @@ where
     }
 
     #[inline]
-    fn lease<Q>(&self, key: &Q, meta: Snapshot, n: u64, now: u64) -> Lease
+    fn lease<Q>(&self, key: &Q, meta: Snapshot, n: u64, now: u64, stored: bool) -> Lease
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let lease = Lease::of(meta, n, now);
-        if n > 0 && self.inner.algo.releases_on_drop() {
+        // An unstored key's permits go nowhere: the key stored later under that name never took them.
+        if n > 0 && self.inner.algo.releases_on_drop() && stored {
             let pool = KeyRelease { inner: self.inner.clone(), key: key.to_owned() };
             lease.holding(Arc::new(pool))
         } else {
@@ -252,7 +492,10 @@ where
         }
     }
 
-    fn decide<Q>(&self, key: &Q, n: u64, commit: bool) -> Result<(Snapshot, u64), Rejected>
+    /// The decision, the time it was made at, and whether the key is stored (false only for
+    /// [`AtKeyLimit::AdmitUnstored`] at the cap).
+    #[inline]
+    fn decide<Q>(&self, key: &Q, n: u64, commit: bool) -> Result<(Snapshot, u64, bool), Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -261,52 +504,156 @@ where
         let hash = inner.hasher.hash_one(key);
         let shard = inner.shard(hash);
         let now = inner.clock.now();
+        {
+            let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, state)) = table.map.find(hash, |(k, _)| k.borrow() == key) {
+                return inner.count(shard, inner.algo.decide(state, now, n, commit), state, now, n, commit);
+            }
+        }
+        self.decide_new(key, hash, now, n, commit)
+    }
+
+    /// [`Keyed::decide`] for a key that was not stored a moment ago: the write path (kept out of
+    /// line so that the read path stays small).
+    #[inline(never)]
+    fn decide_new<Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        now: u64,
+        n: u64,
+        commit: bool,
+    ) -> Result<(Snapshot, u64, bool), Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let inner = &*self.inner;
+        let shard = inner.shard(hash);
+        let count = |outcome, state: &A::State| inner.count(shard, outcome, state, now, n, commit);
         let rejected = |meta: Snapshot, reason| {
             shard.counts.rejected();
             Err(Rejected::of(meta, n, reason))
         };
-        // Every algorithm rejects more than its capacity (the decision's `limit`), so "never" is
-        // told from "not now" on the rejection path only; "never" reports the state as a probe.
-        let count = |outcome: Result<Snapshot, Snapshot>, state: &A::State| match outcome {
-            Ok(meta) => {
-                if n > 0 && commit {
-                    shard.counts.admitted();
-                }
-                Ok((meta, now))
-            }
-            Err(meta) if n > meta.limit() => {
-                rejected(peek(&inner.algo, state, now, 0).with_retry(None), Reason::ExceedsCapacity)
-            }
-            Err(meta) => rejected(meta, Reason::Exhausted),
-        };
-        {
-            let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, state)) = table.find(hash, |(k, _)| k.borrow() == key) {
-                return count(inner.algo.decide(state, now, n, commit), state);
-            }
-        }
         let fresh = inner.algo.new_state(now);
-        if n == 0 || !commit || n > inner.algo.capacity() {
+        if n == 0 || n > inner.algo.capacity() {
             // Nothing to take: answer from a fresh state without storing the key.
             return count(inner.algo.decide(&fresh, now, n, false), &fresh);
         }
-        let mut table = shard.table.write().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, state)) = table.find(hash, |(k, _)| k.borrow() == key) {
+        if let Some(answer) = self.at_limit_read(key, hash, &fresh, now, n, commit) {
+            return answer;
+        }
+        if !commit {
+            // A check: what a fresh state would answer, storing nothing.
+            return count(inner.algo.decide(&fresh, now, n, false), &fresh);
+        }
+        let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
+        let t = &mut *guard;
+        if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
             return count(inner.algo.decide(state, now, n, commit), state);
         }
-        // Before the table grows (or at the cap), idle keys make room.
-        if table.len() >= inner.max_per_shard || table.len() == table.capacity() {
-            table.retain(|(_, s)| !inner.algo.is_idle(s, now));
-        }
-        if table.len() >= inner.max_per_shard {
-            return rejected(peek(&inner.algo, &fresh, now, 0).with_retry(None), Reason::KeyLimit);
+        // Idle keys at the top of the expiry heap make room (a bounded look, see the module docs).
+        let full = t.map.len() >= inner.max_per_shard;
+        let earliest = inner.sweep(t, now, full && inner.at_limit != AtKeyLimit::AdmitUnstored);
+        if t.map.len() >= inner.max_per_shard {
+            match inner.at_limit {
+                // A key holding permits is never evicted: its leases would release into
+                // whichever key is stored under its name next.
+                AtKeyLimit::EvictNearestIdle if inner.by_release => {
+                    shard.rejected.fetch_add(1, Ordering::Relaxed);
+                    return rejected(key_limit(inner.algo.capacity(), None), Reason::KeyLimit);
+                }
+                AtKeyLimit::Reject => {
+                    shard.rejected.fetch_add(1, Ordering::Relaxed);
+                    let retry = (earliest != u64::MAX).then(|| earliest - now);
+                    return rejected(key_limit(inner.algo.capacity(), retry), Reason::KeyLimit);
+                }
+                AtKeyLimit::AdmitUnstored => {
+                    shard.unstored.fetch_add(1, Ordering::Relaxed);
+                    return count(inner.algo.decide(&fresh, now, n, commit), &fresh)
+                        .map(|(meta, now, _)| (meta, now, false));
+                }
+                AtKeyLimit::EvictNearestIdle => {
+                    // The sweep left the key nearest to idle on top, its record checked.
+                    if let Some(Record { hash, .. }) = t.expiry.top() {
+                        if let Ok(entry) = t.map.find_entry(hash, |(k, _)| inner.hasher.hash_one(k) == hash) {
+                            entry.remove();
+                            t.evicted += 1;
+                        }
+                        t.expiry.pop();
+                    }
+                    if t.map.len() >= inner.max_per_shard {
+                        // Only if a record named no key (it cannot): the cap holds regardless.
+                        return rejected(key_limit(inner.algo.capacity(), None), Reason::KeyLimit);
+                    }
+                }
+            }
         }
         let outcome = inner.algo.decide(&fresh, now, n, commit);
         let admitted = count(outcome, &fresh);
         if admitted.is_ok() {
-            table.insert_unique(hash, (key.to_owned(), fresh), |(k, _)| inner.hasher.hash_one(k));
+            let at = inner.file_at(&mut t.expiry, &fresh, now);
+            t.map.insert_unique(hash, (key.to_owned(), fresh), |(k, _)| inner.hasher.hash_one(k));
+            t.expiry.push(at, hash);
+            debug_assert_eq!(t.expiry.len(), t.map.len(), "one record per stored key");
         }
         admitted
+    }
+
+    /// The answer at the cap under the read lock, when the shard is full and no key is idle
+    /// without a doubt: a flood of new keys then never takes the write lock from the shard's
+    /// stored keys. `None`: the write path decides (or, for a check, a fresh state answers).
+    /// A check (`!commit`) on a new key at the cap with [`AtKeyLimit::Reject`] answers what a
+    /// request would get; its retry time is the top record's, a lower bound when that record is
+    /// stale (a check does not re-file).
+    fn at_limit_read<Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        fresh: &A::State,
+        now: u64,
+        n: u64,
+        commit: bool,
+    ) -> Option<Result<(Snapshot, u64, bool), Rejected>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let inner = &*self.inner;
+        if inner.by_release || inner.at_limit == AtKeyLimit::EvictNearestIdle {
+            return None;
+        }
+        let shard = inner.shard(hash);
+        let t = shard.table.read().unwrap_or_else(|e| e.into_inner());
+        if t.map.len() < inner.max_per_shard {
+            return None;
+        }
+        if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
+            return Some(inner.count(shard, inner.algo.decide(state, now, n, commit), state, now, n, commit));
+        }
+        // Records are lower bounds: none idle yet if the top's is later than now.
+        let Record { at, hash: top } = t.expiry.top()?;
+        if at <= now {
+            return None;
+        }
+        if inner.at_limit == AtKeyLimit::AdmitUnstored {
+            if commit {
+                shard.unstored.fetch_add(1, Ordering::Relaxed);
+            }
+            let answer = inner.count(shard, inner.algo.decide(fresh, now, n, commit), fresh, now, n, commit);
+            return Some(answer.map(|(meta, now, _)| (meta, now, false)));
+        }
+        // Reject, when the top's record is current (else the write path re-files it).
+        if commit {
+            let (_, state) = t.map.find(top, |(k, _)| inner.hasher.hash_one(k) == top)?;
+            if inner.algo.idle_at(state, now) != at {
+                return None;
+            }
+            shard.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+        shard.counts.rejected();
+        let meta = key_limit(inner.algo.capacity(), Some(at - now));
+        Some(Err(Rejected::of(meta, n, Reason::KeyLimit)))
     }
 
     /// Gives a lease's permits for `key` back as if they had never been taken.
@@ -325,18 +672,23 @@ where
         }
     }
 
-    /// Removes every idle key now; returns how many were removed.
+    /// Removes every idle key now and gives back the memory it can; returns how many were
+    /// removed. A pass over every key, holding each shard's write lock in turn: for a quiet
+    /// moment (a timer), not for the request path, where idle keys are removed a few at a time.
     pub fn evict_idle(&self) -> usize {
-        let now = self.inner.clock.now();
-        self.inner
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        inner
             .shards
             .iter()
             .map(|shard| {
-                let mut table = shard.table.write().unwrap_or_else(|e| e.into_inner());
-                let before = table.len();
-                table.retain(|(_, s)| !self.inner.algo.is_idle(s, now));
-                table.shrink_to_fit(|(k, _)| self.inner.hasher.hash_one(k));
-                before - table.len()
+                let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
+                let t = &mut *guard;
+                let before = t.map.len();
+                t.map.retain(|(_, s)| !inner.algo.is_idle(s, now));
+                t.map.shrink_to_fit(|(k, _)| inner.hasher.hash_one(k));
+                inner.refile(t, now);
+                before - t.map.len()
             })
             .sum()
     }
@@ -359,7 +711,7 @@ where
         let now = inner.clock.now();
         for shard in inner.shards.iter() {
             let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
-            for (key, state) in table.iter() {
+            for (key, state) in table.map.iter() {
                 if !inner.algo.is_idle(state, now) {
                     f(key, peek(&inner.algo, state, now, 0).meta());
                 }
@@ -369,7 +721,7 @@ where
 
     /// Keys currently stored.
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| s.table.read().unwrap_or_else(|e| e.into_inner()).len()).sum()
+        self.inner.shards.iter().map(|s| s.table.read().unwrap_or_else(|e| e.into_inner()).map.len()).sum()
     }
 
     /// True when no key is stored.
@@ -382,24 +734,56 @@ where
         self.inner.max_per_shard * self.inner.shards.len()
     }
 
-    /// Stored keys and (when built with [`KeyedBuilder::statistics`]) request counters.
+    /// What a new key gets at the cap.
+    pub fn at_key_limit(&self) -> AtKeyLimit {
+        self.inner.at_limit
+    }
+
+    /// Stored keys, what happened at the cap and (when built with [`KeyedBuilder::statistics`])
+    /// request counters.
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use tollgate::{AtKeyLimit, Keyed, ManualClock, Quota, TokenBucket};
+    /// let keyed: Keyed<u64, _, _> = Keyed::builder(TokenBucket::new(Quota::per_minute(10)?))
+    ///     .clock(ManualClock::new())
+    ///     .shards(NonZeroUsize::MIN)
+    ///     .max_keys(NonZeroUsize::new(100).unwrap())
+    ///     .at_key_limit(AtKeyLimit::EvictNearestIdle)
+    ///     .build();
+    /// (0..150).for_each(|key| drop(keyed.try_acquire(&key, 1)));
+    /// let s = keyed.statistics();
+    /// assert_eq!((s.keys, s.evicted_at_limit, s.rejected_at_limit), (100, 50, 0));
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
     pub fn statistics(&self) -> KeyedStatistics {
-        let s = &self.inner.shards;
-        KeyedStatistics {
-            keys: self.len(),
-            admitted: s.iter().map(|s| s.counts.read().0).sum(),
-            rejected: s.iter().map(|s| s.counts.read().1).sum(),
+        let mut stats = KeyedStatistics::default();
+        for shard in self.inner.shards.iter() {
+            let t = shard.table.read().unwrap_or_else(|e| e.into_inner());
+            stats.keys += t.map.len();
+            stats.swept_idle += t.swept;
+            stats.evicted_at_limit += t.evicted;
+            stats.rejected_at_limit += shard.rejected.load(Ordering::Relaxed);
+            stats.unstored_at_limit += shard.unstored.load(Ordering::Relaxed);
+            let (admitted, rejected) = shard.counts.read();
+            stats.admitted = admitted.map(|a| a + stats.admitted.unwrap_or(0));
+            stats.rejected = rejected.map(|r| r + stats.rejected.unwrap_or(0));
         }
+        stats
     }
 
     /// Replaces the configuration for every key; each key's state carries over by the
-    /// algorithm's rule.
+    /// algorithm's rule. A pass over every key that re-files each in its shard's expiry heap
+    /// (the new configuration may move idle times either way), holding each shard's write lock
+    /// in turn.
     pub fn set_config(&self, config: A::Config) {
-        let old = self.inner.algo.set_config(config);
-        let now = self.inner.clock.now();
-        for shard in self.inner.shards.iter() {
-            let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
-            table.iter().for_each(|(_, s)| self.inner.algo.carry_over(s, now, old));
+        let inner = &*self.inner;
+        let old = inner.algo.set_config(config);
+        let now = inner.clock.now();
+        for shard in inner.shards.iter() {
+            let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
+            guard.map.iter().for_each(|(_, s)| inner.algo.carry_over(s, now, old));
+            inner.refile(&mut guard, now);
         }
     }
 
@@ -429,6 +813,12 @@ where
     }
 }
 
+/// What a new key rejected at the cap is told: nothing left for it now, and room (a fresh state)
+/// in `retry_ns`, which is also when this answer resets; `None`: not by time.
+fn key_limit(limit: u64, retry_ns: Option<u64>) -> Snapshot {
+    Meta { limit, remaining: 0, reset_ns: retry_ns.unwrap_or(0), retry_ns }.into()
+}
+
 impl<K, A: Algorithm, C: Clock> std::fmt::Debug for Keyed<K, A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let inner = &*self.inner;
@@ -436,6 +826,7 @@ impl<K, A: Algorithm, C: Clock> std::fmt::Debug for Keyed<K, A, C> {
             .field("config", &inner.algo.config())
             .field("shards", &inner.shards.len())
             .field("max_keys", &(inner.max_per_shard * inner.shards.len()))
+            .field("at_key_limit", &inner.at_limit)
             .finish_non_exhaustive()
     }
 }
@@ -446,6 +837,7 @@ impl<K, A: Algorithm, C: Clock> std::fmt::Debug for KeyedBuilder<K, A, C> {
             .field("config", &self.algo.config())
             .field("shards", &self.shards)
             .field("max_keys", &self.max_keys)
+            .field("at_key_limit", &self.at_limit)
             .finish_non_exhaustive()
     }
 }

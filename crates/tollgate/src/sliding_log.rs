@@ -144,6 +144,12 @@ impl Algorithm for SlidingLog {
         log.entries.back().is_none_or(|&(t, _)| t.saturating_add(period) <= now)
     }
 
+    fn idle_at(&self, state: &SlidingLogState, now: u64) -> u64 {
+        let period = self.quota.load().period_ns();
+        let log = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        log.entries.back().map_or(now, |&(t, _)| t.saturating_add(period).max(now))
+    }
+
     fn wait_estimate(&self, state: &SlidingLogState, now: u64, permits: u64) -> Option<u64> {
         let q = self.quota.load();
         let mut log = state.0.lock().unwrap_or_else(|e| e.into_inner());

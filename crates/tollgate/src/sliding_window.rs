@@ -80,6 +80,15 @@ impl Segments {
         self.newest = to;
     }
 
+    /// Absolute index of the newest segment with a nonzero count, if any.
+    fn newest_counted(&self) -> Option<u64> {
+        if self.total == 0 {
+            return None;
+        }
+        let len = self.counts.len() as u64;
+        (0..len.min(self.newest + 1)).map(|back| self.newest - back).find(|&j| self.counts[(j % len) as usize] > 0)
+    }
+
     /// Nanoseconds until `n` more fit under `limit`, walking segments from the oldest.
     fn wait_for(&self, now: u64, seg_len: u64, limit: u64, n: u64) -> u64 {
         let len = self.counts.len() as u64;
@@ -171,6 +180,20 @@ impl Algorithm for SlidingWindow {
         let mut segs = state.0.lock().unwrap_or_else(|e| e.into_inner());
         segs.advance(now / seg_len);
         segs.total == 0
+    }
+
+    fn idle_at(&self, state: &SlidingWindowState, now: u64) -> u64 {
+        let seg_len = self.seg_len(&self.quota.load());
+        let mut segs = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        segs.advance(now / seg_len);
+        match segs.newest_counted() {
+            // Segment `j` is forgotten when the newest segment is `j + len`.
+            Some(j) => {
+                let at = (u128::from(j) + segs.counts.len() as u128) * u128::from(seg_len);
+                u64::try_from(at).unwrap_or(u64::MAX)
+            }
+            None => now,
+        }
     }
 
     fn wait_estimate(&self, state: &SlidingWindowState, now: u64, permits: u64) -> Option<u64> {

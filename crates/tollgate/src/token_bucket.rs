@@ -98,6 +98,10 @@ impl Algorithm for TokenBucket {
         state.0.load(Ordering::Relaxed) <= now
     }
 
+    fn idle_at(&self, state: &TokenBucketState, now: u64) -> u64 {
+        state.0.load(Ordering::Relaxed).max(now)
+    }
+
     fn wait_estimate(&self, state: &TokenBucketState, now: u64, permits: u64) -> Option<u64> {
         let q = self.quota.load();
         let base = state.0.load(Ordering::Relaxed).max(now) as u128;

@@ -161,6 +161,21 @@ impl Algorithm for WeightedWindow {
         w.prev == 0 && w.curr == 0
     }
 
+    fn idle_at(&self, state: &WeightedWindowState, now: u64) -> u64 {
+        let p = self.quota.load().period_ns();
+        let w = state.0.lock().unwrap_or_else(|e| e.into_inner()).roll(now / p);
+        // A current count still weighs as the previous window's during the next window.
+        let windows = if w.curr > 0 {
+            2
+        } else if w.prev > 0 {
+            1
+        } else {
+            return now;
+        };
+        let at = (u128::from(w.index) + windows) * u128::from(p);
+        u64::try_from(at).unwrap_or(u64::MAX)
+    }
+
     fn wait_estimate(&self, state: &WeightedWindowState, now: u64, permits: u64) -> Option<u64> {
         let q = self.quota.load();
         let p = q.period_ns();

@@ -138,6 +138,7 @@ class KeyedTokenBucket:
         refill_amount: int,
         max_keys: int = 100000,
         clock: Optional[ManualClock] = None,
+        at_max_keys: str = "reject",
     ) -> None: ...
     def try_acquire(self, key: str, n: int = 1) -> Decision: ...
     def __len__(self) -> int: ...
@@ -152,6 +153,7 @@ class KeyedSlidingWindow:
         segments: int = 10,
         max_keys: int = 100000,
         clock: Optional[ManualClock] = None,
+        at_max_keys: str = "reject",
     ) -> None: ...
     def try_acquire(self, key: str, n: int = 1) -> Decision: ...
     def __len__(self) -> int: ...
@@ -160,7 +162,12 @@ class KeyedWeightedWindow:
     """One in-process weighted window per key."""
 
     def __init__(
-        self, limit: int, window: Seconds, max_keys: int = 100000, clock: Optional[ManualClock] = None
+        self,
+        limit: int,
+        window: Seconds,
+        max_keys: int = 100000,
+        clock: Optional[ManualClock] = None,
+        at_max_keys: str = "reject",
     ) -> None: ...
     def try_acquire(self, key: str, n: int = 1) -> Decision: ...
     def __len__(self) -> int: ...

@@ -2,13 +2,14 @@
 //! or SIGTERM.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use tollgate::SystemClock;
-use tollgate_server::serve::{Mode, ServeConfig, ServeError, Storage, start};
+use tollgate::{AtKeyLimit, SystemClock};
+use tollgate_server::serve::{CounterCap, Mode, ServeConfig, ServeError, Storage, start};
 
 /// Arguments of `tollgate serve`.
 #[derive(Debug, Args)]
@@ -55,6 +56,41 @@ pub(crate) struct ServeArgs {
     /// Do not reload the limits file when it changes.
     #[arg(long)]
     no_watch: bool,
+
+    /// Most in-memory counters per limit (one per distinct combination of its variables'
+    /// values); a limit's `max_counters` in the file wins. Idle counters are removed as new
+    /// ones come; this bounds the live ones, so a flood of distinct values cannot take the
+    /// server's memory.
+    #[arg(long, default_value = "10000000", value_name = "N")]
+    max_counters: NonZeroUsize,
+
+    /// What a new counter gets when its limit keeps --max-counters and none is idle; a limit's
+    /// `at_max_counters` in the file wins. `reject` (the default: nobody gets an uncounted
+    /// window by flooding new values; the answer says when one goes idle), `evict` (the counter
+    /// nearest to idle makes room: its holder may get up to max_value more), `admit` (allowed
+    /// without counting: fail open).
+    #[arg(long, value_enum, default_value = "reject")]
+    at_max_counters: AtMaxCounters,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum AtMaxCounters {
+    /// Reject the request, with the time a counter goes idle.
+    Reject,
+    /// Evict the counter nearest to idle.
+    Evict,
+    /// Allow the request without counting it.
+    Admit,
+}
+
+impl From<AtMaxCounters> for AtKeyLimit {
+    fn from(a: AtMaxCounters) -> AtKeyLimit {
+        match a {
+            AtMaxCounters::Reject => AtKeyLimit::Reject,
+            AtMaxCounters::Evict => AtKeyLimit::EvictNearestIdle,
+            AtMaxCounters::Admit => AtKeyLimit::AdmitUnstored,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -78,6 +114,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         shadow: args.shadow,
         watch: !args.no_watch,
         time: Default::default(),
+        counters: CounterCap { max: args.max_counters, at_max: args.at_max_counters.into() },
         storage: match args.storage {
             StorageKind::Memory => Storage::Memory,
             StorageKind::Redis => Storage::Redis { url: args.redis_url, prefix: args.redis_prefix },

@@ -1,12 +1,41 @@
 //! The counters of one limit in memory: one keyed limiter per limit, keyed by the values of the
 //! limit's variables.
 
-use tollgate::{Clock, FixedWindow, Keyed, Lease, Meta, Rejected, SlidingWindow, TokenBucket, WeightedWindow};
+use std::num::NonZeroUsize;
+
+use tollgate::{
+    AtKeyLimit, Clock, FixedWindow, Keyed, KeyedStatistics, Lease, Meta, Rejected, SlidingWindow, TokenBucket,
+    WeightedWindow,
+};
 use tollgate_policy::{AlgorithmKind, Limit};
 
-/// Idle counters are swept before a table grows; this caps the rest so that a flood of distinct
-/// variable values cannot take the server's memory (over it, requests are rejected: `KeyLimit`).
-const MAX_COUNTERS_PER_LIMIT: usize = 10_000_000;
+/// How many counters one limit keeps in memory, and what a new counter gets past that: the
+/// server's `--max-counters` and `--at-max-counters`, which a limit's own `max_counters` and
+/// `at_max_counters` override.
+///
+/// Idle counters are removed a few at a time as new ones come in; the cap bounds the rest, so
+/// that a flood of distinct variable values (one per source address, say) cannot take the
+/// server's memory. The default rejects new counters at the cap and tells them when one goes
+/// idle (see [`AtKeyLimit`] for why, and for the other two choices).
+///
+/// ```
+/// use tollgate_server::serve::CounterCap;
+/// let cap = CounterCap::default();
+/// assert_eq!((cap.max.get(), cap.at_max), (10_000_000, tollgate::AtKeyLimit::Reject));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterCap {
+    /// Most counters per limit (rounded up to a multiple of 64, the shards of its table).
+    pub max: NonZeroUsize,
+    /// What a new counter gets when `max` are kept and none is idle.
+    pub at_max: AtKeyLimit,
+}
+
+impl Default for CounterCap {
+    fn default() -> CounterCap {
+        CounterCap { max: NonZeroUsize::new(10_000_000).expect("nonzero"), at_max: AtKeyLimit::Reject }
+    }
+}
 
 /// Sliding windows are counted in this many segments.
 const SLIDING_SEGMENTS: u64 = tollgate_policy::SLIDING_SEGMENTS;
@@ -30,29 +59,34 @@ macro_rules! each {
 }
 
 impl<C: Clock + Clone> Counters<C> {
-    pub(crate) fn new(limit: &Limit, clock: &C) -> Counters<C> {
+    pub(crate) fn new(limit: &Limit, clock: &C, cap: CounterCap) -> Counters<C> {
         // The policy crate validated the quota when it read the file.
         let quota = limit.quota().expect("a validated limit has a usable quota");
-        let cap = std::num::NonZeroUsize::new(MAX_COUNTERS_PER_LIMIT).expect("nonzero");
-        match limit.algorithm() {
-            AlgorithmKind::FixedWindow => {
-                Counters::Fixed(Keyed::builder(FixedWindow::new(quota)).clock(clock.clone()).max_keys(cap).build())
-            }
-            AlgorithmKind::TokenBucket => {
-                Counters::Bucket(Keyed::builder(TokenBucket::new(quota)).clock(clock.clone()).max_keys(cap).build())
-            }
-            AlgorithmKind::SlidingWindow => Counters::Sliding(
-                Keyed::builder(
-                    SlidingWindow::new(quota, SLIDING_SEGMENTS).expect("segments fit a whole-second window"),
-                )
-                .clock(clock.clone())
-                .max_keys(cap)
-                .build(),
-            ),
-            AlgorithmKind::WeightedWindow => Counters::Weighted(
-                Keyed::builder(WeightedWindow::new(quota)).clock(clock.clone()).max_keys(cap).build(),
-            ),
+        let max = limit.max_counters().unwrap_or(cap.max);
+        let at_max = limit.at_max_counters().unwrap_or(cap.at_max);
+        macro_rules! keyed {
+            ($algo:expr) => {
+                Keyed::builder($algo).clock(clock.clone()).max_keys(max).at_key_limit(at_max).build()
+            };
         }
+        match limit.algorithm() {
+            AlgorithmKind::FixedWindow => Counters::Fixed(keyed!(FixedWindow::new(quota))),
+            AlgorithmKind::TokenBucket => Counters::Bucket(keyed!(TokenBucket::new(quota))),
+            AlgorithmKind::SlidingWindow => Counters::Sliding(keyed!(
+                SlidingWindow::new(quota, SLIDING_SEGMENTS).expect("segments fit a whole-second window")
+            )),
+            AlgorithmKind::WeightedWindow => Counters::Weighted(keyed!(WeightedWindow::new(quota))),
+        }
+    }
+
+    /// Counters kept, and what happened at the cap.
+    pub(crate) fn statistics(&self) -> KeyedStatistics {
+        each!(self, k => k.statistics())
+    }
+
+    /// The cap on counters kept, and what a new one gets past it.
+    pub(crate) fn cap(&self) -> (usize, AtKeyLimit) {
+        each!(self, k => (k.max_keys(), k.at_key_limit()))
     }
 
     pub(crate) fn check(&self, key: &[String], n: u64) -> Result<Meta, Rejected> {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use tollgate::{Clock, Meta, SystemClock};
 use tollgate_policy::{AlgorithmKind, Descriptor, Limit, LimitId, Policy, Position};
 
-use super::counters::Counters;
+use super::counters::{CounterCap, Counters};
 
 /// Accuracy vs throughput, as seed 003 defines them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -79,6 +79,25 @@ impl<C: Clock> Outcome<C> {
     }
 }
 
+/// One limit's in-memory counters: how many are kept against the cap, and what new counters met
+/// there (the counts start again when the limit's counters do: at start, and on a reload that
+/// adds the limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterTable {
+    /// Counters kept now.
+    pub kept: usize,
+    /// The cap (`max_counters`, rounded up to a multiple of the table's 64 shards).
+    pub max: usize,
+    /// What a new counter gets at the cap.
+    pub at_max: tollgate::AtKeyLimit,
+    /// New counters rejected at the cap (`reject`).
+    pub rejected_at_max: u64,
+    /// Counters evicted at the cap for a new one (`evict`).
+    pub evicted_at_max: u64,
+    /// Requests on new counters decided without keeping them (`admit`).
+    pub admitted_unstored_at_max: u64,
+}
+
 /// One live counter, as `GET /counters/{namespace}` lists it.
 #[derive(Clone, Debug)]
 pub struct CounterView {
@@ -113,6 +132,7 @@ pub struct Engine<C: Clock = SystemClock> {
     stripes: Box<[Mutex<()>]>,
     hasher: hashbrown::DefaultHashBuilder,
     store: Store,
+    cap: CounterCap,
 }
 
 /// Where the counters live: one value, so no combination of settings can be half-configured.
@@ -228,7 +248,8 @@ const STRIPES: usize = 4096;
 impl<C: Clock + Clone> Engine<C> {
     /// An engine deciding on `policy` (generation 1) with counters on `clock`.
     pub fn new(policy: Policy, mode: Mode, shadow: bool, clock: C) -> Engine<C> {
-        let counters = policy.limits().iter().map(|l| Arc::new(Counters::new(l, &clock))).collect();
+        let cap = CounterCap::default();
+        let counters = policy.limits().iter().map(|l| Arc::new(Counters::new(l, &clock, cap))).collect();
         Engine {
             loaded: RwLock::new(Arc::new(Loaded { policy, generation: 1, counters })),
             clock,
@@ -237,7 +258,42 @@ impl<C: Clock + Clone> Engine<C> {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: Default::default(),
             store: Store::Memory,
+            cap,
         }
+    }
+
+    /// Bounds the in-memory counters of each limit (`--max-counters`, `--at-max-counters`;
+    /// a limit's own `max_counters` and `at_max_counters` win). Call it before deciding: the
+    /// counters of the loaded limits start again, empty.
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use tollgate::{AtKeyLimit, ManualClock};
+    /// use tollgate_policy::{Descriptor, Policy};
+    /// use tollgate_server::serve::{Action, CounterCap, Engine, Mode};
+    ///
+    /// let policy = Policy::parse("- {namespace: api, max_value: 5, seconds: 60, variables: [ip]}", "limits.yaml")?;
+    /// let cap = CounterCap { max: NonZeroUsize::new(64).unwrap(), at_max: AtKeyLimit::Reject };
+    /// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new()).with_counter_cap(cap);
+    /// for ip in 0..1000 {
+    ///     let _ = engine.decide("api", &[Descriptor::from([("ip", ip.to_string().as_str())])], 1, Action::CheckAndReport);
+    /// }
+    /// let (_, tables) = engine.counter_tables();
+    /// assert_eq!((tables[0].kept, tables[0].max), (64, 64));
+    /// assert_eq!(tables[0].rejected_at_max, 1000 - 64);
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    pub fn with_counter_cap(self, cap: CounterCap) -> Engine<C> {
+        let loaded = self.loaded();
+        let counters = loaded.policy.limits().iter().map(|l| Arc::new(Counters::new(l, &self.clock, cap))).collect();
+        let fresh = Loaded { policy: loaded.policy.clone(), generation: loaded.generation, counters };
+        *self.loaded.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
+        Engine { cap, ..self }
+    }
+
+    /// The in-memory counters' bounds.
+    pub fn counter_cap(&self) -> CounterCap {
+        self.cap
     }
 
     /// Decides in memory and flushes counts to Redis in batches (call [`Engine::flush`]
@@ -389,7 +445,7 @@ impl<C: Clock + Clone> Engine<C> {
                     }
                     Arc::clone(counters)
                 }
-                None => Arc::new(Counters::new(limit, &self.clock)),
+                None => Arc::new(Counters::new(limit, &self.clock, self.cap)),
             })
             .collect();
         let generation = old.generation + 1;
@@ -500,6 +556,29 @@ impl<C: Clock + Clone> Engine<C> {
                 .for_each(|values, meta| views.push(CounterView { limit: index, values: values.clone(), meta }));
         }
         (loaded, views)
+    }
+
+    /// Each limit's in-memory counters (in the policy's order): how many are kept, the cap, and
+    /// what new counters met at the cap.
+    pub fn counter_tables(&self) -> (Arc<Loaded<C>>, Vec<CounterTable>) {
+        let loaded = self.loaded();
+        let tables = loaded
+            .counters
+            .iter()
+            .map(|c| {
+                let s = c.statistics();
+                let (max, at_max) = c.cap();
+                CounterTable {
+                    kept: s.keys,
+                    max,
+                    at_max,
+                    rejected_at_max: s.rejected_at_limit,
+                    evicted_at_max: s.evicted_at_limit,
+                    admitted_unstored_at_max: s.unstored_at_limit,
+                }
+            })
+            .collect();
+        (loaded, tables)
     }
 
     /// For each limit (by index), its fullest counter's use of `max_value` from 0.0 to 1.0.

@@ -13,7 +13,7 @@ use metrics::{Unit, counter, histogram, with_local_recorder};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 use tollgate::Clock;
 
-use super::engine::{Engine, Outcome};
+use super::engine::{CounterTable, Engine, Outcome};
 
 /// Buckets of the decision latency histogram, in seconds.
 const LATENCY_BUCKETS: &[f64] =
@@ -124,6 +124,7 @@ impl Metrics {
         for (limit, fill) in loaded.policy.limits().iter().zip(fill) {
             let _ = writeln!(out, "tollgate_limit_fill{{{}}} {fill}", labels(limit));
         }
+        self.render_counter_tables(&mut out, engine);
         let state = self.reload.lock().unwrap_or_else(|e| e.into_inner());
         let _ = writeln!(out, "# HELP tollgate_config_generation Limits loaded so far (1 = the file read at start)");
         let _ = writeln!(out, "# TYPE tollgate_config_generation gauge");
@@ -145,6 +146,55 @@ impl Metrics {
             }
         }
         out
+    }
+}
+
+/// A metric family about counter tables: name, type, help, and its value for one table.
+type Family = (&'static str, &'static str, &'static str, fn(&CounterTable) -> String);
+
+impl Metrics {
+    /// Each limit's in-memory counters against their cap (`--max-counters`), and what new
+    /// counters met at the cap: rejected, evicting another, or admitted without being kept.
+    fn render_counter_tables<C: Clock + Clone>(&self, out: &mut String, engine: &Engine<C>) {
+        let (loaded, tables) = engine.counter_tables();
+        let rows = || loaded.policy.limits().iter().zip(&tables);
+        let families: [Family; 5] = [
+            ("tollgate_counters", "gauge", "In-memory counters kept by each limit", |t| t.kept.to_string()),
+            ("tollgate_counters_max", "gauge", "Most in-memory counters each limit keeps (--max-counters)", |t| {
+                t.max.to_string()
+            }),
+            (
+                "tollgate_counters_rejected_at_max_total",
+                "counter",
+                "New counters rejected because the limit keeps its maximum (at_max_counters: reject)",
+                |t| t.rejected_at_max.to_string(),
+            ),
+            (
+                "tollgate_counters_evicted_at_max_total",
+                "counter",
+                "Counters evicted for a new one because the limit keeps its maximum (at_max_counters: evict)",
+                |t| t.evicted_at_max.to_string(),
+            ),
+            (
+                "tollgate_counters_admitted_unstored_at_max_total",
+                "counter",
+                "Requests on new counters allowed without counting because the limit keeps its maximum \
+                 (at_max_counters: admit)",
+                |t| t.admitted_unstored_at_max.to_string(),
+            ),
+        ];
+        for (name, kind, help, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (limit, table) in rows() {
+                let policy = if name == "tollgate_counters_max" {
+                    format!(",at_max_counters=\"{}\"", table.at_max.name())
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(out, "{name}{{{}{policy}}} {}", labels(limit), value(table));
+            }
+        }
     }
 }
 

@@ -15,7 +15,10 @@ mod reload;
 pub mod rls;
 mod server;
 
-pub use engine::{Action, CounterView, Engine, Loaded, Mode, Outcome, RedisStore, Status, StorageError, StorageKind};
+pub use counters::CounterCap;
+pub use engine::{
+    Action, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, RedisStore, Status, StorageError, StorageKind,
+};
 pub use metrics::Metrics;
 pub use reload::{Reloaded, Reloader};
 pub use server::{Running, ServeConfig, ServeError, Storage, TimeSource, start};

@@ -8,6 +8,7 @@ use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Policy, PolicyError};
 use tonic::transport::server::TcpIncoming;
 
+use super::counters::CounterCap;
 use super::engine::{Engine, Mode, RedisStore, StorageError};
 use super::http;
 use super::metrics::Metrics;
@@ -33,6 +34,8 @@ pub struct ServeConfig {
     pub storage: Storage,
     /// Whose clock times the windows of counters kept in Redis.
     pub time: TimeSource,
+    /// How many counters each limit keeps in memory, and what a new one gets past that.
+    pub counters: CounterCap,
 }
 
 /// Whose clock times the windows of counters kept in Redis (with in-memory storage the server's
@@ -153,7 +156,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let storage_error = |source| ServeError::Storage { file: config.limits.clone(), source };
     let text = Policy::read(&config.limits)?;
     let policy = Policy::parse(&text, &name)?;
-    let mut engine = Engine::new(policy, config.mode, config.shadow, clock);
+    let mut engine = Engine::new(policy, config.mode, config.shadow, clock).with_counter_cap(config.counters);
     let use_engine_clock = config.time == TimeSource::Server;
     let mut flush_every = None;
     match &config.storage {

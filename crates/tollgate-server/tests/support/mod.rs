@@ -57,6 +57,7 @@ pub async fn server_on(yaml: &str, mode: Mode, shadow: bool, watch: bool, storag
         storage,
         // The manual clock times Redis windows too, so tests can step through them.
         time: tollgate_server::serve::TimeSource::Server,
+        counters: Default::default(),
     };
     let clock = ManualClock::new();
     let running = start(&config, clock.clone()).await.unwrap();
