@@ -8,19 +8,7 @@
 //! information) is removed when a new key is inserted into its shard, and `max_keys` is a hard
 //! cap, where [`AtKeyLimit`] decides what happens to a new key.
 //!
-//! # Work per decision
-//!
-//! A decision on a stored key takes its shard's read lock and looks at that one key. A decision
-//! that inserts a key (below the cap, or at it) takes the shard's write lock and looks at no more
-//! than [`SWEEP`] other keys besides its own: each shard keeps its keys in an expiry heap ordered
-//! by the time each goes idle ([`crate::Algorithm::idle_at`]), so the keys nearest to idle are
-//! found at its top, removed if idle, and re-filed if they took permits since they were filed.
-//! Nothing scans a shard inside a request. What is not bounded per decision is the hash table's
-//! and the heap's own growth (each doubles, copying its entries, at most `log2(max_keys / shards)`
-//! times per shard, all on the way up to the cap) and [`Keyed::evict_idle`] and
-//! [`Keyed::set_config`], which are explicit passes over every key.
-//!
-//! The heap costs 16 bytes per stored key on top of the key, its state and the table's overhead.
+//! See [`Keyed`] for the work each decision does and what the cap costs.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -41,6 +29,23 @@ use crate::snapshot::Snapshot;
 use crate::stats::Counts;
 
 /// One limiter state per key.
+///
+/// # Work per decision
+///
+/// A decision on a stored key takes its shard's read lock and looks at that one key. A decision
+/// that inserts a key (below the cap, or at it) takes the shard's write lock and looks at no more
+/// than [`SWEEP`] other keys besides its own: each shard keeps its keys in an expiry heap ordered
+/// by the time each goes idle ([`crate::Algorithm::idle_at`]), so the keys nearest to idle are
+/// found at its top, removed if idle, and re-filed if they took permits since they were filed.
+/// At the cap, [`AtKeyLimit::Reject`] and [`AtKeyLimit::AdmitUnstored`] answer a new key under
+/// the read lock when the heap shows no idle key. Nothing scans a shard inside a request. What is
+/// not bounded per decision is the hash table's and the heap's own growth (each doubles, copying
+/// its entries, at most `log2(max_keys / shards)` times per shard on the way up to the cap), the
+/// table's occasional in-place clean-up of deleted slots after many removals (amortized over
+/// them), and [`Keyed::evict_idle`] and [`Keyed::set_config`], explicit passes over every key.
+///
+/// The heap costs 16 bytes per stored key (in a vector that doubles) on top of the key, its
+/// state and the table's overhead.
 ///
 /// ```
 /// use tollgate::{Keyed, Quota, TokenBucket};
