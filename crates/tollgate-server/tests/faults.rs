@@ -240,6 +240,7 @@ fn config(limits: &Path, storage: Storage) -> ServeConfig {
         watch: false,
         storage,
         time: TimeSource::Server,
+        counters: Default::default(),
     }
 }
 
