@@ -40,6 +40,17 @@ local function purge(now)
     redis.call('ZREM', Q, id)
     changed = true
   end
+  -- A queue entry without a heartbeat, or of an id that already holds a lease, waits for nobody:
+  -- it would count as "ahead" of every waiter forever and cost a slot. Both were seen after Redis
+  -- was paused under load (tests/semaphore.rs, holders_killed_at_random...), cause not yet known.
+  -- The head of the queue decides who is granted, so it is checked on every call (at most 16
+  -- entries); stale entries further back reach it in turn.
+  for _, id in ipairs(redis.call('ZRANGE', Q, 0, 15)) do
+    if not redis.call('ZSCORE', W, id) or redis.call('ZSCORE', H, id) then
+      redis.call('ZREM', Q, id)
+      changed = true
+    end
+  end
   return changed
 end
 
