@@ -1,0 +1,80 @@
+//! Resident memory of a `Keyed<u64, TokenBucket>` under a flood of 10 million distinct keys on
+//! 2 threads, against the memory of the same table filled exactly to its cap — measured from the
+//! process (`VmRSS` in `/proc/self/status`, Linux), for one cap policy per run:
+//!
+//! ```text
+//! cargo run --release -p tollgate --example flood_memory -- reject|evict|admit [CAP]
+//! ```
+//!
+//! Prints the RSS at the cap and after the flood, and fails (exit 1) when the flood grew it by
+//! more than 10 %.
+
+use std::num::NonZeroUsize;
+
+use tollgate::{AtKeyLimit, Keyed, Quota, TokenBucket};
+
+const FLOOD: u64 = 10_000_000;
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("Linux /proc");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status");
+    kb * 1024
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let policy = match args.first().map(String::as_str) {
+        Some("reject") => AtKeyLimit::Reject,
+        Some("evict") => AtKeyLimit::EvictNearestIdle,
+        Some("admit") => AtKeyLimit::AdmitUnstored,
+        _ => {
+            eprintln!("usage: flood_memory reject|evict|admit [CAP]");
+            std::process::exit(2);
+        }
+    };
+    let cap: usize = args.get(1).map_or(Ok(1_000_000), |c| c.parse()).expect("CAP is a number of keys");
+    // Ten a minute: a key touched once stays live for a minute, longer than the run.
+    let quota = Quota::per_minute(10).expect("valid quota");
+    let keyed: Keyed<u64, TokenBucket> = Keyed::builder(TokenBucket::new(quota))
+        .max_keys(NonZeroUsize::new(cap).expect("CAP > 0"))
+        .at_key_limit(policy)
+        .build();
+    let before = rss_bytes();
+    let mut key = 0u64;
+    while keyed.len() < cap && key < 4 * cap as u64 {
+        let _ = keyed.try_acquire(&key, 1);
+        key += 1;
+    }
+    let at_cap = rss_bytes();
+    let first = key;
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let keyed = &keyed;
+            s.spawn(move || {
+                for i in 0..FLOOD / 2 {
+                    let _ = keyed.try_acquire(&(first + 2 * i + t), 1);
+                }
+            });
+        }
+    });
+    let after = rss_bytes();
+    let table = at_cap.saturating_sub(before);
+    let grown = after.saturating_sub(at_cap);
+    println!(
+        "{}: cap {cap} keys ({} stored after the flood): RSS {} MiB at the cap (table {} MiB), {} MiB after {FLOOD} new \
+         keys on 2 threads: +{:.1}% of the table",
+        policy.name(),
+        keyed.len(),
+        at_cap >> 20,
+        table >> 20,
+        after >> 20,
+        100.0 * grown as f64 / table.max(1) as f64
+    );
+    if keyed.len() > cap || grown * 10 > table {
+        std::process::exit(1);
+    }
+}
