@@ -29,23 +29,12 @@ for i, key in ipairs(KEYS) do
     redis.call('SET', key, string.format('%.0f', tat), 'PX', ttl)
   elseif algorithm == 'fixed_window' then
     -- a = limit, b = period: counted in the current window, or in one opened now.
-    local stored = redis.call('HMGET', key, 's', 'c')
-    local start, count = tonumber(stored[1]) or now, tonumber(stored[2]) or 0
-    if count == 0 or now >= start + b then
-      start, count = now, 0
-    end
+    local start, count = fixed_state(key, b, now)  -- from window_lib.lua, prepended
     redis.call('HSET', key, 's', string.format('%.0f', start), 'c', count + n)
     redis.call('PEXPIRE', key, math.max(math.ceil((start + b - now) / 1000), 1, min_ttl))
   elseif algorithm == 'weighted_window' then
     -- b = period: counted in the current window.
-    local stored = redis.call('HMGET', key, 'i', 'p', 'c')
-    local index = math.floor(now / b)
-    local w, prev, curr = tonumber(stored[1]), tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
-    if w == nil or index - w >= 2 then
-      prev, curr = 0, 0
-    elseif index - w == 1 then
-      prev, curr = curr, 0
-    end
+    local index, prev, curr = weighted_state(key, b, now)
     redis.call('HSET', key, 'i', index, 'p', prev, 'c', curr + n)
     redis.call('PEXPIRE', key, math.max(math.ceil(((index + 2) * b - now) / 1000), 1, min_ttl))
   elseif algorithm == 'sliding_log' then

@@ -26,11 +26,7 @@ local windows = {}
 for i, key in ipairs(KEYS) do
   local lim = tonumber(ARGV[6 + 2 * (i - 1)])
   local period = tonumber(ARGV[7 + 2 * (i - 1)])
-  local stored = redis.call('HMGET', key, 's', 'c')
-  local start, count = tonumber(stored[1]) or now, tonumber(stored[2]) or 0
-  if count == 0 or now >= start + period then
-    start, count = now, 0
-  end
+  local start, count = fixed_state(key, period, now)  -- from window_lib.lua, prepended
   windows[i] = {start, count, period}
   local this_remaining, this_reset, this_retry
   if count + n > lim then

@@ -47,29 +47,19 @@ for i, key in ipairs(KEYS) do
     end
   elseif algorithm == 'weighted_window' then
     -- b = period: the grant's window is the current one or the previous one (weighted).
-    local stored = redis.call('HMGET', key, 'i', 'p', 'c')
-    local w = tonumber(stored[1])
-    if w ~= nil then
-      local index = math.floor(now / b)
-      local prev, curr = tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
-      if index - w >= 2 then
-        prev, curr = 0, 0
-      elseif index - w == 1 then
-        prev, curr = curr, 0
-      end
-      local at = math.floor(granted_at / b)
-      local k = 0
-      if at == index then
-        k = math.min(n, curr)
-        curr = curr - k
-      elseif at + 1 == index then
-        k = math.min(n, prev)
-        prev = prev - k
-      end
-      if k > 0 then
-        redis.call('HSET', key, 'i', index, 'p', prev, 'c', curr)
-        refunded = refunded + k
-      end
+    local index, prev, curr = weighted_state(key, b, now)  -- from window_lib.lua, prepended
+    local at = math.floor(granted_at / b)
+    local k = 0
+    if at == index then
+      k = math.min(n, curr)
+      curr = curr - k
+    elseif at + 1 == index then
+      k = math.min(n, prev)
+      prev = prev - k
+    end
+    if k > 0 then
+      redis.call('HSET', key, 'i', index, 'p', prev, 'c', curr)
+      refunded = refunded + k
     end
   elseif algorithm == 'sliding_log' then
     -- The grant's members carry its time as their score; any n of them are the same permits.

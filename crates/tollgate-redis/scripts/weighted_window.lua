@@ -43,18 +43,6 @@ local function wait_for(index, prev, curr, lim, p, k)
   return math.max(start + p + e - now, 0)
 end
 
-local function state(key, p)
-  local stored = redis.call('HMGET', key, 'i', 'p', 'c')
-  local index = math.floor(now / p)
-  local w, prev, curr = tonumber(stored[1]), tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
-  if w == nil or index - w >= 2 then
-    prev, curr = 0, 0
-  elseif index - w == 1 then
-    prev, curr = curr, 0
-  end
-  return index, prev, curr
-end
-
 local function meta(index, prev, curr, lim, p)
   local elapsed = now - index * p
   local weighted = prev * (p - elapsed) + curr * p
@@ -69,7 +57,7 @@ local states = {}
 for i, key in ipairs(KEYS) do
   local lim = tonumber(ARGV[6 + 2 * (i - 1)])
   local p = tonumber(ARGV[7 + 2 * (i - 1)])
-  local index, prev, curr = state(key, p)
+  local index, prev, curr = weighted_state(key, p, now)  -- from window_lib.lua, prepended
   states[i] = {index, prev, curr, lim, p}
   local elapsed = now - index * p
   if prev * (p - elapsed) + (curr + n) * p > lim * p and admitted == 1 then

@@ -6,18 +6,20 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// `clock.lua`, then each named file in order (a library such as `window_lib.lua` before the
+/// script that uses it).
 macro_rules! script {
-    ($file:literal) => {
+    ($($file:literal),+) => {
         LazyLock::new(|| {
-            Script::new(concat!(include_str!("../scripts/clock.lua"), include_str!(concat!("../scripts/", $file))))
+            Script::new(concat!(include_str!("../scripts/clock.lua"), $(include_str!(concat!("../scripts/", $file))),+))
         })
     };
 }
 
 pub(crate) static TOKEN_BUCKET: LazyLock<Script> = script!("token_bucket.lua");
-pub(crate) static FIXED_WINDOW: LazyLock<Script> = script!("fixed_window.lua");
-pub(crate) static WEIGHTED_WINDOW: LazyLock<Script> = script!("weighted_window.lua");
+pub(crate) static FIXED_WINDOW: LazyLock<Script> = script!("window_lib.lua", "fixed_window.lua");
+pub(crate) static WEIGHTED_WINDOW: LazyLock<Script> = script!("window_lib.lua", "weighted_window.lua");
 pub(crate) static SLIDING_LOG: LazyLock<Script> = script!("sliding_log.lua");
-pub(crate) static REFUND: LazyLock<Script> = script!("refund.lua");
-pub(crate) static CHARGE: LazyLock<Script> = script!("charge.lua");
+pub(crate) static REFUND: LazyLock<Script> = script!("window_lib.lua", "refund.lua");
+pub(crate) static CHARGE: LazyLock<Script> = script!("window_lib.lua", "charge.lua");
 pub(crate) static COUNTERS: LazyLock<Script> = script!("counters.lua");
