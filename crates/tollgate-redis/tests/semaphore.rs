@@ -694,6 +694,8 @@ async fn eight_processes_capacity_three_some_killed_while_holding() {
 // sent), learns the lease was lost ("L"), or is killed (the parent notes when).
 
 const PAUSED_CAPACITY: u64 = 3;
+/// Starts each line a holder child reports (G granted, R released, L lost).
+const HOLD_MARK: &str = "hold: ";
 /// Shorter than the pause: every lease held when Redis stops is lost during it.
 const PAUSED_TTL: Duration = Duration::from_millis(1000);
 
@@ -721,13 +723,13 @@ async fn hold_and_report(url: &str, child: &str) {
             Err(_) => continue,
         };
         let token = guard.fencing_token();
-        println!("G {child} {token} {}", wall_ns());
+        println!("{HOLD_MARK}G {child} {token} {}", wall_ns());
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(if rng.next(10) == 0 { 3000 } else { 10 + rng.next(70) })) => {
-                println!("R {child} {token} {}", wall_ns());
+                println!("{HOLD_MARK}R {child} {token} {}", wall_ns());
                 let _ = guard.release().await;
             }
-            _ = guard.lost() => println!("L {child} {token} {}", wall_ns()),
+            _ = guard.lost() => println!("{HOLD_MARK}L {child} {token} {}", wall_ns()),
         }
     }
 }
@@ -757,8 +759,10 @@ async fn holders_killed_at_random_and_a_paused_redis_never_exceed_capacity() {
         let (out, lines) = (process.stdout.take().unwrap(), lines.clone());
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                if line.starts_with(['G', 'R', 'L']) {
-                    lines.lock().unwrap().push(line);
+                // The harness prints "test semaphore_child_process ... " with no newline before
+                // the child's first line: find the marker anywhere, or the first grant is lost.
+                if let Some(at) = line.find(HOLD_MARK) {
+                    lines.lock().unwrap().push(line[at + HOLD_MARK.len()..].to_owned());
                 }
             }
         });
@@ -843,8 +847,9 @@ async fn holders_killed_at_random_and_a_paused_redis_never_exceed_capacity() {
     );
     assert!(most <= PAUSED_CAPACITY as usize, "{most} holders at once");
     assert!(distinct, "a fencing token was given twice");
-    // Not asserted yet: after the pause, full capacity does not always come back within TTL + 1 s
-    // (issue 18's closing note has the figures); the safety bound above is what this scenario
-    // guarantees today.
-    let _ = full_again;
+    let recovery = PAUSED_TTL + Duration::from_secs(1);
+    assert!(
+        full_again.is_some_and(|d| d <= recovery),
+        "full capacity again {full_again:?} after the last fault, more than the lease TTL + 1 s ({recovery:?})"
+    );
 }
