@@ -69,6 +69,8 @@ async fn bad_bodies_are_400_with_the_reason() {
         (r#"{"namespace":"ns","values":{"a":1},"delta":1}"#, "invalid type: integer `1`, expected a string"),
         (r#"{"namespace":"ns","delta":1,"colour":"red"}"#, "unknown field `colour`"),
         (r#"{"namespace":"ns","delta":1,"response_headers":"v99"}"#, "invalid response_headers `v99`"),
+        (r#"{"namespace":"unknown","delta":4294967296}"#, "invalid delta 4294967296: at most 4294967295"),
+        (r#"{"namespace":"ns","delta":18446744073709551615}"#, "invalid delta 18446744073709551615"),
     ] {
         for path in ["/check", "/report", "/check_and_report"] {
             let (status, _, text) = server.post(path, body).await;

@@ -12,7 +12,8 @@
 //!
 //! Bodies are `{"namespace": "...", "values": {"key": "value"}, "delta": 1, "response_headers":
 //! "DraftVersion03"}`; with `response_headers` set, the response carries the draft RateLimit
-//! headers of the tightest counter. A body that is not that JSON is a 400 that says why.
+//! headers of the tightest counter. A body that is not that JSON, or a `delta` above
+//! [`MAX_DELTA`], is a 400 that says why.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -98,6 +99,10 @@ pub struct CounterJson {
     pub expires_in_seconds: u64,
 }
 
+/// The most hits one call may count. Envoy's `hits_addend` is 32-bit; a larger delta is no real
+/// call, and at u64 scale it would wrap the `authorized_hits` counter in one request.
+pub const MAX_DELTA: u64 = u32::MAX as u64;
+
 struct Api<C: Clock> {
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
@@ -123,6 +128,13 @@ async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, body: Bytes, act
         Ok(body) => body,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("invalid request body: {e}\n")).into_response(),
     };
+    if body.delta > MAX_DELTA {
+        let why = format!(
+            "invalid delta {}: at most {MAX_DELTA} hits per call (as Envoy's 32-bit hits_addend)\n",
+            body.delta
+        );
+        return (StatusCode::BAD_REQUEST, why).into_response();
+    }
     let headers = match body.response_headers.as_deref() {
         None | Some("" | "none" | "None") => None,
         Some(v @ ("DraftVersion03" | "draft03" | "draft10" | "DraftVersion10")) => Some(v.contains("10")),
