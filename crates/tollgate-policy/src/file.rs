@@ -5,7 +5,7 @@ use serde_saphyr::Spanned;
 
 use crate::error::{PolicyError, Position};
 use crate::expr::{Condition, Variable};
-use crate::limit::{AlgorithmKind, Limit, LimitId};
+use crate::limit::{AlgorithmKind, Enforcement, Limit, LimitId};
 
 /// One entry as written. Required fields are `Option` so that a missing one is reported by us,
 /// at the entry's position, rather than by serde without one.
@@ -29,6 +29,10 @@ struct RawLimit {
     max_counters: Option<Spanned<i64>>,
     /// Ours: what a new counter gets when `max_counters` are kept and none is idle.
     at_max_counters: Option<Spanned<String>>,
+    /// Ours: count and report, never deny.
+    shadow: Option<Spanned<bool>>,
+    /// Ours: `enforce` (the default) or `quota` (allow and mark the response).
+    mode: Option<Spanned<String>>,
 }
 
 /// Parses and validates every limit of a file, in file order.
@@ -89,6 +93,7 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
             })
         })
         .transpose()?;
+    let enforcement = enforcement(raw.shadow, raw.mode, source_name)?;
     let conditions = raw
         .conditions
         .unwrap_or_default()
@@ -112,6 +117,7 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         algorithm,
         max_counters,
         at_max_counters,
+        enforcement,
         position: at,
         id: LimitId(0),
     };
@@ -123,6 +129,39 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
     }
     limit.id = limit.compute_id();
     Ok(limit)
+}
+
+/// `shadow: true` and `mode: enforce | quota`: one [`Enforcement`]. Both at once is refused: a
+/// quota limit never denies already, and a shadow one would hide the marks it exists to make.
+fn enforcement(
+    shadow: Option<Spanned<bool>>,
+    mode: Option<Spanned<String>>,
+    source_name: &str,
+) -> Result<Enforcement, PolicyError> {
+    let mode = match mode {
+        None => None,
+        Some(m) => match m.value.trim() {
+            "enforce" => None,
+            "quota" => Some(m),
+            other => {
+                return Err(PolicyError::new(
+                    source_name,
+                    m.referenced.into(),
+                    format!("unknown mode `{other}`: expected enforce (the default) or quota"),
+                ));
+            }
+        },
+    };
+    match (shadow.filter(|s| s.value), mode) {
+        (Some(s), Some(_)) => Err(PolicyError::new(
+            source_name,
+            s.referenced.into(),
+            "`shadow: true` and `mode: quota` together: a quota limit never denies already; choose one".to_string(),
+        )),
+        (Some(_), None) => Ok(Enforcement::Shadow),
+        (None, Some(_)) => Ok(Enforcement::Quota),
+        (None, None) => Ok(Enforcement::Enforce),
+    }
 }
 
 fn positive(value: Spanned<i64>, field: &str, source_name: &str) -> Result<u64, PolicyError> {

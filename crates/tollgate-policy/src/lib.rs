@@ -36,7 +36,8 @@
 //! distinct combination of variable values, the server keeps in memory for this limit) and
 //! `at_max_counters` (`reject`, `evict` or `admit`: what a new counter gets when that many are
 //! kept and none is idle; see [`tollgate::AtKeyLimit`]), both defaulting to the server's
-//! `--max-counters` and `--at-max-counters`. Unknown
+//! `--max-counters` and `--at-max-counters`; `shadow: true` (count and report, never deny) and
+//! `mode: quota` (allow, and mark the response with the quota exceeded): see [`Enforcement`]. Unknown
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
 #![deny(missing_docs)]
@@ -52,6 +53,6 @@ mod request;
 
 pub use error::{PolicyError, Position};
 pub use expr::{Condition, ExprError, Variable};
-pub use limit::{AlgorithmKind, Limit, LimitId, SLIDING_SEGMENTS};
+pub use limit::{AlgorithmKind, Enforcement, Limit, LimitId, SLIDING_SEGMENTS};
 pub use policy::{Hit, Policy};
 pub use request::Descriptor;

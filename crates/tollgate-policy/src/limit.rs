@@ -60,6 +60,49 @@ impl AlgorithmKind {
     }
 }
 
+/// What a limit does with a request it has no room for.
+///
+/// ```
+/// use tollgate_policy::{Enforcement, Policy};
+///
+/// let yaml = "- {namespace: a, max_value: 1, seconds: 60, shadow: true}\n\
+///             - {namespace: a, max_value: 9, seconds: 60, mode: quota, name: monthly}";
+/// let policy = Policy::parse(yaml, "limits.yaml")?;
+/// assert_eq!(policy.limits()[0].enforcement(), Enforcement::Shadow);
+/// assert_eq!(policy.limits()[1].enforcement(), Enforcement::Quota);
+/// assert!(!Enforcement::Quota.denies());
+/// # Ok::<(), tollgate_policy::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Enforcement {
+    /// The request is denied (Limitador's only behaviour; `mode: enforce`, the default).
+    #[default]
+    Enforce,
+    /// The limit counts and reports as if it enforced, and never denies (`shadow: true`): a new
+    /// limit tried on real traffic before it is enforced (envoy/ratelimit's `shadow_mode`).
+    /// Metrics label what it would have limited.
+    Shadow,
+    /// The request is allowed and the response marked with the quota exceeded (`mode: quota`):
+    /// billing-style quotas where going over is charged or reported, not refused.
+    Quota,
+}
+
+impl Enforcement {
+    /// False when the limit never denies a request (shadow and quota limits).
+    pub fn denies(self) -> bool {
+        self == Enforcement::Enforce
+    }
+
+    /// The name used in limits files and metrics (`enforce`, `shadow`, `quota`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Enforcement::Enforce => "enforce",
+            Enforcement::Shadow => "shadow",
+            Enforcement::Quota => "quota",
+        }
+    }
+}
+
 /// A limit from the limits file, validated.
 #[derive(Clone, Debug)]
 pub struct Limit {
@@ -73,12 +116,15 @@ pub struct Limit {
     pub(crate) algorithm: AlgorithmKind,
     pub(crate) max_counters: Option<std::num::NonZeroUsize>,
     pub(crate) at_max_counters: Option<tollgate::AtKeyLimit>,
+    pub(crate) enforcement: Enforcement,
     pub(crate) position: Position,
     pub(crate) id: LimitId,
 }
 
 /// A limit's identity: what it counts, not how much it allows. Derived from namespace, seconds,
-/// conditions (as a set), variables and algorithm — not `max_value` or `name`, as Limitador — so
+/// conditions (as a set), variables, algorithm and, for a shadow or quota limit, its
+/// [`Enforcement`] (so a shadow copy of an enforced limit has counters of its own) — not
+/// `max_value` or `name`, as Limitador — so
 /// it is equal in every process and across reloads while those are unchanged, and counters are
 /// kept (in memory across a reload, in Redis across replicas) when only `max_value` changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -133,6 +179,10 @@ impl Limit {
     pub fn at_max_counters(&self) -> Option<tollgate::AtKeyLimit> {
         self.at_max_counters
     }
+    /// What the limit does with a request it has no room for (`shadow: true`, `mode: quota`).
+    pub fn enforcement(&self) -> Enforcement {
+        self.enforcement
+    }
     /// Where the limit starts in its file.
     pub fn position(&self) -> Position {
         self.position
@@ -152,15 +202,15 @@ impl Limit {
 
     /// What makes two limits count the same requests the same way; two limits with equal shapes
     /// in one file are a mistake (which max_value is meant?).
-    pub(crate) fn shape(&self) -> (String, u64, Vec<String>, Vec<String>, AlgorithmKind) {
+    pub(crate) fn shape(&self) -> (String, u64, Vec<String>, Vec<String>, AlgorithmKind, Enforcement) {
         let mut conditions: Vec<String> = self.conditions.iter().map(|c| c.source().trim().to_string()).collect();
         conditions.sort();
         let variables = self.variables.iter().map(|v| v.source().trim().to_string()).collect();
-        (self.namespace.clone(), self.seconds, conditions, variables, self.algorithm)
+        (self.namespace.clone(), self.seconds, conditions, variables, self.algorithm, self.enforcement)
     }
 
     pub(crate) fn compute_id(&self) -> LimitId {
-        let (namespace, seconds, conditions, variables, algorithm) = self.shape();
+        let (namespace, seconds, conditions, variables, algorithm, enforcement) = self.shape();
         let mut h = Fnv::default();
         h.write(namespace.as_bytes());
         h.write(&seconds.to_le_bytes());
@@ -173,6 +223,10 @@ impl Limit {
             h.write(v.as_bytes());
         }
         h.write(algorithm.name().as_bytes());
+        // Enforced limits keep the ids they had before shadow and quota limits existed.
+        if enforcement != Enforcement::Enforce {
+            h.write(enforcement.name().as_bytes());
+        }
         LimitId(h.0)
     }
 }

@@ -70,8 +70,8 @@ impl Policy {
                     source_name,
                     limit.position,
                     format!(
-                        "duplicate limit: same namespace `{}`, seconds, conditions, variables and algorithm as the limit \
-                         at line {}",
+                        "duplicate limit: same namespace `{}`, seconds, conditions, variables, algorithm and mode as \
+                         the limit at line {}",
                         limit.namespace, first.line
                     ),
                 ));

@@ -17,9 +17,31 @@ use std::sync::Arc;
 pub struct Descriptor {
     /// The entries, in the order the caller sent them.
     pub entries: Vec<(String, String)>,
+    /// Hits for the counters attributed to this descriptor, instead of the request's (Envoy's
+    /// per-descriptor `hits_addend`, which Kuadrant sets to count LLM tokens); `None` takes the
+    /// request's. `Some(0)` counts nothing for them: a probe.
+    pub hits: Option<u64>,
 }
 
 impl Descriptor {
+    /// The same descriptor counting `hits` for its counters instead of the request's.
+    ///
+    /// ```
+    /// use tollgate_policy::Descriptor;
+    /// let d = Descriptor::from([("model", "gpt")]).with_hits(500);
+    /// assert_eq!((d.hits, d.hits_or(1)), (Some(500), 500));
+    /// assert_eq!(Descriptor::from([("model", "gpt")]).hits_or(1), 1);
+    /// ```
+    #[must_use]
+    pub fn with_hits(self, hits: u64) -> Descriptor {
+        Descriptor { hits: Some(hits), ..self }
+    }
+
+    /// This descriptor's hits, or the request's `delta` when it sets none.
+    pub fn hits_or(&self, delta: u64) -> u64 {
+        self.hits.unwrap_or(delta)
+    }
+
     /// The value of the first entry named `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
@@ -34,7 +56,7 @@ impl<K: Into<String>, V: Into<String>, const N: usize> From<[(K, V); N]> for Des
 
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Descriptor {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Descriptor {
-        Descriptor { entries: iter.into_iter().map(|(k, v)| (k.into(), v.into())).collect() }
+        Descriptor { entries: iter.into_iter().map(|(k, v)| (k.into(), v.into())).collect(), hits: None }
     }
 }
 
@@ -43,7 +65,7 @@ impl From<HashMap<String, String>> for Descriptor {
         let mut entries: Vec<_> = map.into_iter().collect();
         // A map has no order; sorting makes evaluation (and which entry wins) deterministic.
         entries.sort();
-        Descriptor { entries }
+        Descriptor { entries, hits: None }
     }
 }
 

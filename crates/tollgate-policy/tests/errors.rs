@@ -21,7 +21,7 @@ fn structure() {
     assert_eq!(
         error(&format!("{OK}  colour: red\n")),
         "limits.yaml:4:3: unknown field `colour`, expected one of namespace, max_value, seconds, name, id, conditions, \
-         variables, algorithm, max_counters, at_max_counters"
+         variables, algorithm, max_counters, at_max_counters, shadow, mode"
     );
     assert_eq!(error("namespace: a\n"), "limits.yaml:1:1: expected a list of limits (`- namespace: ...`)");
     assert!(error("- namespace: a\n  max_value: 3\n  seconds: [1\n").starts_with("limits.yaml:3:"));
@@ -73,7 +73,7 @@ fn expressions() {
 fn duplicates() {
     assert_eq!(
         error(&format!("{OK}- namespace: a\n  max_value: 5\n  seconds: 1\n")),
-        "limits.yaml:4:3: duplicate limit: same namespace `a`, seconds, conditions, variables and algorithm as the \
+        "limits.yaml:4:3: duplicate limit: same namespace `a`, seconds, conditions, variables, algorithm and mode as the \
          limit at line 1"
     );
     let reordered = "- {namespace: a, max_value: 1, seconds: 1, conditions: [\"x == '1'\", \"y == '2'\"]}\n\
@@ -145,4 +145,26 @@ fn max_counters_and_what_happens_there_are_checked() {
     assert_eq!(limit.at_max_counters(), Some(tollgate::AtKeyLimit::EvictNearestIdle));
     let plain = Policy::parse(OK, "limits.yaml").unwrap();
     assert_eq!((plain.limits()[0].max_counters(), plain.limits()[0].at_max_counters()), (None, None));
+}
+
+#[test]
+fn shadow_and_mode() {
+    assert_eq!(
+        error(&format!("{OK}  mode: audit\n")),
+        "limits.yaml:4:9: unknown mode `audit`: expected enforce (the default) or quota"
+    );
+    assert_eq!(
+        error(&format!("{OK}  mode: quota\n  shadow: true\n")),
+        "limits.yaml:5:11: `shadow: true` and `mode: quota` together: a quota limit never denies already; choose one"
+    );
+    assert!(error(&format!("{OK}  shadow: maybe\n")).starts_with("limits.yaml:4:11:"));
+    // A shadow copy of an enforced limit is another limit (its own counters), not a duplicate;
+    // `shadow: false` and `mode: enforce` are the enforced limit itself.
+    let copy = format!("{OK}- {{namespace: a, max_value: 1, seconds: 1, shadow: true}}\n");
+    let policy = Policy::parse(&copy, "limits.yaml").unwrap();
+    assert_ne!(policy.limits()[0].id(), policy.limits()[1].id());
+    assert!(
+        error(&format!("{OK}- {{namespace: a, max_value: 1, seconds: 1, shadow: false, mode: enforce}}\n"))
+            .contains("duplicate limit")
+    );
 }

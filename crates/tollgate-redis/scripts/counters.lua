@@ -4,54 +4,57 @@
 --
 -- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.
--- ARGV[2]   delta: hits (0 = probe).
--- ARGV[3]   mode: 0 = check (take nothing), 1 = check and take, all counters or none,
---           2 = report: each counter takes delta if it fits, on its own;
---           3 = flush: each counter takes delta, or what is left of its limit if less (a cache's
---               hits that were already allowed, counted as far as the window can hold them).
--- ARGV[4]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
--- ARGV[5 + 2(i-1)]  counter i: limit (max_value).
--- ARGV[6 + 2(i-1)]  counter i: window in microseconds.
+-- ARGV[2]   mode: 0 = check (take nothing), 1 = check and take: every counter takes its hits if
+--           they fit in every enforcing counter, else none does (a counter that does not
+--           enforce takes its hits only if they fit),
+--           2 = report: each counter takes its hits if they fit, on its own;
+--           3 = flush: each counter takes its hits, or what is left of its limit if less (a
+--               cache's hits that were already allowed, counted as far as the window can hold them).
+-- ARGV[3]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
+-- ARGV[4 + 4(i-1)]  counter i: limit (max_value).
+-- ARGV[5 + 4(i-1)]  counter i: window in microseconds.
+-- ARGV[6 + 4(i-1)]  counter i: hits (0 = probe).
+-- ARGV[7 + 4(i-1)]  counter i: 1 = enforcing, 0 = never denies (a shadow or quota limit).
 --
--- Returns {admitted (0|1), index of the first counter without room (1-based; 0 when none),
---          then for each counter i: remaining_i, reset_us_i, limited_i (0|1)}, counters as they
--- are after the call. A key lives until its window ends.
+-- Returns {admitted (0|1), index of the first enforcing counter without room (1-based; 0 when
+--          none), then for each counter i: remaining_i, reset_us_i, limited_i (0|1)}, counters as
+-- they are after the call; limited_i says counter i alone had no room, enforcing or not. A key
+-- lives until its window ends.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
-local delta = tonumber(ARGV[2])
-local mode = tonumber(ARGV[3])
-local min_ttl = tonumber(ARGV[4])
+local mode = tonumber(ARGV[2])
+local min_ttl = tonumber(ARGV[3])
 
 local windows = {}
 local admitted, limiting = 1, 0
 for i, key in ipairs(KEYS) do
-  local lim = tonumber(ARGV[5 + 2 * (i - 1)])
-  local period = tonumber(ARGV[6 + 2 * (i - 1)])
+  local at = 4 + 4 * (i - 1)
+  local lim, period = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  local hits, enforce = tonumber(ARGV[at + 2]), ARGV[at + 3] == '1'
   local stored = redis.call('HMGET', key, 's', 'c')
   local start, count = tonumber(stored[1]) or now, tonumber(stored[2]) or 0
   if count == 0 or now >= start + period then
     start, count = now, 0
   end
-  local fits = count + delta <= lim
+  local fits = count + hits <= lim
   if mode == 3 then fits = true end
-  windows[i] = {start = start, count = count, lim = lim, period = period, fits = fits}
-  if not fits and admitted == 1 then
+  windows[i] = {start = start, count = count, lim = lim, period = period, hits = hits, fits = fits}
+  if not fits and enforce and admitted == 1 then
     admitted, limiting = 0, i
   end
 end
 
 local function take(i, key)
   local w = windows[i]
-  w.count = math.min(w.count + delta, math.max(w.lim, w.count))
+  w.count = math.min(w.count + w.hits, math.max(w.lim, w.count))
   redis.call('HSET', key, 's', string.format('%.0f', w.start), 'c', w.count)
   redis.call('PEXPIRE', key, math.max(math.ceil((w.start + w.period - now) / 1000), 1, min_ttl))
 end
 
-if delta > 0 then
-  for i, key in ipairs(KEYS) do
-    if (mode == 1 and admitted == 1) or (mode == 2 and windows[i].fits) or mode == 3 then
-      take(i, key)
-    end
+for i, key in ipairs(KEYS) do
+  local w = windows[i]
+  if w.hits > 0 and ((mode == 1 and admitted == 1 and w.fits) or (mode == 2 and w.fits) or mode == 3) then
+    take(i, key)
   end
 end
 

@@ -19,18 +19,25 @@ pub struct WindowCounter {
     pub limit: u64,
     /// The window.
     pub window: Duration,
+    /// Hits this call counts on it (0 = a probe). Counters of one call may count different hits:
+    /// Envoy's per-descriptor `hits_addend`.
+    pub hits: u64,
+    /// False for a counter that never denies (a shadow or quota limit): it is reported as limited
+    /// when it has no room, takes nothing then, and does not make the call rejected.
+    pub enforce: bool,
 }
 
 /// What a call does with its counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CountersMode {
-    /// Would `delta` fit in every counter? Takes nothing.
+    /// Would each counter's hits fit in every enforcing counter? Takes nothing.
     Check = 0,
-    /// Takes `delta` from every counter if it fits in all, else from none.
+    /// Takes each counter's hits if they fit in every enforcing counter, else from none; a
+    /// counter that does not enforce takes its hits only if they fit.
     Take = 1,
-    /// Each counter takes `delta` if it fits, on its own (counting what already happened).
+    /// Each counter takes its hits if they fit, on its own (counting what already happened).
     Report = 2,
-    /// Each counter takes `delta`, or what is left of its limit if less (a local cache's allowed
+    /// Each counter takes its hits, or what is left of its limit if less (a local cache's allowed
     /// hits, flushed).
     Flush = 3,
 }
@@ -38,14 +45,14 @@ pub enum CountersMode {
 /// The answer of a call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CountersAnswer {
-    /// True when `delta` fitted in every counter.
+    /// True when the hits fitted in every enforcing counter.
     pub admitted: bool,
     /// Each counter after the call (`retry_ns` is `None`: windows are reported by `reset_ns`),
     /// and whether it alone had no room.
     pub counters: Vec<(Meta, bool)>,
 }
 
-/// Decides `delta` hits on `counters` in one EVALSHA, with time from Redis `TIME` (or `now_us`,
+/// Decides the hits of `counters` in one EVALSHA, with time from Redis `TIME` (or `now_us`,
 /// for tests on a manual clock; keys then live for at least a minute of real time).
 ///
 /// ```no_run
@@ -53,15 +60,14 @@ pub struct CountersAnswer {
 /// use std::time::Duration;
 /// use tollgate_redis::{CountersMode, Redis, WindowCounter, decide_windows};
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let counters = [WindowCounter { key: "rl:{api}:all".into(), limit: 100, window: Duration::from_secs(60) }];
-/// let answer = decide_windows(&redis, &counters, 1, CountersMode::Take, None).await?;
+/// let all = WindowCounter { key: "rl:{api}:all".into(), limit: 100, window: Duration::from_secs(60), hits: 1, enforce: true };
+/// let answer = decide_windows(&redis, &[all], CountersMode::Take, None).await?;
 /// assert!(answer.admitted);
 /// # Ok(()) }
 /// ```
 pub async fn decide_windows(
     redis: &Redis,
     counters: &[WindowCounter],
-    delta: u64,
     mode: CountersMode,
     now_us: Option<u64>,
 ) -> Result<CountersAnswer, BackendError> {
@@ -73,11 +79,13 @@ pub async fn decide_windows(
         Some(now) => (now.to_string(), 60_000),
         None => (String::new(), 0),
     };
-    let mut args = Vec::with_capacity(4 + 2 * counters.len());
-    args.extend([now, delta.to_string(), (mode as u8).to_string(), min_ttl.to_string()]);
+    let mut args = Vec::with_capacity(3 + 4 * counters.len());
+    args.extend([now, (mode as u8).to_string(), min_ttl.to_string()]);
     for c in counters {
         args.push(c.limit.to_string());
         args.push(c.window.as_micros().max(1).to_string());
+        args.push(c.hits.to_string());
+        args.push(u8::from(c.enforce).to_string());
     }
     let reply: Vec<i64> = redis.invoke(&scripts::COUNTERS, &keys, &args).await?;
     let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;

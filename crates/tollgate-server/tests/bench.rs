@@ -28,6 +28,7 @@ async fn server(name: &str) -> Running {
         watch: false,
         time: Default::default(),
         counters: Default::default(),
+        rate_limit_headers: None,
         storage: Default::default(),
     };
     start(&config, SystemClock::new()).await.expect("the server starts")

@@ -241,6 +241,7 @@ fn config(limits: &Path, storage: Storage) -> ServeConfig {
         storage,
         time: TimeSource::Server,
         counters: Default::default(),
+        rate_limit_headers: None,
     }
 }
 

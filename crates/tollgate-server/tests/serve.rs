@@ -152,3 +152,39 @@ async fn grpc_health_reports_serving() {
     let status = health.check(request).await.unwrap().into_inner().status;
     assert_eq!(status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
 }
+
+#[tokio::test]
+async fn rls_replies_carry_the_same_rate_limit_headers_as_the_http_api() {
+    use tollgate_server::serve::HeaderDraft;
+    for (draft, body_value) in [(HeaderDraft::Draft03, "DraftVersion03"), (HeaderDraft::Draft10, "draft10")] {
+        // Two servers with the same limits and clocks: one answers over RLS, one over HTTP, the
+        // same calls in the same order.
+        let grpc = support::server_with(SEED_003, |c| c.rate_limit_headers = Some(draft)).await;
+        let http = support::server_with(SEED_003, |_| {}).await;
+        let mut client = grpc.rls().await;
+        for call in 0..4 {
+            let d = vec![descriptor(&[("req.method", "POST"), ("round", "h")])];
+            let reply = should_rate_limit(&mut client, "example.org", d, 1).await;
+            let body = format!(
+                r#"{{"namespace":"example.org","values":{{"req.method":"POST","round":"h"}},"delta":1,"response_headers":"{body_value}"}}"#
+            );
+            let (_, headers, _) = http.post("/check_and_report", &body).await;
+            let mut from_rls: Vec<(String, String)> =
+                reply.response_headers_to_add.iter().map(|h| (h.key.clone(), h.value.clone())).collect();
+            let mut from_http: Vec<(String, String)> = headers
+                .iter()
+                .filter(|(k, _)| k.as_str().starts_with("x-ratelimit") || k.as_str().starts_with("ratelimit"))
+                .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
+                .collect();
+            from_rls.sort();
+            from_http.sort();
+            assert!(!from_rls.is_empty(), "{draft:?} call {call}: headers sent");
+            assert_eq!(from_rls, from_http, "{draft:?} call {call}");
+            assert!(reply.request_headers_to_add.is_empty());
+        }
+    }
+    let plain = support::server_with(SEED_003, |_| {}).await;
+    let mut client = plain.rls().await;
+    let reply = should_rate_limit(&mut client, "example.org", vec![descriptor(&[("round", "n")])], 1).await;
+    assert!(reply.response_headers_to_add.is_empty(), "none unless --rate-limit-headers");
+}

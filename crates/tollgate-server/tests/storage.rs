@@ -4,19 +4,26 @@ mod support;
 
 use std::time::Duration;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use support::{SEED_003, Server, descriptor, seed_003_round, server_on, should_rate_limit};
 use tollgate_policy::AlgorithmKind;
 use tollgate_server::serve::{Mode, ServeError, Storage, StorageKind};
 use tollgate_testkit::RedisServer;
 
 async fn each_storage(body: impl AsyncFn(Server)) {
-    body(server_on(SEED_003, Mode::Accuracy, false, false, Storage::Memory).await).await;
+    each_storage_for(SEED_003, body).await;
+}
+
+/// Runs `body` on a server for `yaml` with each storage in turn.
+async fn each_storage_for(yaml: &str, body: impl AsyncFn(Server)) {
+    body(server_on(yaml, Mode::Accuracy, false, false, Storage::Memory).await).await;
     let redis = RedisServer::start();
     let storage = Storage::Redis { url: redis.url(), prefix: "t:".into() };
-    body(server_on(SEED_003, Mode::Accuracy, false, false, storage).await).await;
+    body(server_on(yaml, Mode::Accuracy, false, false, storage).await).await;
     let storage = Storage::RedisCached { url: redis.url(), prefix: "c:".into(), flush: Duration::from_secs(3600) };
-    body(server_on(SEED_003, Mode::Accuracy, false, false, storage).await).await;
+    body(server_on(yaml, Mode::Accuracy, false, false, storage).await).await;
 }
 
 fn probe(method: &str, round: &str) -> String {
@@ -112,6 +119,7 @@ async fn redis_storage_rejects_other_algorithms_and_bad_urls() {
         watch: false,
         time: Default::default(),
         counters: Default::default(),
+        rate_limit_headers: None,
         storage: Storage::Redis { url, prefix: "t:".into() },
     };
     let error = tollgate_server::serve::start(&config(redis.url()), tollgate::SystemClock::new()).await.err().unwrap();
@@ -188,4 +196,122 @@ async fn redis_cached_replicas_share_counts_through_flushes() {
     let key = redis.cli(&["KEYS", "r:*"]);
     let count = redis.cli(&["HGET", key.trim(), "c"]);
     assert_eq!(count.trim(), "4", "Redis saturates at the limit: {count}");
+}
+
+/// A per-user limit, a per-model limit, a shadow limit and a quota limit, side by side.
+const MARKS: &str = r#"
+- {namespace: llm, name: per user, max_value: 10, seconds: 60, variables: [user]}
+- {namespace: llm, name: per model, max_value: 1, seconds: 60, variables: [model]}
+- {namespace: llm, name: trial, max_value: 2, seconds: 60, variables: [user], shadow: true}
+- {namespace: llm, name: monthly, max_value: 3, seconds: 60, variables: [tenant], mode: quota}
+"#;
+
+fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+    RateLimitRequest { domain: "llm".into(), descriptors, hits_addend: hits }
+}
+
+fn with_hits(mut d: RateLimitDescriptor, hits: u64) -> RateLimitDescriptor {
+    d.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
+    d
+}
+
+#[tokio::test]
+async fn kuadrant_check_and_report_share_counters_with_envoy_on_every_storage() {
+    each_storage_for(MARKS, async |server| {
+        let mut envoy = server.rls().await;
+        let user = || vec![descriptor(&[("user", "ann")])];
+        for _ in 0..3 {
+            let check = server.kuadrant("CheckRateLimit", request(user(), 4)).await.unwrap();
+            assert_eq!(check.overall_code, Code::Ok as i32);
+            assert_eq!(check.statuses[0].limit_remaining, 2, "trial (2) is the tightest; checks count nothing");
+        }
+        let report = server.kuadrant("Report", request(user(), 6)).await.unwrap();
+        assert_eq!(report.overall_code, Code::Ok as i32, "a report is never limited");
+        let decided = should_rate_limit(&mut envoy, "llm", user(), 4).await;
+        assert_eq!(decided.overall_code, Code::Ok as i32, "6 reported + 4 = 10 of 10");
+        let check = server.kuadrant("CheckRateLimit", request(user(), 1)).await.unwrap();
+        assert_eq!(check.overall_code, Code::OverLimit as i32, "what Envoy's call took, Kuadrant's check sees");
+        let over = should_rate_limit(&mut envoy, "llm", user(), 1).await;
+        assert_eq!(over.overall_code, Code::OverLimit as i32);
+        let unknown = server.kuadrant("Nope", request(user(), 1)).await.unwrap_err();
+        assert_eq!(unknown.code(), tonic::Code::Unimplemented);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn per_descriptor_hits_addend_counts_its_own_counters_all_or_nothing_on_every_storage() {
+    each_storage_for(MARKS, async |server| {
+        let mut envoy = server.rls().await;
+        let user = |hits| with_hits(descriptor(&[("user", "bob")]), hits);
+        let model = |hits: Option<u64>| {
+            let d = descriptor(&[("model", "m1")]);
+            hits.map_or(d.clone(), |h| with_hits(d, h))
+        };
+        // 5 tokens for the user, 0 for the model (a probe): the model's 1 is untouched.
+        let first = should_rate_limit(&mut envoy, "llm", vec![user(5), model(Some(0))], 1).await;
+        assert_eq!(first.overall_code, Code::Ok as i32, "{first:?}");
+        let status = |r: &RateLimitResponse, i: usize| (r.statuses[i].code, r.statuses[i].limit_remaining);
+        assert_eq!(
+            status(&first, 0),
+            (Code::Ok as i32, 2),
+            "trial (shadow, 2 left): 5 do not fit; it took and denied nothing"
+        );
+        assert_eq!(status(&first, 1), (Code::Ok as i32, 1), "0 hits: the model's counter is untouched");
+        // The request's own 1 for the model, 5 again for the user: 10 of 10 for the user.
+        let second = should_rate_limit(&mut envoy, "llm", vec![user(5), model(None)], 1).await;
+        assert_eq!(second.overall_code, Code::Ok as i32, "{second:?}");
+        assert_eq!(status(&second, 1).1, 0, "the model took the request's 1");
+        // 1 more token for the user is over; the model's probe must not be counted either way.
+        let third = should_rate_limit(&mut envoy, "llm", vec![user(1), model(Some(0))], 1).await;
+        assert_eq!(third.overall_code, Code::OverLimit as i32, "{third:?}");
+        assert_eq!(status(&third, 0).0, Code::OverLimit as i32);
+        // All or nothing: a user with room and a model without take nothing from the user.
+        let fresh = |hits| with_hits(descriptor(&[("user", "cat")]), hits);
+        let denied = should_rate_limit(&mut envoy, "llm", vec![fresh(4), model(Some(1))], 1).await;
+        assert_eq!(denied.overall_code, Code::OverLimit as i32);
+        let after = server.kuadrant("CheckRateLimit", request(vec![fresh(10)], 1)).await.unwrap();
+        assert_eq!(after.overall_code, Code::Ok as i32, "cat's 10 are all still there: {after:?}");
+        let negative = RateLimitDescriptor { is_negative_hits: true, ..user(1) };
+        let refused = envoy.should_rate_limit(request(vec![negative], 1)).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(refused.message().contains("negative hits_addend"), "{}", refused.message());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn shadow_limits_never_deny_and_quota_limits_mark_on_every_storage() {
+    each_storage_for(MARKS, async |server| {
+        let mut envoy = server.rls().await;
+        let dee = || vec![descriptor(&[("user", "dee"), ("tenant", "acme")])];
+        for call in 1..=4u32 {
+            let reply = should_rate_limit(&mut envoy, "llm", dee(), 1).await;
+            assert_eq!(reply.overall_code, Code::Ok as i32, "call {call}: shadow and quota limits never deny");
+            let marks = reply.dynamic_metadata.as_ref().map(|m| format!("{:?}", m.fields["quota_exceeded"]));
+            let header = reply.response_headers_to_add.iter().find(|h| h.key == "x-tollgate-quota-exceeded");
+            if call <= 3 {
+                assert_eq!(marks, None, "call {call}: within the quota");
+                assert!(header.is_none());
+            } else {
+                assert!(marks.unwrap().contains("monthly"), "call {call}");
+                assert_eq!(header.unwrap().value, "monthly");
+                assert_eq!(reply.statuses[0].code, Code::OverLimit as i32, "the quota's descriptor is marked");
+            }
+        }
+        let body = r#"{"namespace":"llm","values":{"user":"dee","tenant":"acme"},"delta":1}"#;
+        let (status, headers, _) = server.post("/check_and_report", body).await;
+        assert_eq!(status, 200);
+        assert_eq!(headers["x-tollgate-quota-exceeded"], "monthly");
+        let metrics = server.get("/metrics").await.1;
+        for line in [
+            "authorized_calls{limitador_namespace=\"llm\"} 5",
+            "shadow_limited_calls{limitador_namespace=\"llm\",limit_name=\"trial\"} 3",
+            "quota_exceeded_calls{limitador_namespace=\"llm\",limit_name=\"monthly\"} 2",
+        ] {
+            assert!(metrics.contains(line), "{line} in\n{metrics}");
+        }
+        assert!(!metrics.contains("\nlimited_calls{"), "nothing was limited:\n{metrics}");
+    })
+    .await;
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tollgate::{AtKeyLimit, SystemClock};
-use tollgate_server::serve::{CounterCap, Mode, ServeConfig, ServeError, Storage, start};
+use tollgate_server::serve::{CounterCap, HeaderDraft, Mode, ServeConfig, ServeError, Storage, start};
 
 /// Arguments of `tollgate serve`.
 #[derive(Debug, Args)]
@@ -71,6 +71,13 @@ pub(crate) struct ServeArgs {
     /// without counting: fail open).
     #[arg(long, value_enum, default_value = "reject")]
     at_max_counters: AtMaxCounters,
+
+    /// RateLimit headers in Envoy RLS replies (`response_headers_to_add`), as the HTTP API
+    /// sends them when asked: draft03 (`X-RateLimit-Limit`, `-Remaining`, `-Reset`, as
+    /// Limitador's `DRAFT_VERSION_03`) or draft10 (`RateLimit-Policy`, `RateLimit`). None by
+    /// default.
+    #[arg(long, value_enum, value_name = "DRAFT")]
+    rate_limit_headers: Option<HeaderDraft>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -115,6 +122,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         watch: !args.no_watch,
         time: Default::default(),
         counters: CounterCap { max: args.max_counters, at_max: args.at_max_counters.into() },
+        rate_limit_headers: args.rate_limit_headers,
         storage: match args.storage {
             StorageKind::Memory => Storage::Memory,
             StorageKind::Redis => Storage::Redis { url: args.redis_url, prefix: args.redis_prefix },

@@ -70,7 +70,8 @@ impl Cache {
         now: u64,
         redis_now: Option<u64>,
     ) -> Result<(), BackendError> {
-        let answer = decide_windows(redis, &counters, 0, CountersMode::Check, redis_now).await?;
+        let probes: Vec<Wanted> = counters.iter().map(|c| Wanted { hits: 0, ..c.clone() }).collect();
+        let answer = decide_windows(redis, &probes, CountersMode::Check, redis_now).await?;
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         for (c, (meta, _)) in counters.into_iter().zip(answer.counters) {
             let ends = (meta.reset_ns > 0).then(|| now + meta.reset_ns);
@@ -87,9 +88,10 @@ impl Cache {
         Ok(())
     }
 
-    /// Decides `delta` on every counter together; takes when `take` and all have room.
+    /// Decides every counter's hits together; takes when `take` and every enforcing counter has
+    /// room (a counter that does not enforce takes only if it has room itself).
     /// Returns each counter's state and whether it alone lacked room.
-    pub(crate) fn decide(&self, counters: &[Wanted], delta: u64, take: bool, now: u64) -> Vec<(Meta, bool)> {
+    pub(crate) fn decide(&self, counters: &[Wanted], take: bool, now: u64) -> Vec<(Meta, bool)> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         let mut fits = Vec::with_capacity(counters.len());
         for c in counters {
@@ -104,16 +106,16 @@ impl Cache {
             });
             e.limit = c.limit;
             e.expire(now);
-            fits.push(e.remaining() >= delta);
+            fits.push(e.remaining() >= c.hits);
         }
-        let admitted = fits.iter().all(|f| *f);
+        let admitted = counters.iter().zip(&fits).all(|(c, fit)| *fit || !c.enforce);
         counters
             .iter()
             .zip(fits)
             .filter_map(|(c, fit)| {
                 let e = entries.get_mut(&c.key)?;
-                if take && admitted && delta > 0 {
-                    e.pending += delta;
+                if take && admitted && fit && c.hits > 0 {
+                    e.pending += c.hits;
                     e.ends.get_or_insert(now + e.window_ns);
                 }
                 let reset_ns = e.ends.map(|end| end.saturating_sub(now)).unwrap_or(0);
@@ -139,9 +141,9 @@ impl Cache {
         };
         let mut first_error = None;
         for (key, limit, window_ns, hits) in &batch {
-            let counter =
-                WindowCounter { key: key.clone(), limit: *limit, window: std::time::Duration::from_nanos(*window_ns) };
-            let answer = decide_windows(redis, &[counter], *hits, CountersMode::Flush, redis_now).await;
+            let window = std::time::Duration::from_nanos(*window_ns);
+            let counter = WindowCounter { key: key.clone(), limit: *limit, window, hits: *hits, enforce: true };
+            let answer = decide_windows(redis, &[counter], CountersMode::Flush, redis_now).await;
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             let Some(e) = entries.get_mut(key) else { continue };
             match answer {

@@ -7,7 +7,7 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use tollgate::{Clock, Meta, SystemClock};
-use tollgate_policy::{AlgorithmKind, Descriptor, Limit, LimitId, Policy, Position};
+use tollgate_policy::{AlgorithmKind, Descriptor, Enforcement, Limit, LimitId, Policy, Position};
 
 use super::counters::{CounterCap, Counters};
 
@@ -63,7 +63,8 @@ pub struct Outcome<C: Clock = SystemClock> {
     pub statuses: Vec<Status>,
     /// The answer to give: false means "limited" (HTTP 429, RLS `OVER_LIMIT`).
     pub allowed: bool,
-    /// True when the limits said no; differs from `!allowed` only in shadow mode.
+    /// True when an enforcing limit said no; differs from `!allowed` only in shadow mode
+    /// (`--shadow`). Shadow and quota limits never set it: see [`Outcome::marked`].
     pub would_limit: bool,
 }
 
@@ -77,6 +78,38 @@ impl<C: Clock> Outcome<C> {
     pub fn generation(&self) -> u64 {
         self.loaded.generation
     }
+
+    /// The counters without room whose limit did not deny: shadow limits (and every limit under
+    /// `--shadow`) and quota limits, with what each did instead.
+    pub fn marked(&self) -> impl Iterator<Item = (&Status, Enforcement)> + '_ {
+        self.statuses.iter().filter(|s| s.limited).filter_map(move |s| match self.limit(s).enforcement() {
+            Enforcement::Enforce if self.allowed => Some((s, Enforcement::Shadow)),
+            Enforcement::Enforce => None,
+            other => Some((s, other)),
+        })
+    }
+
+    /// The names (or ids, for unnamed limits) of the quota limits this call exceeded.
+    pub fn quotas_exceeded(&self) -> Vec<String> {
+        self.marked()
+            .filter(|(_, e)| *e == Enforcement::Quota)
+            .map(|(s, _)| {
+                let limit = self.limit(s);
+                limit.name().map_or_else(|| limit.id().to_string(), str::to_string)
+            })
+            .collect()
+    }
+}
+
+/// The hits a request counts on a counter: its descriptor's own `hits_addend`, if it sets one,
+/// else the request's.
+fn hits_of(hit: &tollgate_policy::Hit<'_>, descriptors: &[Descriptor], delta: u64) -> u64 {
+    descriptors.get(hit.descriptor).map_or(delta, |d| d.hits_or(delta))
+}
+
+/// True when a status without room belongs to a limit that denies.
+fn denies<C: Clock>(loaded: &Loaded<C>, statuses: &[Status]) -> bool {
+    statuses.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies())
 }
 
 /// One limit's in-memory counters: how many are kept against the cap, and what new counters met
@@ -384,6 +417,8 @@ impl<C: Clock + Clone> Engine<C> {
                 key: redis_key(&store.prefix, namespace, hit),
                 limit: hit.limit.max_value(),
                 window: hit.limit.window(),
+                hits: hits_of(hit, descriptors, delta),
+                enforce: hit.limit.enforcement().denies(),
             })
             .collect();
         let mode = match action {
@@ -393,7 +428,7 @@ impl<C: Clock + Clone> Engine<C> {
         };
         let now = store.use_engine_clock.then(|| self.clock.now() / 1000);
         let decided = match cache {
-            None => tollgate_redis::decide_windows(&store.redis, &counters, delta, mode, now).await?.counters,
+            None => tollgate_redis::decide_windows(&store.redis, &counters, mode, now).await?.counters,
             Some(cache) => {
                 let missing = cache.missing(&counters);
                 if !missing.is_empty() {
@@ -404,11 +439,11 @@ impl<C: Clock + Clone> Engine<C> {
                 if action == Action::Report {
                     counters
                         .iter()
-                        .flat_map(|c| cache.decide(std::slice::from_ref(c), delta, take, self.clock.now()))
+                        .flat_map(|c| cache.decide(std::slice::from_ref(c), take, self.clock.now()))
                         .map(|(meta, _)| (meta, false))
                         .collect()
                 } else {
-                    cache.decide(&counters, delta, take, self.clock.now())
+                    cache.decide(&counters, take, self.clock.now())
                 }
             }
         };
@@ -417,7 +452,7 @@ impl<C: Clock + Clone> Engine<C> {
             .zip(decided)
             .map(|(hit, (meta, limited))| Status { limit: hit.index, descriptor: hit.descriptor, meta, limited })
             .collect();
-        let would_limit = statuses.iter().any(|s| s.limited);
+        let would_limit = denies(&loaded, &statuses);
         Ok(Outcome { loaded, statuses, allowed: !would_limit || self.shadow, would_limit })
     }
 
@@ -468,8 +503,10 @@ impl<C: Clock + Clone> Engine<C> {
         self.shadow
     }
 
-    /// Decides one call. `delta` is the number of hits (callers map Envoy's 0 to 1). A request
-    /// that is limited takes nothing from any counter.
+    /// Decides one call. `delta` is the number of hits (callers map Envoy's 0 to 1), unless a
+    /// descriptor sets its own ([`Descriptor::hits`]) for the counters attributed to it. A
+    /// request that is limited takes nothing from any counter; a shadow or quota limit without
+    /// room takes nothing and does not limit it.
     pub fn decide(&self, namespace: &str, descriptors: &[Descriptor], delta: u64, action: Action) -> Outcome<C> {
         let loaded = self.loaded();
         let hits = loaded.policy.hits(namespace, descriptors);
@@ -483,14 +520,14 @@ impl<C: Clock + Clone> Engine<C> {
         match action {
             Action::Check => {
                 for hit in &hits {
-                    let decided = loaded.counters[hit.index].check(&hit.values, delta);
+                    let decided = loaded.counters[hit.index].check(&hit.values, hits_of(hit, descriptors, delta));
                     statuses.push(status(hit, decided.unwrap_or_else(|r| r.meta()), decided.is_err()));
                 }
             }
             Action::Report => {
                 for hit in &hits {
                     // A report counts what happened; a counter already full stays full.
-                    let meta = match loaded.counters[hit.index].take(&hit.values, delta) {
+                    let meta = match loaded.counters[hit.index].take(&hit.values, hits_of(hit, descriptors, delta)) {
                         Ok(lease) => lease.meta(),
                         Err(rejected) => rejected.meta(),
                     };
@@ -506,6 +543,7 @@ impl<C: Clock + Clone> Engine<C> {
                 let mut limited = false;
                 for hit in &hits {
                     let counters = &loaded.counters[hit.index];
+                    let delta = hits_of(hit, descriptors, delta);
                     if limited {
                         // Already limited: report the others' state, take nothing more.
                         let decided = counters.check(&hit.values, delta);
@@ -515,18 +553,19 @@ impl<C: Clock + Clone> Engine<C> {
                     match counters.take(&hit.values, delta) {
                         Ok(lease) => {
                             statuses.push(status(hit, lease.meta(), false));
-                            taken.push((hit.index, &hit.values, lease));
+                            taken.push((statuses.len() - 1, hit.index, &hit.values, lease));
                         }
                         Err(rejected) => {
                             statuses.push(status(hit, rejected.meta(), true));
-                            limited = true;
+                            // A shadow or quota limit without room takes nothing and stops nothing.
+                            limited = hit.limit.enforcement().denies();
                         }
                     }
                 }
                 if limited {
                     // All or nothing. In accuracy mode the locks are still held, so no other
                     // request saw these permits gone.
-                    for (i, (index, values, lease)) in taken.into_iter().enumerate() {
+                    for (i, index, values, lease) in taken {
                         let counters = &loaded.counters[index];
                         counters.give_back(values, lease);
                         statuses[i].meta = counters.check(values, 0).unwrap_or_else(|r| r.meta());
@@ -534,7 +573,7 @@ impl<C: Clock + Clone> Engine<C> {
                 }
             }
         }
-        let would_limit = statuses.iter().any(|s| s.limited);
+        let would_limit = denies(&loaded, &statuses);
         Outcome { loaded, statuses, allowed: !would_limit || self.shadow, would_limit }
     }
 

@@ -12,25 +12,26 @@
 //!
 //! Bodies are `{"namespace": "...", "values": {"key": "value"}, "delta": 1, "response_headers":
 //! "DraftVersion03"}`; with `response_headers` set, the response carries the draft RateLimit
-//! headers of the tightest counter. A body that is not that JSON, or a `delta` above
+//! headers of the tightest counter (see [`super::headers`]). A call that exceeds a quota limit
+//! (`mode: quota`) is allowed and carries `X-Tollgate-Quota-Exceeded`. A body that is not that JSON, or a `delta` above
 //! [`MAX_DELTA`], is a 400 that says why.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use tollgate::Clock;
 use tollgate_policy::{Descriptor, Limit};
 
-use super::engine::{Action, Engine, Outcome};
+use super::engine::{Action, Engine};
+use super::headers::{HeaderDraft, response_headers};
 use super::metrics::Metrics;
 
 /// A check, report or check-and-report request.
@@ -135,16 +136,9 @@ async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, body: Bytes, act
         );
         return (StatusCode::BAD_REQUEST, why).into_response();
     }
-    let headers = match body.response_headers.as_deref() {
-        None | Some("" | "none" | "None") => None,
-        Some(v @ ("DraftVersion03" | "draft03" | "draft10" | "DraftVersion10")) => Some(v.contains("10")),
-        Some(other) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("invalid response_headers `{other}`: expected DraftVersion03 or draft10\n"),
-            )
-                .into_response();
-        }
+    let draft = match HeaderDraft::from_body(body.response_headers.as_deref().unwrap_or("")) {
+        Ok(draft) => draft,
+        Err(why) => return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
     };
     let descriptors = [Descriptor::from(body.values)];
     let outcome = match api.engine.call(&body.namespace, &descriptors, body.delta, action).await {
@@ -161,42 +155,12 @@ async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, body: Bytes, act
     let status =
         if outcome.allowed || action == Action::Report { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
     let mut response = (status, [(header::CONTENT_TYPE, "application/json")], "null").into_response();
-    if let Some(draft10) = headers {
-        rate_limit_headers(&outcome, draft10, response.headers_mut());
+    for (name, value) in response_headers(&outcome, draft) {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(HeaderName::from_static(name), value);
+        }
     }
     response
-}
-
-/// The tightest counter's draft RateLimit headers (draft 03: `X-RateLimit-Limit`, `-Remaining`,
-/// `-Reset`, as Limitador sends; draft 10: `RateLimit-Policy` and `RateLimit`).
-fn rate_limit_headers<C: Clock>(outcome: &Outcome<C>, draft10: bool, headers: &mut HeaderMap) {
-    let mut order: Vec<&super::engine::Status> = outcome.statuses.iter().collect();
-    order.sort_by_key(|s| (!s.limited, s.meta.remaining));
-    let Some(tightest) = order.first() else { return };
-    let limit = outcome.limit(tightest);
-    let reset = tightest.meta.reset_ns.div_ceil(1_000_000_000);
-    let mut put = |name: &'static str, value: String| {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    };
-    if draft10 {
-        let policy = format!("\"{}\";q={};w={}", limit.id(), limit.max_value(), limit.seconds());
-        put("ratelimit-policy", policy);
-        put("ratelimit", format!("\"{}\";r={};t={reset}", limit.id(), tightest.meta.remaining));
-    } else {
-        let mut value = limit.max_value().to_string();
-        for status in &order {
-            let l = outcome.limit(status);
-            let _ = write!(value, ", {};w={}", l.max_value(), l.seconds());
-            if let Some(name) = l.name() {
-                let _ = write!(value, ";name=\"{}\"", name.replace('"', "'"));
-            }
-        }
-        put("x-ratelimit-limit", value);
-        put("x-ratelimit-remaining", tightest.meta.remaining.to_string());
-        put("x-ratelimit-reset", reset.to_string());
-    }
 }
 
 async fn limits<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, Path(namespace): Path<String>) -> Response {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use metrics::{Unit, counter, histogram, with_local_recorder};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 use tollgate::Clock;
+use tollgate_policy::Enforcement;
 
 use super::engine::{CounterTable, Engine, Outcome};
 
@@ -52,32 +53,47 @@ impl Metrics {
             metrics::describe_counter!("limited_calls", "Calls limited, per namespace and limiting limit");
             metrics::describe_counter!(
                 "shadow_limited_calls",
-                "Calls that would have been limited (shadow mode allowed them)"
+                "Calls a shadow limit (or --shadow) would have limited, per limit: allowed"
+            );
+            metrics::describe_counter!(
+                "quota_exceeded_calls",
+                "Calls over a quota limit (mode: quota), per limit: allowed and marked"
             );
             metrics::describe_histogram!("tollgate_decision_seconds", Unit::Seconds, "Time to decide one call");
         });
         Metrics { recorder, reload: Mutex::new(ReloadState::default()) }
     }
 
-    /// Records one decided call.
+    /// Records one decided call: allowed or limited (by the first enforcing limit without room),
+    /// `hits` added to `authorized_hits` when allowed, and each shadow or quota limit it went over
+    /// (`shadow_limited_calls`, `quota_exceeded_calls`, labelled with the limit's name).
     pub fn record<C: Clock>(&self, namespace: &str, outcome: &Outcome<C>, hits: u64, took: Duration) {
         with_local_recorder(&self.recorder, || {
             histogram!("tollgate_decision_seconds").record(took.as_secs_f64());
-            if !outcome.would_limit {
-                counter!("authorized_calls", "limitador_namespace" => namespace.to_string()).increment(1);
-                counter!("authorized_hits", "limitador_namespace" => namespace.to_string()).increment(hits);
-                return;
-            }
-            let by = outcome.statuses.iter().find(|s| s.limited).map(|s| outcome.limit(s).name().unwrap_or(""));
-            let name = by.unwrap_or("").to_string();
+            let ns = || namespace.to_string();
+            let name = |s: &super::engine::Status| outcome.limit(s).name().unwrap_or("").to_string();
             if outcome.allowed {
-                counter!("shadow_limited_calls", "limitador_namespace" => namespace.to_string(), "limit_name" => name)
-                    .increment(1);
-                counter!("authorized_calls", "limitador_namespace" => namespace.to_string()).increment(1);
-            } else {
-                counter!("limited_calls", "limitador_namespace" => namespace.to_string(), "limit_name" => name)
-                    .increment(1);
+                counter!("authorized_calls", "limitador_namespace" => ns()).increment(1);
+                if hits > 0 {
+                    counter!("authorized_hits", "limitador_namespace" => ns()).increment(hits);
+                }
+            } else if let Some(by) = outcome.statuses.iter().find(|s| s.limited) {
+                counter!("limited_calls", "limitador_namespace" => ns(), "limit_name" => name(by)).increment(1);
             }
+            for (status, enforcement) in outcome.marked() {
+                let metric = match enforcement {
+                    Enforcement::Quota => "quota_exceeded_calls",
+                    _ => "shadow_limited_calls",
+                };
+                counter!(metric, "limitador_namespace" => ns(), "limit_name" => name(status)).increment(1);
+            }
+        });
+    }
+
+    /// Records hits reported without a decision (Kuadrant's `Report`).
+    pub fn record_report(&self, namespace: &str, hits: u64) {
+        with_local_recorder(&self.recorder, || {
+            counter!("authorized_hits", "limitador_namespace" => namespace.to_string()).increment(hits);
         });
     }
 

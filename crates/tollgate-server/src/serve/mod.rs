@@ -9,7 +9,9 @@
 mod cache;
 mod counters;
 mod engine;
+pub mod headers;
 pub mod http;
+mod kuadrant;
 mod metrics;
 mod reload;
 pub mod rls;
@@ -19,6 +21,7 @@ pub use counters::CounterCap;
 pub use engine::{
     Action, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, RedisStore, Status, StorageError, StorageKind,
 };
+pub use headers::HeaderDraft;
 pub use metrics::Metrics;
 pub use reload::{Reloaded, Reloader};
 pub use server::{Running, ServeConfig, ServeError, Storage, TimeSource, start};

@@ -1,38 +1,117 @@
-//! Envoy's rate limit service, v3: `ShouldRateLimit` answered by the [`Engine`].
+//! Envoy's rate limit service, v3 (`ShouldRateLimit`), and Kuadrant's
+//! (`kuadrant.service.ratelimit.v1.RateLimitService`: `CheckRateLimit` checks without counting,
+//! `Report` counts without checking; both take and return Envoy's messages), answered by the
+//! [`Engine`] on one port.
 //!
 //! `domain` is the namespace; each descriptor's entries are one [`Descriptor`]; `hits_addend` is
-//! the delta, 0 meaning 1 (as Envoy sends it). The response has the overall code and one status per
-//! descriptor: the tightest counter attributed to that descriptor (see
-//! [`tollgate_policy::Hit::descriptor`]), with its limit, remaining hits and time until reset.
+//! the delta, 0 meaning 1 (as Envoy sends it), and a descriptor's own `hits_addend` overrides it
+//! for the counters attributed to that descriptor (0 there counts nothing). The response has the
+//! overall code and one status per descriptor: the tightest counter attributed to that descriptor
+//! (see [`tollgate_policy::Hit::descriptor`]), with its limit, remaining hits and time until
+//! reset. A descriptor whose quota limit (`mode: quota`) is exceeded has status `OVER_LIMIT` while
+//! the overall code is `OK`; the names of the exceeded quotas are in `dynamic_metadata`
+//! (`quota_exceeded`, a list) and in the `x-tollgate-quota-exceeded` response header. With
+//! `--rate-limit-headers`, `response_headers_to_add` carries the same RateLimit headers as the
+//! HTTP API.
+//!
+//! Not honoured: a descriptor's `limit` override (the limits file decides) — and a negative
+//! `hits_addend` (`is_negative_hits`) is refused as `INVALID_ARGUMENT`, not counted wrongly.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, ListValue, Struct, Value, value::Kind};
 use tollgate::{Clock, SystemClock};
-use tollgate_policy::{Descriptor, Limit};
+use tollgate_policy::{Descriptor, Enforcement, Limit};
 use tonic::{Request, Response, Status as GrpcStatus};
 
 use super::engine::{Action, Engine, Outcome};
+use super::headers::{HeaderDraft, response_headers};
 use super::metrics::Metrics;
 
+pub use super::kuadrant::KuadrantServer;
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
-/// The gRPC service; wrap it in [`RateLimitServiceServer`] to serve it.
+/// The gRPC services' shared state; wrap it in [`RateLimitServiceServer`] (Envoy) or
+/// [`KuadrantServer`] (Kuadrant) to serve it.
 pub struct Rls<C: Clock = SystemClock> {
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
+    headers: Option<HeaderDraft>,
 }
 
 impl<C: Clock + Clone> Rls<C> {
-    /// A service deciding with `engine` and recording into `metrics`.
+    /// A service deciding with `engine` and recording into `metrics`, without RateLimit headers.
     pub fn new(engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -> Rls<C> {
-        Rls { engine, metrics }
+        Rls { engine, metrics, headers: None }
     }
+
+    /// Adds the draft's RateLimit headers to every reply (`--rate-limit-headers`).
+    #[must_use]
+    pub fn with_headers(self, headers: Option<HeaderDraft>) -> Rls<C> {
+        Rls { headers, ..self }
+    }
+
+    /// Decides one request for any of the services.
+    pub(crate) async fn answer(
+        &self,
+        request: RateLimitRequest,
+        action: Action,
+    ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
+        let started = Instant::now();
+        if request.domain.is_empty() {
+            return Err(GrpcStatus::invalid_argument("domain (the namespace) must not be empty"));
+        }
+        let descriptors = descriptors(request.descriptors)?;
+        let delta = u64::from(request.hits_addend.max(1));
+        let outcome = match self.engine.call(&request.domain, &descriptors, delta, action).await {
+            Ok(outcome) => outcome,
+            // UNAVAILABLE lets Envoy's failure_mode_deny decide, as Limitador does.
+            Err(e) => return Err(GrpcStatus::unavailable(format!("counter storage unavailable: {e}"))),
+        };
+        // As on the HTTP API: a decision is a call; a report adds hits only.
+        match action {
+            Action::CheckAndReport => self.metrics.record(&request.domain, &outcome, delta, started.elapsed()),
+            Action::Check => self.metrics.record(&request.domain, &outcome, 0, started.elapsed()),
+            Action::Report => self.metrics.record_report(&request.domain, delta),
+        }
+        let mut reply = response(&outcome, descriptors.len());
+        reply.response_headers_to_add = response_headers(&outcome, self.headers)
+            .into_iter()
+            .map(|(key, value)| HeaderValue { key: key.to_string(), value, raw_value: Vec::new() })
+            .collect();
+        let quotas = outcome.quotas_exceeded();
+        if !quotas.is_empty() {
+            let list = quotas.into_iter().map(|q| Value { kind: Some(Kind::StringValue(q)) }).collect();
+            let value = Value { kind: Some(Kind::ListValue(ListValue { values: list })) };
+            reply.dynamic_metadata = Some(Struct { fields: [("quota_exceeded".to_string(), value)].into() });
+        }
+        Ok(Response::new(reply))
+    }
+}
+
+/// The request's descriptors as the policy reads them, with their own `hits_addend`.
+fn descriptors(descriptors: Vec<RateLimitDescriptor>) -> Result<Vec<Descriptor>, GrpcStatus> {
+    descriptors
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if d.is_negative_hits {
+                return Err(GrpcStatus::invalid_argument(format!(
+                    "descriptor {i}: a negative hits_addend (is_negative_hits) is not supported"
+                )));
+            }
+            let mut descriptor: Descriptor = d.entries.into_iter().map(|e| (e.key, e.value)).collect();
+            descriptor.hits = d.hits_addend.map(|h| h.value);
+            Ok(descriptor)
+        })
+        .collect()
 }
 
 #[tonic::async_trait]
@@ -41,43 +120,34 @@ impl<C: Clock + Clone> RateLimitService for Rls<C> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
-        let started = Instant::now();
-        let request = request.into_inner();
-        if request.domain.is_empty() {
-            return Err(GrpcStatus::invalid_argument("domain (the namespace) must not be empty"));
-        }
-        let descriptors: Vec<Descriptor> = request
-            .descriptors
-            .into_iter()
-            .map(|d| d.entries.into_iter().map(|e| (e.key, e.value)).collect())
-            .collect();
-        let delta = u64::from(request.hits_addend.max(1));
-        let outcome = match self.engine.call(&request.domain, &descriptors, delta, Action::CheckAndReport).await {
-            Ok(outcome) => outcome,
-            // UNAVAILABLE lets Envoy's failure_mode_deny decide, as Limitador does.
-            Err(e) => return Err(GrpcStatus::unavailable(format!("counter storage unavailable: {e}"))),
-        };
-        self.metrics.record(&request.domain, &outcome, delta, started.elapsed());
-        Ok(Response::new(response(&outcome, descriptors.len())))
+        self.answer(request.into_inner(), Action::CheckAndReport).await
     }
 }
 
 /// The RLS response for an outcome over `descriptors` descriptors.
 pub(crate) fn response<C: Clock>(outcome: &Outcome<C>, descriptors: usize) -> RateLimitResponse {
     let mut statuses = vec![DescriptorStatus { code: Code::Ok as i32, ..Default::default() }; descriptors.max(1)];
-    let mut tightest: Vec<Option<(bool, u64)>> = vec![None; statuses.len()];
+    let mut tightest: Vec<Option<(bool, bool, u64)>> = vec![None; statuses.len()];
     for status in &outcome.statuses {
         let slot = status.descriptor.min(statuses.len() - 1);
-        // A limited counter wins; then the one with the fewest hits remaining.
-        let rank = (!status.limited, status.meta.remaining);
+        let limit = outcome.limit(status);
+        // Over limit: it denied the call, or it is a quota the call exceeded (marked, allowed).
+        let over = status.limited
+            && match limit.enforcement() {
+                Enforcement::Enforce => !outcome.allowed,
+                Enforcement::Quota => true,
+                Enforcement::Shadow => false,
+            };
+        // A counter over its limit wins, then one without room (a shadow limit's), then the one
+        // with the fewest hits remaining.
+        let rank = (!over, !status.limited, status.meta.remaining);
         if tightest[slot].is_some_and(|t| t <= rank) {
             continue;
         }
         tightest[slot] = Some(rank);
-        let limited = status.limited && !outcome.allowed;
         statuses[slot] = DescriptorStatus {
-            code: if limited { Code::OverLimit } else { Code::Ok } as i32,
-            current_limit: Some(rate_limit(outcome.limit(status))),
+            code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            current_limit: Some(rate_limit(limit)),
             limit_remaining: u32::try_from(status.meta.remaining).unwrap_or(u32::MAX),
             duration_until_reset: Some(duration(status.meta.reset_ns)),
             quota: None,
@@ -111,6 +181,6 @@ fn duration(ns: u64) -> ProtoDuration {
 
 impl<C: Clock> std::fmt::Debug for Rls<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rls").field("engine", &self.engine).finish_non_exhaustive()
+        f.debug_struct("Rls").field("engine", &self.engine).field("headers", &self.headers).finish_non_exhaustive()
     }
 }

@@ -10,10 +10,11 @@ use tonic::transport::server::TcpIncoming;
 
 use super::counters::CounterCap;
 use super::engine::{Engine, Mode, RedisStore, StorageError};
+use super::headers::HeaderDraft;
 use super::http;
 use super::metrics::Metrics;
 use super::reload::Reloader;
-use super::rls::{RateLimitServiceServer, Rls};
+use super::rls::{KuadrantServer, RateLimitServiceServer, Rls};
 
 /// What `tollgate serve` runs.
 #[derive(Clone, Debug)]
@@ -36,6 +37,8 @@ pub struct ServeConfig {
     pub time: TimeSource,
     /// How many counters each limit keeps in memory, and what a new one gets past that.
     pub counters: CounterCap,
+    /// RateLimit headers in RLS replies (`--rate-limit-headers`); none by default.
+    pub rate_limit_headers: Option<HeaderDraft>,
 }
 
 /// Whose clock times the windows of counters kept in Redis (with in-memory storage the server's
@@ -189,7 +192,10 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RateLimitServiceServer<Rls<C>>>().await;
-    let rls = RateLimitServiceServer::new(Rls::new(engine.clone(), metrics.clone()));
+    health.set_serving::<KuadrantServer<C>>().await;
+    let rls = Arc::new(Rls::new(engine.clone(), metrics.clone()).with_headers(config.rate_limit_headers));
+    let kuadrant = KuadrantServer::new(rls.clone());
+    let rls = RateLimitServiceServer::from_arc(rls);
     let mut stop = signal.clone();
     let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
     let grpc_task = tokio::spawn(async move {
@@ -200,6 +206,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
             .layer(tower::util::MapResponseLayer::new(decode_errors_are_invalid_argument))
             .add_service(health_service)
             .add_service(rls)
+            .add_service(kuadrant)
             .serve_with_incoming_shutdown(incoming, stopped)
             .await;
         if let Err(e) = served {

@@ -44,21 +44,34 @@ pub async fn server(yaml: &str, mode: Mode, shadow: bool, watch: bool) -> Server
 
 /// The same, with counters in `storage`.
 pub async fn server_on(yaml: &str, mode: Mode, shadow: bool, watch: bool, storage: Storage) -> Server {
+    server_with(yaml, |config| {
+        config.mode = mode;
+        config.shadow = shadow;
+        config.watch = watch;
+        config.storage = storage;
+    })
+    .await
+}
+
+/// A server for `yaml` (accuracy mode, no watching, in memory) with `edit` applied to its config.
+pub async fn server_with(yaml: &str, edit: impl FnOnce(&mut ServeConfig)) -> Server {
     let dir = temp_dir("serve");
     let limits = dir.join("limits.yaml");
     std::fs::write(&limits, yaml).unwrap();
-    let config = ServeConfig {
+    let mut config = ServeConfig {
         limits: limits.clone(),
         grpc: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
-        mode,
-        shadow,
-        watch,
-        storage,
+        mode: Mode::Accuracy,
+        shadow: false,
+        watch: false,
+        storage: Storage::Memory,
         // The manual clock times Redis windows too, so tests can step through them.
         time: tollgate_server::serve::TimeSource::Server,
         counters: Default::default(),
+        rate_limit_headers: None,
     };
+    edit(&mut config);
     let clock = ManualClock::new();
     let running = start(&config, clock.clone()).await.unwrap();
     let http = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
@@ -68,6 +81,18 @@ pub async fn server_on(yaml: &str, mode: Mode, shadow: bool, watch: bool, storag
 impl Server {
     pub async fn rls(&self) -> RateLimitServiceClient<Channel> {
         RateLimitServiceClient::connect(format!("http://{}", self.running.grpc)).await.unwrap()
+    }
+
+    /// Calls a method of Kuadrant's service (`CheckRateLimit`, `Report`) with a plain tonic
+    /// client, as Kuadrant's wasm-shim does.
+    pub async fn kuadrant(&self, method: &str, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        let channel = Channel::from_shared(format!("http://{}", self.running.grpc)).unwrap().connect().await.unwrap();
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        let path = format!("/kuadrant.service.ratelimit.v1.RateLimitService/{method}");
+        let path = http::uri::PathAndQuery::try_from(path).unwrap();
+        let codec = tonic_prost::ProstCodec::default();
+        grpc.unary(tonic::Request::new(request), path, codec).await.map(tonic::Response::into_inner)
     }
 
     /// POST `body` to `path`: status, headers, body text.
