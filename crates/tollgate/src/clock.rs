@@ -29,6 +29,14 @@ pub trait Clock: Clone + Send + Sync + 'static {
     /// Waiting limiters (`acquire(n).await`) use it; [`SystemClock`] needs a tokio runtime with
     /// its time driver enabled for it.
     fn sleep_until(&self, deadline: u64) -> Sleep;
+
+    /// Nanoseconds since the UNIX epoch at this clock's origin (where [`Clock::now`] is 0): what
+    /// places calendar windows (a UTC day, a month in a time zone) on the clock. The default, 0,
+    /// puts the origin at 1970-01-01T00:00Z, as [`ManualClock`] does, so tests set dates by
+    /// advancing it.
+    fn unix_origin_ns(&self) -> u64 {
+        0
+    }
 }
 
 /// The real clock: the time-stamp counter read through `quanta`, calibrated to nanoseconds.
@@ -43,6 +51,7 @@ pub trait Clock: Clone + Send + Sync + 'static {
 pub struct SystemClock {
     clock: quanta::Clock,
     origin: u64,
+    unix_origin: u64,
 }
 
 impl SystemClock {
@@ -50,7 +59,12 @@ impl SystemClock {
     pub fn new() -> Self {
         let clock = quanta::Clock::new();
         let origin = clock.raw();
-        SystemClock { clock, origin }
+        // Read once: calendar boundaries then follow the monotonic clock, unmoved by later
+        // wall-clock steps (a drift of seconds a day at most, against windows of days).
+        let unix_origin = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        SystemClock { clock, origin, unix_origin }
     }
 }
 
@@ -65,6 +79,10 @@ impl Clock for SystemClock {
     fn now(&self) -> u64 {
         // Raw counter ticks scaled once: no `Instant`/`Duration` round trip on the hot path.
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
+    }
+
+    fn unix_origin_ns(&self) -> u64 {
+        self.unix_origin
     }
 
     fn sleep_until(&self, deadline: u64) -> Sleep {

@@ -27,6 +27,9 @@ use crate::snapshot::Snapshot;
 /// Quota changes keep the current window's start and count; the new limit and period apply to it.
 pub struct FixedWindow {
     quota: SeqCell<Quota>,
+    /// Calendar windows instead of windows opened by the first request.
+    #[cfg(feature = "calendar")]
+    calendar: Option<Box<crate::calendar::ClockCalendar>>,
 }
 
 /// The state of one [`FixedWindow`].
@@ -42,7 +45,69 @@ struct Window {
 impl FixedWindow {
     /// `quota.limit()` permits per `quota.period()`; the burst is not used.
     pub fn new(quota: Quota) -> FixedWindow {
-        FixedWindow { quota: SeqCell::new(quota) }
+        FixedWindow {
+            quota: SeqCell::new(quota),
+            #[cfg(feature = "calendar")]
+            calendar: None,
+        }
+    }
+
+    /// At most `limit` permits per calendar window (a day, week or month of a time zone) as
+    /// `clock` places it: every key's window opens and closes on the calendar's boundaries, and
+    /// `reset` and `retry` count down to the next one. The quota's period is the calendar's
+    /// nominal length (what `window()` reports). Feature `calendar`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Calendar, CalendarUnit, FixedWindow, Limiter, ManualClock};
+    ///
+    /// let clock = ManualClock::new(); // its origin is 1970-01-01T00:00Z
+    /// clock.advance(Duration::from_secs(1_769_903_999)); // 2026-01-31T23:59:59Z
+    /// let month = Calendar::new(CalendarUnit::Month, "UTC")?;
+    /// let limiter = Limiter::builder(FixedWindow::calendar(3, month, &clock)?).clock(clock.clone()).build();
+    /// assert!(limiter.try_acquire(3).is_ok());
+    /// let no = limiter.try_acquire(1).unwrap_err();
+    /// assert_eq!(no.retry_after(), Some(Duration::from_secs(1)), "February starts in a second");
+    /// clock.advance(Duration::from_secs(1));
+    /// assert!(limiter.try_acquire(3).is_ok(), "a new month, a new window");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "calendar")]
+    pub fn calendar(
+        limit: u64,
+        calendar: crate::Calendar,
+        clock: &impl crate::Clock,
+    ) -> Result<FixedWindow, crate::QuotaError> {
+        let quota = Quota::per(calendar.nominal(), limit)?;
+        let calendar = crate::calendar::ClockCalendar::new(calendar, clock.unix_origin_ns());
+        Ok(FixedWindow { quota: SeqCell::new(quota), calendar: Some(Box::new(calendar)) })
+    }
+
+    /// The calendar, for a limiter built with [`FixedWindow::calendar`].
+    #[cfg(feature = "calendar")]
+    pub fn calendar_of(&self) -> Option<&crate::Calendar> {
+        self.calendar.as_deref().map(|c| &c.calendar)
+    }
+
+    /// The window `w` is in at `now` (a new, empty one if its own is over), and when it ends.
+    #[inline]
+    fn at(&self, w: Window, now: u64, period: u64) -> (Window, u64) {
+        #[cfg(feature = "calendar")]
+        if let Some(calendar) = &self.calendar {
+            let (start, end) = calendar.window(now);
+            let w = if w.start == start { w } else { Window { start, count: 0 } };
+            return (w, end);
+        }
+        let w = current(w, now, period);
+        (w, w.start.saturating_add(period))
+    }
+
+    /// True for calendar windows, whose end is known before anyone opens them.
+    fn fixed_bounds(&self) -> bool {
+        #[cfg(feature = "calendar")]
+        return self.calendar.is_some();
+        #[cfg(not(feature = "calendar"))]
+        false
     }
 }
 
@@ -52,10 +117,10 @@ fn current(w: Window, now: u64, period: u64) -> Window {
     if w.count == 0 || now >= w.start.saturating_add(period) { Window { start: now, count: 0 } } else { w }
 }
 
-fn meta(q: &Quota, w: Window, now: u64) -> Meta {
+fn meta(q: &Quota, w: Window, end: u64, fixed_bounds: bool, now: u64) -> Meta {
     let remaining = q.limit().saturating_sub(w.count);
-    let end = w.start.saturating_add(q.period_ns());
-    let reset_ns = if w.count == 0 { 0 } else { end.saturating_sub(now) };
+    // An empty first-hit window has no end yet; a calendar window always has one.
+    let reset_ns = if w.count == 0 && !fixed_bounds { 0 } else { end.saturating_sub(now) };
     Meta { limit: q.limit(), remaining, reset_ns, retry_ns: Some(if remaining > 0 { 0 } else { reset_ns }) }
 }
 
@@ -63,18 +128,19 @@ impl FixedWindow {
     fn decide_meta(&self, state: &FixedWindowState, now: u64, n: u64, commit: bool) -> Result<Meta, Meta> {
         let q = self.quota.load();
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
-        let w = current(*guard, now, q.period_ns());
+        let (w, end) = self.at(*guard, now, q.period_ns());
+        let fixed = self.fixed_bounds();
         if w.count.saturating_add(n) > q.limit() {
-            let mut m = meta(&q, w, now);
-            m.retry_ns = Some(w.start.saturating_add(q.period_ns()).saturating_sub(now));
+            let mut m = meta(&q, w, end, fixed, now);
+            m.retry_ns = Some(end.saturating_sub(now));
             return Err(m);
         }
         if n == 0 || !commit {
-            return Ok(meta(&q, w, now));
+            return Ok(meta(&q, w, end, fixed, now));
         }
         let w = Window { start: w.start, count: w.count + n };
         *guard = w;
-        Ok(meta(&q, w, now))
+        Ok(meta(&q, w, end, fixed, now))
     }
 }
 
@@ -104,24 +170,25 @@ impl Algorithm for FixedWindow {
 
     fn is_idle(&self, state: &FixedWindowState, now: u64) -> bool {
         let w = *state.0.lock().unwrap_or_else(|e| e.into_inner());
-        current(w, now, self.quota.load().period_ns()).count == 0
+        self.at(w, now, self.quota.load().period_ns()).0.count == 0
     }
 
     fn idle_at(&self, state: &FixedWindowState, now: u64) -> u64 {
         let period = self.quota.load().period_ns();
-        let w = current(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, period);
-        if w.count == 0 { now } else { w.start.saturating_add(period) }
+        let (w, end) = self.at(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, period);
+        if w.count == 0 { now } else { end }
     }
 
     fn wait_estimate(&self, state: &FixedWindowState, now: u64, permits: u64) -> Option<u64> {
         let q = self.quota.load();
-        let w = current(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, q.period_ns());
+        let (w, end) = self.at(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, q.period_ns());
         let remaining = q.limit().saturating_sub(w.count);
         if permits <= remaining {
             return Some(0);
         }
+        // Windows after the next are taken at their nominal length (a month as 30 days).
         let windows = (permits - remaining).div_ceil(q.limit());
-        let first = w.start.saturating_add(q.period_ns()).saturating_sub(now);
+        let first = end.saturating_sub(now);
         Some(first.saturating_add((windows - 1).saturating_mul(q.period_ns())))
     }
 
@@ -142,6 +209,10 @@ impl Algorithm for FixedWindow {
 
 impl std::fmt::Debug for FixedWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FixedWindow").field("quota", &self.config()).finish()
+        let mut d = f.debug_struct("FixedWindow");
+        d.field("quota", &self.config());
+        #[cfg(feature = "calendar")]
+        d.field("calendar", &self.calendar_of());
+        d.finish()
     }
 }

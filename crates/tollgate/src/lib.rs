@@ -78,6 +78,8 @@
 
 mod algorithm;
 mod answer;
+#[cfg(feature = "calendar")]
+mod calendar;
 mod chain;
 mod clock;
 mod concurrency;
@@ -103,6 +105,8 @@ mod weighted_window;
 
 pub use algorithm::Algorithm;
 pub use answer::{Answer, AnswerFuture, BoxFuture, Check, Decision, Refund};
+#[cfg(feature = "calendar")]
+pub use calendar::{Calendar, CalendarError, CalendarUnit};
 pub use chain::Chain;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use concurrency::{Concurrency, ConcurrencyState};
