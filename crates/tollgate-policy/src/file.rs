@@ -33,6 +33,16 @@ struct RawLimit {
     shadow: Option<Spanned<bool>>,
     /// Ours: `enforce` (the default) or `quota` (allow and mark the response).
     mode: Option<Spanned<String>>,
+    /// Ours: calendar windows instead of `seconds`.
+    window: Option<Spanned<RawWindow>>,
+}
+
+/// `window: {calendar: day | week | month, timezone: UTC | IANA name}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    calendar: Spanned<String>,
+    timezone: Option<Spanned<String>>,
 }
 
 /// Parses and validates every limit of a file, in file order.
@@ -59,7 +69,18 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         return Err(err(namespace.referenced.into(), "namespace must not be empty".into()));
     }
     let max_value = positive(raw.max_value.ok_or_else(|| missing("max_value"))?, "max_value", source_name)?;
-    let seconds = whole_seconds(raw.seconds.ok_or_else(|| missing("seconds"))?, source_name)?;
+    let calendar = raw.window.map(|w| calendar(w, source_name)).transpose()?;
+    let seconds = match (&calendar, raw.seconds) {
+        (None, None) => return Err(missing("seconds")),
+        (None, Some(seconds)) => whole_seconds(seconds, source_name)?,
+        (Some(calendar), None) => calendar.nominal().as_secs(),
+        (Some(_), Some(seconds)) => {
+            return Err(err(
+                seconds.referenced.into(),
+                "`seconds` and `window` together: a calendar window is as long as its day, week or month".into(),
+            ));
+        }
+    };
     let algorithm = match raw.algorithm {
         None => AlgorithmKind::default(),
         Some(a) => AlgorithmKind::from_name(a.value.trim()).ok_or_else(|| {
@@ -71,6 +92,9 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
             )
         })?,
     };
+    if calendar.is_some() && algorithm != AlgorithmKind::FixedWindow {
+        return Err(err(at, format!("calendar windows count as fixed_window only, not {}", algorithm.name())));
+    }
     let max_counters = raw
         .max_counters
         .map(|m| {
@@ -118,6 +142,7 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         max_counters,
         at_max_counters,
         enforcement,
+        calendar,
         position: at,
         id: LimitId(0),
     };
@@ -129,6 +154,23 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
     }
     limit.id = limit.compute_id();
     Ok(limit)
+}
+
+/// `window: {calendar, timezone}`: a [`tollgate::Calendar`], UTC unless a zone is named.
+fn calendar(window: Spanned<RawWindow>, source_name: &str) -> Result<tollgate::Calendar, PolicyError> {
+    let RawWindow { calendar, timezone } = window.value;
+    let unit = tollgate::CalendarUnit::from_name(calendar.value.trim()).ok_or_else(|| {
+        PolicyError::new(
+            source_name,
+            calendar.referenced.into(),
+            format!("unknown calendar `{}`: expected day, week or month", calendar.value),
+        )
+    })?;
+    let (zone, at) = match &timezone {
+        Some(tz) => (tz.value.trim(), Position::from(tz.referenced)),
+        None => ("UTC", Position::from(window.referenced)),
+    };
+    tollgate::Calendar::new(unit, zone).map_err(|e| PolicyError::new(source_name, at, e.to_string()))
 }
 
 /// `shadow: true` and `mode: enforce | quota`: one [`Enforcement`]. Both at once is refused: a

@@ -37,7 +37,9 @@
 //! `at_max_counters` (`reject`, `evict` or `admit`: what a new counter gets when that many are
 //! kept and none is idle; see [`tollgate::AtKeyLimit`]), both defaulting to the server's
 //! `--max-counters` and `--at-max-counters`; `shadow: true` (count and report, never deny) and
-//! `mode: quota` (allow, and mark the response with the quota exceeded): see [`Enforcement`]. Unknown
+//! `mode: quota` (allow, and mark the response with the quota exceeded): see [`Enforcement`];
+//! `window: {calendar: day | week | month, timezone: UTC | IANA name}` instead of `seconds`: fixed
+//! windows on the calendar's boundaries (midnight in the zone; see [`tollgate::Calendar`]). Unknown
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
 #![deny(missing_docs)]

@@ -117,6 +117,7 @@ pub struct Limit {
     pub(crate) max_counters: Option<std::num::NonZeroUsize>,
     pub(crate) at_max_counters: Option<tollgate::AtKeyLimit>,
     pub(crate) enforcement: Enforcement,
+    pub(crate) calendar: Option<tollgate::Calendar>,
     pub(crate) position: Position,
     pub(crate) id: LimitId,
 }
@@ -183,6 +184,11 @@ impl Limit {
     pub fn enforcement(&self) -> Enforcement {
         self.enforcement
     }
+    /// The calendar its windows follow (`window: {calendar: month, timezone: UTC}`), if any:
+    /// then [`Limit::seconds`] is the calendar's nominal length (a day, 7 days, 30 days).
+    pub fn calendar(&self) -> Option<&tollgate::Calendar> {
+        self.calendar.as_ref()
+    }
     /// Where the limit starts in its file.
     pub fn position(&self) -> Position {
         self.position
@@ -202,15 +208,16 @@ impl Limit {
 
     /// What makes two limits count the same requests the same way; two limits with equal shapes
     /// in one file are a mistake (which max_value is meant?).
-    pub(crate) fn shape(&self) -> (String, u64, Vec<String>, Vec<String>, AlgorithmKind, Enforcement) {
+    pub(crate) fn shape(&self) -> (String, u64, Vec<String>, Vec<String>, AlgorithmKind, Enforcement, String) {
         let mut conditions: Vec<String> = self.conditions.iter().map(|c| c.source().trim().to_string()).collect();
         conditions.sort();
         let variables = self.variables.iter().map(|v| v.source().trim().to_string()).collect();
-        (self.namespace.clone(), self.seconds, conditions, variables, self.algorithm, self.enforcement)
+        let calendar = self.calendar.as_ref().map_or_else(String::new, |c| format!("{}@{}", c.unit().name(), c.zone()));
+        (self.namespace.clone(), self.seconds, conditions, variables, self.algorithm, self.enforcement, calendar)
     }
 
     pub(crate) fn compute_id(&self) -> LimitId {
-        let (namespace, seconds, conditions, variables, algorithm, enforcement) = self.shape();
+        let (namespace, seconds, conditions, variables, algorithm, enforcement, calendar) = self.shape();
         let mut h = Fnv::default();
         h.write(namespace.as_bytes());
         h.write(&seconds.to_le_bytes());
@@ -226,6 +233,9 @@ impl Limit {
         // Enforced limits keep the ids they had before shadow and quota limits existed.
         if enforcement != Enforcement::Enforce {
             h.write(enforcement.name().as_bytes());
+        }
+        if !calendar.is_empty() {
+            h.write(calendar.as_bytes());
         }
         LimitId(h.0)
     }

@@ -21,7 +21,7 @@ fn structure() {
     assert_eq!(
         error(&format!("{OK}  colour: red\n")),
         "limits.yaml:4:3: unknown field `colour`, expected one of namespace, max_value, seconds, name, id, conditions, \
-         variables, algorithm, max_counters, at_max_counters, shadow, mode"
+         variables, algorithm, max_counters, at_max_counters, shadow, mode, window"
     );
     assert_eq!(error("namespace: a\n"), "limits.yaml:1:1: expected a list of limits (`- namespace: ...`)");
     assert!(error("- namespace: a\n  max_value: 3\n  seconds: [1\n").starts_with("limits.yaml:3:"));
@@ -167,4 +167,36 @@ fn shadow_and_mode() {
         error(&format!("{OK}- {{namespace: a, max_value: 1, seconds: 1, shadow: false, mode: enforce}}\n"))
             .contains("duplicate limit")
     );
+}
+
+#[test]
+fn calendar_windows() {
+    let at = |window: &str| error(&format!("- namespace: a\n  max_value: 3\n  window: {window}\n"));
+    assert_eq!(
+        at("{calendar: fortnight}"),
+        "limits.yaml:3:22: unknown calendar `fortnight`: expected day, week or month"
+    );
+    assert_eq!(
+        at("{calendar: day, timezone: Mars/Base}"),
+        "limits.yaml:3:37: unknown time zone \"Mars/Base\": expected UTC or an IANA name such as Europe/Berlin"
+    );
+    assert!(at("{calendar: day, tz: UTC}").contains("unknown field `tz`"));
+    assert_eq!(
+        error("- {namespace: a, max_value: 3, seconds: 60, window: {calendar: day}}\n"),
+        "limits.yaml:1:41: `seconds` and `window` together: a calendar window is as long as its day, week or month"
+    );
+    assert_eq!(
+        error("- {namespace: a, max_value: 3, window: {calendar: day}, algorithm: token_bucket}\n"),
+        "limits.yaml:1:3: calendar windows count as fixed_window only, not token_bucket"
+    );
+    let policy = Policy::parse(
+        "- {namespace: a, max_value: 3, window: {calendar: month, timezone: Europe/Berlin}}\n\
+         - {namespace: a, max_value: 3, seconds: 2592000}\n",
+        "limits.yaml",
+    )
+    .unwrap();
+    let month = policy.limits()[0].calendar().unwrap();
+    assert_eq!((month.unit().name(), month.zone()), ("month", "Europe/Berlin"));
+    assert_eq!(policy.limits()[0].seconds(), 30 * 86_400, "the nominal month");
+    assert_ne!(policy.limits()[0].id(), policy.limits()[1].id(), "a calendar month is not 30 days from the first hit");
 }

@@ -25,6 +25,10 @@ pub struct WindowCounter {
     /// False for a counter that never denies (a shadow or quota limit): it is reported as limited
     /// when it has no room, takes nothing then, and does not make the call rejected.
     pub enforce: bool,
+    /// A calendar window's start and end, in microseconds on the clock the call runs on (Redis
+    /// `TIME`, or the `now_us` given): every counter stored for another start is from an older
+    /// window. `None`: the window opens at the first hit, for `window`.
+    pub calendar: Option<(u64, u64)>,
 }
 
 /// What a call does with its counters.
@@ -60,7 +64,7 @@ pub struct CountersAnswer {
 /// use std::time::Duration;
 /// use tollgate_redis::{CountersMode, Redis, WindowCounter, decide_windows};
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let all = WindowCounter { key: "rl:{api}:all".into(), limit: 100, window: Duration::from_secs(60), hits: 1, enforce: true };
+/// let all = WindowCounter { key: "rl:{api}:all".into(), limit: 100, window: Duration::from_secs(60), hits: 1, enforce: true, calendar: None };
 /// let answer = decide_windows(&redis, &[all], CountersMode::Take, None).await?;
 /// assert!(answer.admitted);
 /// # Ok(()) }
@@ -79,13 +83,16 @@ pub async fn decide_windows(
         Some(now) => (now.to_string(), 60_000),
         None => (String::new(), 0),
     };
-    let mut args = Vec::with_capacity(3 + 4 * counters.len());
+    let mut args = Vec::with_capacity(3 + 6 * counters.len());
     args.extend([now, (mode as u8).to_string(), min_ttl.to_string()]);
     for c in counters {
         args.push(c.limit.to_string());
         args.push(c.window.as_micros().max(1).to_string());
         args.push(c.hits.to_string());
         args.push(u8::from(c.enforce).to_string());
+        let (start, end) = c.calendar.unwrap_or((0, 0));
+        args.push(start.to_string());
+        args.push(end.to_string());
     }
     let reply: Vec<i64> = redis.invoke(&scripts::COUNTERS, &keys, &args).await?;
     let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;

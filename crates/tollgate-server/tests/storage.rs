@@ -315,3 +315,60 @@ async fn shadow_limits_never_deny_and_quota_limits_mark_on_every_storage() {
     })
     .await;
 }
+
+const MONTHLY: &str = "- {namespace: billing, name: monthly, max_value: 3, window: {calendar: month, timezone: UTC}, variables: [tenant]}\n";
+
+#[tokio::test]
+async fn a_monthly_window_resets_at_midnight_utc_on_the_first_on_memory_and_redis() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+    let redis = RedisServer::start();
+    for storage in [Storage::Memory, Storage::Redis { url: redis.url(), prefix: "m:".into() }] {
+        let server = server_on(MONTHLY, Mode::Accuracy, false, false, storage.clone()).await;
+        // The manual clock's origin is 1970-01-01T00:00Z: this is 2026-01-31T23:59:00Z.
+        server.clock.advance(Duration::from_secs(1_769_903_940));
+        let mut client = server.rls().await;
+        let tenant = || vec![descriptor(&[("tenant", "acme")])];
+        for call in 0..3 {
+            let reply = should_rate_limit(&mut client, "billing", tenant(), 1).await;
+            assert_eq!(reply.overall_code, Code::Ok as i32, "{storage:?} call {call}");
+        }
+        let over = should_rate_limit(&mut client, "billing", tenant(), 1).await;
+        assert_eq!(over.overall_code, Code::OverLimit as i32, "{storage:?}");
+        let status = &over.statuses[0];
+        assert_eq!(status.duration_until_reset.as_ref().unwrap().seconds, 60, "{storage:?}: February in a minute");
+        let limit = status.current_limit.as_ref().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (3, Unit::Month as i32), "{storage:?}");
+        server.clock.advance(Duration::from_secs(59));
+        let still = should_rate_limit(&mut client, "billing", tenant(), 1).await;
+        assert_eq!(still.overall_code, Code::OverLimit as i32, "{storage:?}: 23:59:59 is still January");
+        server.clock.advance(Duration::from_secs(1));
+        let february = should_rate_limit(&mut client, "billing", tenant(), 3).await;
+        assert_eq!(february.overall_code, Code::Ok as i32, "{storage:?}: a new month at 00:00 UTC on the 1st");
+        let reset = february.statuses[0].duration_until_reset.as_ref().unwrap().seconds;
+        assert_eq!(reset, 28 * 86_400, "{storage:?}: February 2026 has 28 days");
+    }
+    // redis-cached decides windows locally from their first hit: it refuses calendar windows.
+    let dir = support::temp_dir("calendar");
+    let limits = dir.join("limits.yaml");
+    std::fs::write(&limits, MONTHLY).unwrap();
+    let config = tollgate_server::serve::ServeConfig {
+        limits: limits.clone(),
+        grpc: "127.0.0.1:0".parse().unwrap(),
+        http: "127.0.0.1:0".parse().unwrap(),
+        mode: Mode::Accuracy,
+        shadow: false,
+        watch: false,
+        time: Default::default(),
+        counters: Default::default(),
+        rate_limit_headers: None,
+        storage: Storage::RedisCached { url: redis.url(), prefix: "c:".into(), flush: Duration::from_secs(1) },
+    };
+    let error = tollgate_server::serve::start(&config, tollgate::SystemClock::new()).await.err().unwrap();
+    assert!(
+        error.to_string().ends_with(
+            "1:3: calendar windows are not available with --storage redis-cached (windows opened by the first hit \
+             only): limit `monthly` of namespace `billing`"
+        ),
+        "{error}"
+    );
+}

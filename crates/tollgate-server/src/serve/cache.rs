@@ -142,7 +142,8 @@ impl Cache {
         let mut first_error = None;
         for (key, limit, window_ns, hits) in &batch {
             let window = std::time::Duration::from_nanos(*window_ns);
-            let counter = WindowCounter { key: key.clone(), limit: *limit, window, hits: *hits, enforce: true };
+            let counter =
+                WindowCounter { key: key.clone(), limit: *limit, window, hits: *hits, enforce: true, calendar: None };
             let answer = decide_windows(redis, &[counter], CountersMode::Flush, redis_now).await;
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             let Some(e) = entries.get_mut(key) else { continue };

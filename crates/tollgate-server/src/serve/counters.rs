@@ -70,7 +70,11 @@ impl<C: Clock + Clone> Counters<C> {
             };
         }
         match limit.algorithm() {
-            AlgorithmKind::FixedWindow => Counters::Fixed(keyed!(FixedWindow::new(quota))),
+            AlgorithmKind::FixedWindow => Counters::Fixed(keyed!(match limit.calendar() {
+                Some(calendar) => FixedWindow::calendar(limit.max_value(), calendar.clone(), clock)
+                    .expect("a validated limit has a usable quota"),
+                None => FixedWindow::new(quota),
+            })),
             AlgorithmKind::TokenBucket => Counters::Bucket(keyed!(TokenBucket::new(quota))),
             AlgorithmKind::SlidingWindow => Counters::Sliding(keyed!(
                 SlidingWindow::new(quota, SLIDING_SEGMENTS).expect("segments fit a whole-second window")

@@ -207,7 +207,8 @@ impl std::fmt::Display for StorageKind {
 }
 
 /// A limit the engine's storage cannot count: which limit (position, namespace, name), which
-/// algorithm it asks for, and which storage refused it. Counters in Redis are fixed windows only.
+/// algorithm it asks for, and which storage refused it. Counters in Redis are fixed windows only,
+/// and `redis-cached` counts no calendar windows.
 ///
 /// ```
 /// use tollgate_policy::{AlgorithmKind, Position};
@@ -218,6 +219,7 @@ impl std::fmt::Display for StorageKind {
 ///     namespace: "api".into(),
 ///     name: Some("per-user".into()),
 ///     algorithm: AlgorithmKind::TokenBucket,
+///     calendar: false,
 ///     storage: StorageKind::Redis,
 /// };
 /// assert_eq!(
@@ -236,6 +238,8 @@ pub struct StorageError {
     pub name: Option<String>,
     /// The algorithm the limit asks for.
     pub algorithm: AlgorithmKind,
+    /// True when what the storage cannot count is the limit's calendar window, not its algorithm.
+    pub calendar: bool,
     /// The storage that cannot count it.
     pub storage: StorageKind,
 }
@@ -248,6 +252,12 @@ impl StorageError {
             Some(name) => format!("limit `{name}` of namespace `{}`", self.namespace),
             None => format!("limit of namespace `{}`", self.namespace),
         };
+        if self.calendar {
+            return format!(
+                "calendar windows are not available with --storage {} (windows opened by the first hit only): {limit}",
+                self.storage
+            );
+        }
         format!(
             "algorithm {} is not available with --storage {} (fixed_window only): {limit}",
             self.algorithm.name(),
@@ -378,20 +388,48 @@ impl<C: Clock + Clone> Engine<C> {
     }
 
     /// Whether `policy` can be served by this engine's storage: memory counts every algorithm,
-    /// Redis fixed windows only. The error names the first limit that cannot be counted.
+    /// Redis fixed windows only, and `redis-cached` no calendar windows (its local windows end
+    /// a period after their first hit). The error names the first limit that cannot be counted.
     pub fn accepts(&self, policy: &Policy) -> Result<(), StorageError> {
         if !self.uses_redis() {
             return Ok(());
         }
-        match policy.limits().iter().find(|l| l.algorithm() != AlgorithmKind::FixedWindow) {
-            Some(limit) => Err(StorageError {
+        let cached = self.is_cached();
+        let refused = policy.limits().iter().find_map(|l| {
+            if l.algorithm() != AlgorithmKind::FixedWindow {
+                Some((l, false))
+            } else if cached && l.calendar().is_some() {
+                Some((l, true))
+            } else {
+                None
+            }
+        });
+        match refused {
+            Some((limit, calendar)) => Err(StorageError {
                 position: limit.position(),
                 namespace: limit.namespace().to_owned(),
                 name: limit.name().map(str::to_owned),
                 algorithm: limit.algorithm(),
+                calendar,
                 storage: self.storage(),
             }),
             None => Ok(()),
+        }
+    }
+
+    /// A calendar limit's current window in µs on the clock Redis decides with: the engine's
+    /// (`use_engine_clock`), else Redis `TIME`, taken to agree with this host's wall clock.
+    fn calendar_us(&self, calendar: &tollgate::Calendar, use_engine_clock: bool) -> (u64, u64) {
+        if use_engine_clock {
+            let origin = self.clock.unix_origin_ns();
+            let (start, end) = calendar.window_at(origin.saturating_add(self.clock.now()));
+            (start.saturating_sub(origin) / 1000, end.saturating_sub(origin) / 1000)
+        } else {
+            let unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            let (start, end) = calendar.window_at(unix);
+            (start / 1000, end / 1000)
         }
     }
 
@@ -419,6 +457,7 @@ impl<C: Clock + Clone> Engine<C> {
                 window: hit.limit.window(),
                 hits: hits_of(hit, descriptors, delta),
                 enforce: hit.limit.enforcement().denies(),
+                calendar: hit.limit.calendar().map(|c| self.calendar_us(c, store.use_engine_clock)),
             })
             .collect();
         let mode = match action {

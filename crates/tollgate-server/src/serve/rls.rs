@@ -27,7 +27,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, ListValue, Struct, Value, value::Kind};
-use tollgate::{Clock, SystemClock};
+use tollgate::{CalendarUnit, Clock, SystemClock};
 use tollgate_policy::{Descriptor, Enforcement, Limit};
 use tonic::{Request, Response, Status as GrpcStatus};
 
@@ -160,13 +160,19 @@ pub(crate) fn response<C: Clock>(outcome: &Outcome<C>, descriptors: usize) -> Ra
     }
 }
 
-/// Envoy's `RateLimit` counts per one unit; a window that is not exactly one unit is given per
-/// second (rounded down, at least 1), and the exact figure is in `name`.
+/// Envoy's `RateLimit` counts per one unit; a calendar window is its unit (day, week, month); a
+/// window that is not exactly one unit is given per second (rounded down, at least 1), and the
+/// exact figure is in `name`.
 fn rate_limit(limit: &Limit) -> RateLimit {
     let units = [(1, Unit::Second), (60, Unit::Minute), (3600, Unit::Hour), (86_400, Unit::Day), (604_800, Unit::Week)];
-    let (per_unit, unit) = match units.iter().find(|(s, _)| *s == limit.seconds()) {
-        Some(&(_, unit)) => (limit.max_value(), unit),
-        None => ((limit.max_value() / limit.seconds()).max(1), Unit::Second),
+    let calendar = limit.calendar().map(|c| match c.unit() {
+        CalendarUnit::Day => Unit::Day,
+        CalendarUnit::Week => Unit::Week,
+        CalendarUnit::Month => Unit::Month,
+    });
+    let (per_unit, unit) = match (calendar, units.iter().find(|(s, _)| *s == limit.seconds())) {
+        (Some(unit), _) | (None, Some(&(_, unit))) => (limit.max_value(), unit),
+        (None, None) => ((limit.max_value() / limit.seconds()).max(1), Unit::Second),
     };
     let name = match limit.name() {
         Some(name) => name.to_string(),
