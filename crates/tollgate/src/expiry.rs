@@ -66,6 +66,19 @@ impl Expiry {
         self.sift_down(0);
     }
 
+    /// Removes one record of `hash` (its key was removed from the table), wherever it is in the
+    /// heap: a search of every record, then one sift. False when no record has that hash.
+    pub(crate) fn remove(&mut self, hash: u64) -> bool {
+        let Some(i) = self.heap.iter().position(|r| r.hash == hash) else { return false };
+        self.heap.swap_remove(i);
+        if i < self.heap.len() {
+            // The record moved into `i` came from a leaf: it may belong above or below `i`.
+            self.sift_up(i);
+            self.sift_down(i);
+        }
+        true
+    }
+
     /// Replaces every record (after a pass over the whole shard).
     pub(crate) fn rebuild(&mut self, records: impl Iterator<Item = Record>) {
         self.heap.clear();
@@ -132,5 +145,26 @@ mod tests {
         assert_eq!(out, [10, 10, 20, 30, 35, 40, 50, 60]);
         e.rebuild([5, 3, 9, 1].into_iter().map(|at| Record { at, hash: at }));
         assert_eq!((e.top().map(|r| r.at), e.len()), (Some(1), 4));
+    }
+
+    #[test]
+    fn a_record_removed_from_anywhere_leaves_a_heap() {
+        for removed in 0..16u64 {
+            let mut e = Expiry::default();
+            // Times out of order, hashes naming them: hash h is filed under (h * 7) % 16.
+            for h in 0..16u64 {
+                e.push((h * 7) % 16, h);
+            }
+            assert!(e.remove(removed));
+            assert!(!e.remove(removed), "one record per hash");
+            let mut out = Vec::new();
+            while let Some(r) = e.top() {
+                out.push(r);
+                e.pop();
+            }
+            let expected: Vec<u64> = (0..16).filter(|&at| at != (removed * 7) % 16).collect();
+            assert_eq!(out.iter().map(|r| r.at).collect::<Vec<_>>(), expected, "removed {removed}");
+            assert!(out.iter().all(|r| r.hash != removed));
+        }
     }
 }

@@ -42,7 +42,8 @@ use crate::stats::Counts;
 /// not bounded per decision is the hash table's and the heap's own growth (each doubles, copying
 /// its entries, at most `log2(max_keys / shards)` times per shard on the way up to the cap), the
 /// table's occasional in-place clean-up of deleted slots after many removals (amortized over
-/// them), and [`Keyed::evict_idle`] and [`Keyed::set_config`], explicit passes over every key.
+/// them), [`Keyed::evict_idle`], [`Keyed::set_config`] and [`Keyed::reset_matching`], explicit
+/// passes over every key, and [`Keyed::reset`], a search of one shard's expiry heap.
 ///
 /// The heap costs 16 bytes per stored key (in a vector that doubles) on top of the key, its
 /// state and the table's overhead. A shard at its cap keeps its memory however many keys come
@@ -740,6 +741,95 @@ where
                 before - t.map.len()
             })
             .sum()
+    }
+
+    /// Forgets what `key` has used: its state is removed, so its next decision starts from a
+    /// fresh state (full), as for a key never seen. Returns true when that changed something:
+    /// the key was stored and not idle (a key [`Keyed::for_each`] shows).
+    ///
+    /// Takes the key's shard's write lock, and removes the key's record from the shard's expiry
+    /// heap by a search of that heap: work in proportion to the keys of the shard (about 16
+    /// bytes read per key), for an operator's reset rather than the request path. To reset many
+    /// keys, [`Keyed::reset_matching`] does one pass per shard instead of one per key.
+    ///
+    /// A key of an algorithm whose permits are held ([`crate::Concurrency`]) is not removed
+    /// while it holds permits (false): its leases would release into its fresh state. A lease
+    /// of another algorithm taken before the reset and given back after it
+    /// ([`Keyed::give_back`]) returns its permits to the fresh state only where they still count
+    /// there, never beyond full.
+    ///
+    /// ```
+    /// use tollgate::{FixedWindow, Keyed, Quota};
+    /// let per_user: Keyed<String, _> = Keyed::new(FixedWindow::new(Quota::per_minute(3)?));
+    /// per_user.try_acquire("alice", 3).unwrap();
+    /// assert!(per_user.try_acquire("alice", 1).is_err());
+    /// assert!(per_user.reset("alice"));
+    /// assert_eq!(per_user.try_acquire("alice", 1).unwrap().remaining(), 2, "a fresh window");
+    /// assert!(!per_user.reset("bob"), "never seen: nothing to forget");
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let now = inner.clock.now();
+        let mut guard = inner.shard(hash).table.write().unwrap_or_else(|e| e.into_inner());
+        let t = &mut *guard;
+        let Ok(entry) = t.map.find_entry(hash, |(k, _)| k.borrow() == key) else { return false };
+        let idle = inner.algo.is_idle(&entry.get().1, now);
+        if inner.by_release && !idle {
+            return false;
+        }
+        entry.remove();
+        // One record per stored key: the key's own, or one of a key with the same hash (they
+        // share their records, see `expiry`), which keeps the count right either way.
+        let removed = t.expiry.remove(hash);
+        debug_assert!(removed && t.expiry.len() == t.map.len(), "one record per stored key");
+        !idle
+    }
+
+    /// [`Keyed::reset`] for every stored key for which `f` returns true (a user's keys, a
+    /// tenant's); returns how many of them were not idle. One pass over every key, holding each
+    /// shard's write lock in turn, as [`Keyed::evict_idle`]; keys of a [`crate::Concurrency`]
+    /// limiter that hold permits are kept.
+    ///
+    /// ```
+    /// use tollgate::{Keyed, Quota, TokenBucket};
+    /// let per_route: Keyed<(String, String), _> = Keyed::new(TokenBucket::new(Quota::per_second(5)?));
+    /// for (user, route) in [("alice", "/a"), ("alice", "/b"), ("bob", "/a")] {
+    ///     per_route.try_acquire(&(user.to_string(), route.to_string()), 1).unwrap();
+    /// }
+    /// assert_eq!(per_route.reset_matching(|(user, _)| user == "alice"), 2);
+    /// assert_eq!(per_route.len(), 1, "bob's key is kept");
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn reset_matching(&self, mut f: impl FnMut(&K) -> bool) -> usize {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        let mut reset = 0;
+        for shard in inner.shards.iter() {
+            let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
+            let t = &mut *guard;
+            let before = t.map.len();
+            t.map.retain(|(k, s)| {
+                if !f(k) {
+                    return true;
+                }
+                let idle = inner.algo.is_idle(s, now);
+                if inner.by_release && !idle {
+                    return true;
+                }
+                reset += usize::from(!idle);
+                false
+            });
+            if t.map.len() != before {
+                inner.refile(t, now);
+            }
+        }
+        reset
     }
 
     /// Calls `f` with every stored key that is not idle and its state now (as a probe of `n == 0`
