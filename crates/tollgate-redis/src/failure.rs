@@ -152,6 +152,16 @@ impl LocalFallback {
         self.limiter.give_back(key, lease);
     }
 
+    /// A key reset ([`crate::RedisLimiter::reset`]): its local state and its debt are dropped.
+    pub(crate) fn forget(&self, key: &str) {
+        let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
+        debts.remove(key);
+        if debts.is_empty() {
+            self.in_outage.store(false, Ordering::Relaxed);
+        }
+        self.limiter.reset(key);
+    }
+
     fn take_debt(&self, key: &str) -> u64 {
         if !self.in_outage.load(Ordering::Relaxed) {
             return 0;

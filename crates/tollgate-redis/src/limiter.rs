@@ -302,6 +302,41 @@ impl RedisLimiter {
         Ok(())
     }
 
+    /// Forgets what `key` has used: one script call deletes the Redis keys a decision on `key`
+    /// uses ([`RedisLimiter::redis_keys`], one per limit, whatever the algorithm), so its next
+    /// decision starts full, in every process that shares them. Returns true when any of them
+    /// held state (keys expire once they stop mattering, so a key that exists still counted).
+    ///
+    /// With [`FailurePolicy::Local`], the local limiter forgets the key too, and so does its
+    /// debt (what it granted during an outage and has not yet counted in Redis). If Redis fails,
+    /// nothing is forgotten anywhere and the error is returned. The keys of decisions made with
+    /// [`RedisLimiter::try_acquire_keys`] under another key or tag are not these keys, and are
+    /// kept. A lease granted before the reset and given back after it ([`RedisLimiter::give_back`])
+    /// restores its permits only where they still count in the fresh state, never beyond full.
+    ///
+    /// ```no_run
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = Redis::connect("redis://127.0.0.1/").await?;
+    /// let api = RedisLimiter::builder(&redis, "api", RedisAlgorithm::FixedWindow)
+    ///     .limit("per-user", Quota::per_minute(3)?)
+    ///     .build()?;
+    /// api.try_acquire("alice", 3).await?;
+    /// assert!(api.try_acquire("alice", 1).await.is_err());
+    /// assert!(api.reset("alice").await?);
+    /// assert_eq!(api.try_acquire("alice", 1).await?.remaining(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn reset(&self, key: &str) -> Result<bool, BackendError> {
+        let i = &self.inner;
+        let existed: i64 = i.redis.invoke(&scripts::RESET, &self.redis_keys(key), &[]).await?;
+        if let FailurePolicy::Local(local) = &i.failure {
+            local.forget(key);
+        }
+        Ok(existed > 0)
+    }
+
     /// Like [`RedisLimiter::try_acquire`], but a Redis failure is returned as the error it is
     /// instead of being decided by the failure policy.
     pub async fn try_acquire_or_error(&self, key: &str, n: u64) -> Result<Result<Lease, Rejected>, BackendError> {

@@ -23,3 +23,4 @@ pub(crate) static SLIDING_LOG: LazyLock<Script> = script!("sliding_log.lua");
 pub(crate) static REFUND: LazyLock<Script> = script!("window_lib.lua", "refund.lua");
 pub(crate) static CHARGE: LazyLock<Script> = script!("window_lib.lua", "charge.lua");
 pub(crate) static COUNTERS: LazyLock<Script> = script!("counters.lua");
+pub(crate) static RESET: LazyLock<Script> = script!("reset.lua");

@@ -461,3 +461,54 @@ async fn a_local_fallback_s_grants_are_counted_in_redis_when_it_answers_again() 
         assert_eq!(again.remaining(), probe.remaining(), "{algorithm:?}: not counted twice");
     }
 }
+
+/// `reset` deletes every limit's key of one limiter key, whatever the algorithm: that key's next
+/// decision starts full, other keys keep their state, and a key never seen has nothing to forget.
+#[tokio::test]
+async fn reset_forgets_one_key_in_every_limit_and_keeps_the_others() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::new();
+    for algorithm in [
+        RedisAlgorithm::TokenBucket,
+        RedisAlgorithm::FixedWindow,
+        RedisAlgorithm::WeightedWindow,
+        RedisAlgorithm::SlidingLog,
+    ] {
+        let prefix = format!("reset:{algorithm:?}");
+        let l = RedisLimiter::builder(&redis, &prefix, algorithm)
+            .limit("minute", Quota::per_minute(5).unwrap())
+            .limit("hour", Quota::per_hour(8).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let _ = l.try_acquire("alice", 5).await.unwrap();
+        let _ = l.try_acquire("bob", 2).await.unwrap();
+        assert_eq!(l.try_acquire("alice", 1).await.unwrap_err().reason(), Reason::Exhausted, "{algorithm:?}");
+        assert!(l.reset("alice").await.unwrap(), "{algorithm:?}");
+        for key in l.redis_keys("alice") {
+            assert_eq!(server.cli(&["EXISTS", &key]), "0", "{algorithm:?}: {key}");
+        }
+        assert_eq!(l.check("alice", 0).await.unwrap().remaining, 5, "{algorithm:?}: full again");
+        assert_eq!(l.check("bob", 0).await.unwrap().remaining, 3, "{algorithm:?}: bob untouched");
+        let lease = l.try_acquire("alice", 5).await.unwrap();
+        assert_eq!(lease.remaining(), 0, "{algorithm:?}: the whole minute's 5 again");
+        assert!(!l.reset("carol").await.unwrap(), "{algorithm:?}: never seen");
+    }
+}
+
+/// A reset needs Redis: when it is down, the error says so (no failure policy decides a reset).
+#[tokio::test]
+async fn reset_reports_an_outage() {
+    let mut server = RedisServer::start();
+    let redis = connect(&server).await;
+    let l = RedisLimiter::builder(&redis, "reset-outage", RedisAlgorithm::TokenBucket)
+        .limit("l", Quota::per_minute(60).unwrap())
+        .failure_policy(FailurePolicy::Allow)
+        .build()
+        .unwrap();
+    let _ = l.try_acquire("alice", 1).await.unwrap();
+    server.kill();
+    let error = l.reset("alice").await.unwrap_err();
+    assert!(error.is_transient(), "{error:?}");
+}
