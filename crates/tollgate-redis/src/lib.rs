@@ -37,6 +37,7 @@ mod error;
 mod failure;
 mod key;
 mod limiter;
+mod scan;
 mod scripts;
 mod semaphore;
 
@@ -46,6 +47,7 @@ pub use error::BackendError;
 pub use failure::{FailurePolicy, LocalFallback};
 pub use key::RedisKey;
 pub use limiter::{KeyCountError, RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
+pub use scan::{StoredWindow, WindowPage, delete_windows, glob_escape, scan_windows};
 pub use semaphore::{RedisSemaphore, RedisSemaphoreBuilder, SemaphoreConfigError, SemaphoreGuard, SemaphoreState};
 
 /// A misconfigured limiter, naming what is wrong.

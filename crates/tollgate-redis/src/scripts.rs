@@ -23,4 +23,6 @@ pub(crate) static SLIDING_LOG: LazyLock<Script> = script!("sliding_log.lua");
 pub(crate) static REFUND: LazyLock<Script> = script!("window_lib.lua", "refund.lua");
 pub(crate) static CHARGE: LazyLock<Script> = script!("window_lib.lua", "charge.lua");
 pub(crate) static COUNTERS: LazyLock<Script> = script!("counters.lua");
+pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("counters_scan.lua");
+pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("counters_reset.lua");
 pub(crate) static RESET: LazyLock<Script> = script!("reset.lua");

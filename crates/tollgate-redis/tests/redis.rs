@@ -512,3 +512,61 @@ async fn reset_reports_an_outage() {
     let error = l.reset("alice").await.unwrap_err();
     assert!(error.is_transient(), "{error:?}");
 }
+
+/// The server's counters listed by SCAN steps: every counter matching the pattern once the scan
+/// is over (glob characters in the tag taken literally, keys of other types left out), and
+/// deleted with a count of those whose window was still open.
+#[tokio::test]
+async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones() {
+    use std::collections::HashSet;
+    use tollgate_redis::{CountersMode, WindowCounter, decide_windows, delete_windows, glob_escape, scan_windows};
+
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let counter = |key: String, window: u64| WindowCounter {
+        key,
+        limit: 10,
+        window: Duration::from_secs(window),
+        hits: 3,
+        enforce: true,
+        calendar: None,
+    };
+    let now = 1_000_000_000;
+    for i in 0..300 {
+        // Every third counter has a 1 s window, over by the time of the scan below.
+        let window = if i % 3 == 0 { 1 } else { 60 };
+        let one = [counter(format!("rl:{{a*}}:{i}"), window)];
+        assert!(decide_windows(&redis, &one, CountersMode::Take, Some(now)).await.unwrap().admitted);
+    }
+    let other = [counter("rl:{ab}:1".into(), 60)];
+    assert!(decide_windows(&redis, &other, CountersMode::Take, Some(now)).await.unwrap().admitted);
+    server.cli(&["SET", "rl:{a*}:not-a-hash", "1"]);
+
+    let head = "rl:{a*}:";
+    let pattern = format!("{}*", glob_escape(head));
+    let later = now + 2_000_000;
+    let (mut cursor, mut steps, mut found) = (0, 0, Vec::new());
+    loop {
+        let page = scan_windows(&redis, head, &pattern, cursor, 50, Some(later)).await.unwrap();
+        assert_eq!(page.now_us, later);
+        found.extend(page.windows);
+        steps += 1;
+        cursor = page.cursor;
+        if cursor == 0 {
+            break;
+        }
+    }
+    assert!(steps > 1, "a COUNT of 50 takes several steps over 302 keys");
+    let keys: HashSet<&str> = found.iter().map(|w| w.key.as_str()).collect();
+    assert_eq!(keys.len(), 300, "every counter of the tag, no other key");
+    let window = found.iter().find(|w| w.key == "rl:{a*}:1").unwrap();
+    assert_eq!((window.start_us, window.count), (now, 3));
+    assert_eq!(window.state(10, Duration::from_secs(60), later), Some((7, 58_000_000)));
+
+    let doomed: Vec<(String, Duration)> =
+        (0..150).map(|i| (format!("rl:{{a*}}:{i}"), Duration::from_secs(if i % 3 == 0 { 1 } else { 60 }))).collect();
+    assert_eq!(delete_windows(&redis, &doomed, Some(later)).await.unwrap(), 100, "50 of the 150 windows were over");
+    assert_eq!(server.cli(&["EXISTS", "rl:{a*}:1"]), "0");
+    assert_eq!(server.cli(&["EXISTS", "rl:{a*}:150"]), "1");
+    assert_eq!(server.cli(&["EXISTS", "rl:{ab}:1"]), "1");
+}

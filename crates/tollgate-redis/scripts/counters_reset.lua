@@ -1,0 +1,25 @@
+-- counters_reset.lua: deletes rate-limit server counters (counters.lua's hashes), so each starts
+-- its next window full, and counts those that held hits in a window still open (the counters a
+-- listing shows) as of `now`.
+--
+-- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
+-- ARGV[1]   now in microseconds, or '' to read the server's TIME.
+-- ARGV[1 + i]  counter i: window in microseconds.
+--
+-- Returns the number of counters deleted whose window was open with a count above 0. The read
+-- and the delete are one script, so the number is of the state deleted, not of a state read
+-- before another call changed it.
+
+local now = now_us(ARGV[1])  -- from clock.lua, prepended
+local live = 0
+for i, key in ipairs(KEYS) do
+  local stored = redis.pcall('HMGET', key, 's', 'c')
+  if type(stored) == 'table' then
+    local start, count = tonumber(stored[1]), tonumber(stored[2]) or 0
+    if start and count > 0 and now < start + tonumber(ARGV[1 + i]) then
+      live = live + 1
+    end
+  end
+  redis.call('DEL', key)
+end
+return live

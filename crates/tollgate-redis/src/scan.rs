@@ -1,0 +1,145 @@
+//! Listing and deleting the rate-limit server's counters ([`crate::decide_windows`]' hashes):
+//! what `GET` and `DELETE /counters/{namespace}` need with counters in Redis.
+//!
+//! Listing is a SCAN, one step per call, so no call blocks Redis for long however many keys it
+//! holds; each step also reads the state of the keys it found, in the same script, at the same
+//! instant as the time it reports.
+
+use std::time::Duration;
+
+use crate::{BackendError, Redis, scripts};
+
+/// One counter a [`scan_windows`] step found: its key and stored state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredWindow {
+    /// The Redis key.
+    pub key: String,
+    /// When its window opened (µs, on the clock that decided it).
+    pub start_us: u64,
+    /// Hits counted in that window.
+    pub count: u64,
+}
+
+impl StoredWindow {
+    /// The hits left and the time until the window ends (µs) at `now_us` for a window of
+    /// `window`; `None` when the window is over or empty (the counter starts full again, as
+    /// `decide_windows` would see it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_redis::StoredWindow;
+    /// let w = StoredWindow { key: "rl:{api}:x".into(), start_us: 1_000_000, count: 3 };
+    /// assert_eq!(w.state(5, Duration::from_secs(60), 31_000_000), Some((2, 30_000_000)));
+    /// assert_eq!(w.state(5, Duration::from_secs(60), 61_000_000), None, "over");
+    /// ```
+    pub fn state(&self, limit: u64, window: Duration, now_us: u64) -> Option<(u64, u64)> {
+        let end = self.start_us.saturating_add(window_us(window));
+        (self.count > 0 && now_us < end).then(|| (limit.saturating_sub(self.count), end - now_us))
+    }
+}
+
+/// One step of a scan: where to go on from, the time of the step, what it found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowPage {
+    /// The cursor of the next step; 0 when the scan is over.
+    pub cursor: u64,
+    /// The step's time in µs (Redis `TIME`, or the `now_us` passed).
+    pub now_us: u64,
+    /// Counters found (a key may be found again by a later step of the same scan).
+    pub windows: Vec<StoredWindow>,
+}
+
+/// `text` with Redis glob characters (`*?[]\`) escaped, for a MATCH pattern that must match it
+/// literally.
+///
+/// ```
+/// assert_eq!(tollgate_redis::glob_escape("rl:{a*b}:"), "rl:{a\\*b}:");
+/// ```
+pub fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// One SCAN step from `cursor` (0 to start) over keys matching `pattern` (see [`glob_escape`]),
+/// looking at about `count` keys of the keyspace, with the stored state of each key it found:
+/// one EVALSHA. `tag_key` is any key with the hash tag of the keys listed; it routes the step
+/// to their node on Redis Cluster. Time is Redis `TIME`, or `now_us` (tests on a manual clock).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+/// use tollgate_redis::{Redis, scan_windows};
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let mut cursor = 0;
+/// loop {
+///     let page = scan_windows(&redis, "rl:{api}", "rl:{api}:*", cursor, 1000, None).await?;
+///     println!("{} counters at {} µs", page.windows.len(), page.now_us);
+///     cursor = page.cursor;
+///     if cursor == 0 { break; }
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn scan_windows(
+    redis: &Redis,
+    tag_key: &str,
+    pattern: &str,
+    cursor: u64,
+    count: usize,
+    now_us: Option<u64>,
+) -> Result<WindowPage, BackendError> {
+    let now = now_us.map(|n| n.to_string()).unwrap_or_default();
+    let args = [now, cursor.to_string(), pattern.to_owned(), count.max(1).to_string()];
+    let reply: Vec<Vec<u8>> = redis.invoke(&scripts::COUNTERS_SCAN, &[tag_key.to_owned()], &args).await?;
+    let number = |i: usize| reply.get(i).and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok());
+    let windows = reply
+        .get(2..)
+        .unwrap_or_default()
+        .chunks_exact(3)
+        .filter_map(|found| {
+            let number = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
+            Some(StoredWindow {
+                key: String::from_utf8(found[0].clone()).ok()?,
+                start_us: number(&found[1])?,
+                count: number(&found[2])?,
+            })
+        })
+        .collect();
+    Ok(WindowPage { cursor: number(0).unwrap_or(0), now_us: number(1).unwrap_or(0), windows })
+}
+
+/// Deletes `counters` (keys and their windows; all with one hash tag) in one EVALSHA, so each
+/// starts its next window full; returns how many held hits in a window still open as of Redis
+/// `TIME` (or `now_us`): the counters a listing would have shown.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+/// use std::time::Duration;
+/// use tollgate_redis::{Redis, delete_windows};
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let live = delete_windows(&redis, &[("rl:{api}:alice".to_string(), Duration::from_secs(60))], None).await?;
+/// # let _ = live; Ok(()) }
+/// ```
+pub async fn delete_windows(
+    redis: &Redis,
+    counters: &[(String, Duration)],
+    now_us: Option<u64>,
+) -> Result<u64, BackendError> {
+    if counters.is_empty() {
+        return Ok(0);
+    }
+    let keys: Vec<String> = counters.iter().map(|(key, _)| key.clone()).collect();
+    let mut args = Vec::with_capacity(1 + counters.len());
+    args.push(now_us.map(|n| n.to_string()).unwrap_or_default());
+    args.extend(counters.iter().map(|(_, window)| window_us(*window).to_string()));
+    redis.invoke(&scripts::COUNTERS_RESET, &keys, &args).await
+}
+
+/// A window in whole µs, as `decide_windows` sends it.
+fn window_us(window: Duration) -> u64 {
+    u64::try_from(window.as_micros()).unwrap_or(u64::MAX).max(1)
+}
