@@ -179,6 +179,23 @@ impl Variable {
         &self.source
     }
 
+    /// The descriptor entry's key when the variable is one entry (`user_id`,
+    /// `descriptors[0].user_id`, `descriptors[0]['user_id']`); `None` for other CEL expressions.
+    ///
+    /// ```
+    /// use tollgate_policy::Variable;
+    /// assert_eq!(Variable::parse("descriptors[0]['user.id']")?.descriptor_key(), Some("user.id"));
+    /// assert_eq!(Variable::parse("user_id")?.descriptor_key(), Some("user_id"));
+    /// assert_eq!(Variable::parse("descriptors[0].a + descriptors[0].b")?.descriptor_key(), None);
+    /// # Ok::<(), tollgate_policy::ExprError>(())
+    /// ```
+    pub fn descriptor_key(&self) -> Option<&str> {
+        match &self.get {
+            Get::Entry(Lookup::Any(key) | Lookup::At(_, key)) => Some(key),
+            Get::Cel(_) => None,
+        }
+    }
+
     /// The value for this request and the descriptor it came from (when known); `None` when the
     /// request does not have it (the limit then does not apply).
     pub(crate) fn value(&self, facts: &Facts<'_>) -> Option<(Option<usize>, String)> {
