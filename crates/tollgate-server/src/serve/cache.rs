@@ -9,9 +9,15 @@
 //! as remaining, so with R replicas a window can admit up to R × (what one replica saw remaining)
 //! before they hear of each other — at most (R − 1) × max_value beyond the limit in the worst case,
 //! and about (R − 1) × (hits per flush interval) in steady traffic. With one replica it is exact.
+//!
+//! A reset (`DELETE /counters/{namespace}`) holds off flushes while it runs: it first sends what
+//! is pending, then deletes the counters in Redis, then forgets them here ([`Cache::forget`]), so
+//! no hit counted before the reset reaches Redis after it. Other replicas' pending hits do: each
+//! can still add up to one flush interval's hits from before the reset.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate::Meta;
 use tollgate_redis::{BackendError, CountersMode, Redis, WindowCounter, decide_windows};
@@ -50,6 +56,16 @@ impl Entry {
 #[derive(Default)]
 pub(crate) struct Cache {
     entries: Mutex<HashMap<String, Entry>>,
+    /// Held by a flush, and by a reset for all it does.
+    flushing: tokio::sync::Mutex<()>,
+    /// Counts resets: a load that read Redis across one reads again (what it read may be from
+    /// before the delete).
+    resets: AtomicU64,
+}
+
+/// Flushes held off, for a reset ([`Cache::hold_flushes`]).
+pub(crate) struct FlushesHeld<'a> {
+    _guard: tokio::sync::MutexGuard<'a, ()>,
 }
 
 /// One counter of a call: key, limit, window.
@@ -71,8 +87,14 @@ impl Cache {
         redis_now: Option<u64>,
     ) -> Result<(), BackendError> {
         let probes: Vec<Wanted> = counters.iter().map(|c| Wanted { hits: 0, ..c.clone() }).collect();
-        let answer = decide_windows(redis, &probes, CountersMode::Check, redis_now).await?;
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let (answer, mut entries) = loop {
+            let resets = self.resets.load(Ordering::Acquire);
+            let answer = decide_windows(redis, &probes, CountersMode::Check, redis_now).await?;
+            let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            if self.resets.load(Ordering::Acquire) == resets {
+                break (answer, entries);
+            }
+        };
         for (c, (meta, _)) in counters.into_iter().zip(answer.counters) {
             let ends = (meta.reset_ns > 0).then(|| now + meta.reset_ns);
             let window_ns = u64::try_from(c.window.as_nanos()).unwrap_or(u64::MAX);
@@ -127,6 +149,33 @@ impl Cache {
     /// Sends the hits allowed since the last flush; returns how many counters were flushed.
     /// On a Redis error the hits stay pending for the next flush.
     pub(crate) async fn flush(&self, redis: &Redis, now: u64, redis_now: Option<u64>) -> Result<usize, BackendError> {
+        let held = self.hold_flushes().await;
+        self.flush_held(&held, redis, now, redis_now).await
+    }
+
+    /// Waits for a flush under way to end, and holds off the others until the guard is dropped.
+    pub(crate) async fn hold_flushes(&self) -> FlushesHeld<'_> {
+        FlushesHeld { _guard: self.flushing.lock().await }
+    }
+
+    /// Forgets the counters whose key `reset` chooses, with their pending hits: their next
+    /// decision loads them from Redis again. Returns how many were known here.
+    pub(crate) fn forget(&self, _held: &FlushesHeld<'_>, mut reset: impl FnMut(&str) -> bool) -> usize {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        self.resets.fetch_add(1, Ordering::AcqRel);
+        let before = entries.len();
+        entries.retain(|key, _| !reset(key));
+        before - entries.len()
+    }
+
+    /// [`Cache::flush`] with flushes already held off (by the caller, a reset).
+    pub(crate) async fn flush_held(
+        &self,
+        _held: &FlushesHeld<'_>,
+        redis: &Redis,
+        now: u64,
+        redis_now: Option<u64>,
+    ) -> Result<usize, BackendError> {
         let batch: Vec<(String, u64, u64, u64)> = {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             entries

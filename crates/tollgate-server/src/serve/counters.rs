@@ -110,6 +110,16 @@ impl<C: Clock + Clone> Counters<C> {
         each!(self, k => k.set_quota(quota))
     }
 
+    /// Forgets one counter; true when it held hits.
+    pub(crate) fn reset(&self, key: &[String]) -> bool {
+        each!(self, k => k.reset(key))
+    }
+
+    /// Forgets the counters `f` chooses; returns how many held hits.
+    pub(crate) fn reset_matching(&self, f: impl FnMut(&Vec<String>) -> bool) -> usize {
+        each!(self, k => k.reset_matching(f))
+    }
+
     pub(crate) fn for_each(&self, f: impl FnMut(&Vec<String>, Meta)) {
         each!(self, k => k.for_each(f))
     }

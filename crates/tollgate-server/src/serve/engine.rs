@@ -40,7 +40,7 @@ pub struct Loaded<C: Clock = SystemClock> {
     pub policy: Policy,
     /// Incremented by each successful load, from 1.
     pub generation: u64,
-    counters: Vec<Arc<Counters<C>>>,
+    pub(super) counters: Vec<Arc<Counters<C>>>,
 }
 
 /// One counter's part in a decision.
@@ -159,17 +159,17 @@ pub struct CounterView {
 /// ```
 pub struct Engine<C: Clock = SystemClock> {
     loaded: RwLock<Arc<Loaded<C>>>,
-    clock: C,
+    pub(super) clock: C,
     mode: Mode,
     shadow: bool,
     stripes: Box<[Mutex<()>]>,
     hasher: hashbrown::DefaultHashBuilder,
-    store: Store,
+    pub(super) store: Store,
     cap: CounterCap,
 }
 
 /// Where the counters live: one value, so no combination of settings can be half-configured.
-enum Store {
+pub(super) enum Store {
     /// In the engine's own counters.
     Memory,
     /// In Redis, one round trip per call.
@@ -682,8 +682,13 @@ impl<C: Clock + Clone> Engine<C> {
 /// `{prefix}{namespace}:{limit id}:{values}`: the namespace is the hash tag, so all counters of a
 /// call are on one Cluster node; values are length-prefixed so no value can forge another key.
 fn redis_key(prefix: &str, namespace: &str, hit: &tollgate_policy::Hit<'_>) -> String {
-    let mut key = format!("{prefix}{{{namespace}}}:{}", hit.limit.id());
-    for value in &hit.values {
+    counter_key(prefix, namespace, hit.limit.id(), &hit.values)
+}
+
+/// The Redis key of one counter: see [`redis_key`] (and `admin::parse_key`, its inverse).
+pub(super) fn counter_key(prefix: &str, namespace: &str, limit: LimitId, values: &[String]) -> String {
+    let mut key = format!("{prefix}{{{namespace}}}:{limit}");
+    for value in values {
         use std::fmt::Write as _;
         let _ = write!(key, ":{}:{value}", value.len());
     }

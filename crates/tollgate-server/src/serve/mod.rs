@@ -6,6 +6,7 @@
 //! - [`Metrics`]: Prometheus metrics; [`Reloader`]: watching the limits file;
 //! - [`start`]: all of it on the current tokio runtime.
 
+mod admin;
 mod cache;
 mod counters;
 mod engine;
@@ -17,6 +18,7 @@ mod reload;
 pub mod rls;
 mod server;
 
+pub use admin::{CounterFilter, CounterList, SCAN_COUNT};
 pub use counters::CounterCap;
 pub use engine::{
     Action, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, RedisStore, Status, StorageError, StorageKind,
