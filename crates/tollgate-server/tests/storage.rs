@@ -372,3 +372,180 @@ async fn a_monthly_window_resets_at_midnight_utc_on_the_first_on_memory_and_redi
         "{error}"
     );
 }
+
+/// Per user, per user and route, and for everyone, in one namespace; a per-user limit in another.
+const COUNTERS: &str = r#"
+- {namespace: api, name: per user, max_value: 5, seconds: 60, variables: [user]}
+- {namespace: api, name: per route, max_value: 3, seconds: 60, variables: [user, "descriptors[0].route"]}
+- {namespace: api, name: all, max_value: 100, seconds: 60}
+- {namespace: other, name: elsewhere, max_value: 5, seconds: 60, variables: [user]}
+"#;
+
+fn hit(namespace: &str, user: &str, route: &str) -> String {
+    format!(r#"{{"namespace":"{namespace}","values":{{"user":"{user}","route":"{route}"}},"delta":1}}"#)
+}
+
+/// `GET /counters/{namespace}`: (limit name, set_variables, remaining, expires_in_seconds), sorted;
+/// and the truncation header.
+async fn listed(server: &Server, path: &str) -> (Vec<(String, String, u64, u64)>, String) {
+    let (status, headers, body) = server.send("GET", path, None).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    let counters: Vec<tollgate_server::serve::http::CounterJson> = serde_json::from_str(&body).unwrap();
+    let mut rows: Vec<_> = counters
+        .into_iter()
+        .map(|c| {
+            let vars = c.set_variables.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+            (c.limit.name.unwrap_or_default(), vars, c.remaining, c.expires_in_seconds)
+        })
+        .collect();
+    rows.sort();
+    (rows, headers["x-tollgate-truncated"].to_str().unwrap().to_string())
+}
+
+async fn reset(server: &Server, namespace: &str, body: Option<&str>) -> (u16, String) {
+    let (status, _, text) = server.send("DELETE", &format!("/counters/{namespace}"), body).await;
+    (status, text)
+}
+
+#[tokio::test]
+async fn counters_are_listed_and_reset_by_values_on_every_storage() {
+    each_storage_for(COUNTERS, async |server| {
+        for (user, route) in [("ann", "/a"), ("ann", "/a"), ("ann", "/b"), ("bob", "/a")] {
+            assert_eq!(server.post("/check_and_report", &hit("api", user, route)).await.0, 200);
+        }
+        assert_eq!(server.post("/check_and_report", &hit("other", "ann", "/a")).await.0, 200);
+        // redis-cached: a window opens in Redis at the flush that first sends its hits (a
+        // listing flushes), so flush before the clock moves for every storage to agree.
+        server.running.engine.flush().await.unwrap();
+        server.clock.advance(Duration::from_secs(10));
+        let row = |name: &str, vars: &str, remaining| (name.to_string(), vars.to_string(), remaining, 50);
+        let all = vec![
+            row("all", "", 96),
+            row("per route", "descriptors[0].route=/a,user=ann", 1),
+            row("per route", "descriptors[0].route=/a,user=bob", 2),
+            row("per route", "descriptors[0].route=/b,user=ann", 2),
+            row("per user", "user=ann", 2),
+            row("per user", "user=bob", 4),
+        ];
+        assert_eq!(listed(&server, "/counters/api").await, (all.clone(), "false".into()));
+        assert_eq!(listed(&server, "/counters/api?limit=6").await, (all.clone(), "false".into()));
+        let (some, truncated) = listed(&server, "/counters/api?limit=4").await;
+        assert_eq!((some.len(), truncated.as_str()), (4, "true"));
+        assert!(some.iter().all(|r| all.contains(r)), "{some:?}");
+        for (query, why) in [("limit=0", "invalid limit 0"), ("limit=x", "invalid query"), ("size=3", "invalid query")]
+        {
+            let (status, _, text) = server.send("GET", &format!("/counters/api?{query}"), None).await;
+            assert_eq!(status, 400, "{query}");
+            assert!(text.contains(why), "{query}: {text}");
+        }
+
+        // ann's counters in every limit with a `user` variable; bob's, everyone's and the other
+        // namespace's stay.
+        assert_eq!(reset(&server, "api", Some(r#"{"values":{"user":"ann"}}"#)).await, (200, r#"{"reset":3}"#.into()));
+        let kept = vec![all[0].clone(), all[2].clone(), all[5].clone()];
+        assert_eq!(listed(&server, "/counters/api").await.0, kept);
+        assert_eq!(listed(&server, "/counters/other").await.0.len(), 1);
+        for _ in 0..3 {
+            assert_eq!(server.post("/check_and_report", &hit("api", "ann", "/a")).await.0, 200, "ann starts again");
+        }
+        assert_eq!(server.post("/check_and_report", &hit("api", "ann", "/a")).await.0, 429);
+
+        // Every variable named (as written, or by the entry it reads): one counter.
+        let bob_a = r#"{"values":{"user":"bob","route":"/a"}}"#;
+        assert_eq!(reset(&server, "api", Some(bob_a)).await, (200, r#"{"reset":1}"#.into()));
+        assert_eq!(reset(&server, "api", Some(bob_a)).await, (200, r#"{"reset":0}"#.into()), "nothing left");
+        assert_eq!(reset(&server, "api", Some(r#"{"values":{"tier":"gold"}}"#)).await.1, r#"{"reset":0}"#);
+
+        for (body, why) in [("{", "invalid request body"), (r#"{"valuez":{}}"#, "unknown field `valuez`")] {
+            let (status, text) = reset(&server, "api", Some(body)).await;
+            assert_eq!(status, 400, "{body}");
+            assert!(text.contains(why), "{body}: {text}");
+        }
+        // No body: every counter of the namespace (all, bob per user, ann per user and per route).
+        assert_eq!(reset(&server, "api", None).await, (200, r#"{"reset":4}"#.into()));
+        assert_eq!(listed(&server, "/counters/api").await.0, vec![]);
+        assert_eq!(reset(&server, "nobody", None).await, (200, r#"{"reset":0}"#.into()));
+
+        // A window that is over is no counter: not listed, not counted as reset.
+        server.clock.advance(Duration::from_secs(60));
+        assert_eq!(listed(&server, "/counters/other").await.0, vec![]);
+        assert_eq!(reset(&server, "other", Some("{}")).await, (200, r#"{"reset":0}"#.into()));
+    })
+    .await;
+}
+
+/// Four limits reading four descriptors: 300 calls make 1,200 counters, more than a listing shows
+/// by default and more than one SCAN step looks at.
+const MANY: &str = r#"
+- {namespace: big, max_value: 9, seconds: 60, variables: ["descriptors[0].u"]}
+- {namespace: big, max_value: 9, seconds: 60, variables: ["descriptors[1].u"]}
+- {namespace: big, max_value: 9, seconds: 60, variables: ["descriptors[2].u"]}
+- {namespace: big, max_value: 9, seconds: 60, variables: ["descriptors[3].u"]}
+"#;
+
+#[tokio::test]
+async fn listings_are_bounded_and_resets_reach_every_counter_on_every_storage() {
+    each_storage_for(MANY, async |server| {
+        let mut client = server.rls().await;
+        for user in 0..300 {
+            let user = format!("u{user}");
+            let d = || descriptor(&[("u", user.as_str())]);
+            let reply = should_rate_limit(&mut client, "big", vec![d(), d(), d(), d()], 1).await;
+            assert_eq!(reply.overall_code, Code::Ok as i32);
+        }
+        let (rows, truncated) = listed(&server, "/counters/big").await;
+        assert_eq!((rows.len(), truncated.as_str()), (1000, "true"), "1,000 by default");
+        assert_eq!(listed(&server, "/counters/big?limit=1200").await.0.len(), 1200);
+        assert_eq!(listed(&server, "/counters/big?limit=1200").await.1, "false");
+        assert_eq!(listed(&server, "/counters/big?limit=1199").await.1, "true");
+        let (status, _, text) = server.send("GET", "/counters/big?limit=100001", None).await;
+        assert_eq!(status, 400, "{text}");
+        // `u` is the entry all four variables read.
+        assert_eq!(reset(&server, "big", Some(r#"{"values":{"u":"u7"}}"#)).await.1, r#"{"reset":4}"#);
+        assert_eq!(reset(&server, "big", None).await.1, r#"{"reset":1196}"#);
+        assert_eq!(listed(&server, "/counters/big").await, (vec![], "false".into()));
+    })
+    .await;
+}
+
+/// With redis-cached, a reset first sends the replica's pending hits, then deletes the counters
+/// in Redis and forgets the local copies: what was counted before it never comes back, and the
+/// next calls start from a fresh window, locally and in Redis.
+#[tokio::test]
+async fn a_reset_on_redis_cached_drops_the_local_counter_and_its_pending_hits() {
+    let redis = RedisServer::start();
+    let yaml = "- {namespace: api, name: per user, max_value: 3, seconds: 60, variables: [user]}\n";
+    let storage = Storage::RedisCached { url: redis.url(), prefix: "r:".into(), flush: Duration::from_secs(3600) };
+    let server = server_on(yaml, Mode::Accuracy, false, false, storage).await;
+    let call = |user: &str| format!(r#"{{"namespace":"api","values":{{"user":"{user}"}},"delta":1}}"#);
+    for _ in 0..3 {
+        assert_eq!(server.post("/check_and_report", &call("ann")).await.0, 200);
+    }
+    assert_eq!(server.post("/check_and_report", &call("bob")).await.0, 200);
+    assert_eq!(redis.cli(&["KEYS", "r:*"]).lines().count(), 0, "all pending, nothing flushed");
+    assert_eq!(reset(&server, "api", Some(r#"{"values":{"user":"ann"}}"#)).await.1, r#"{"reset":1}"#);
+    assert_eq!(redis.cli(&["KEYS", "r:*"]).lines().count(), 1, "bob's hit was flushed; ann's deleted");
+    assert_eq!(server.running.engine.flush().await.unwrap(), 0, "ann's pending hits went with the reset");
+    for _ in 0..3 {
+        assert_eq!(server.post("/check_and_report", &call("ann")).await.0, 200, "a fresh window");
+    }
+    assert_eq!(server.post("/check_and_report", &call("ann")).await.0, 429);
+    assert_eq!(server.running.engine.flush().await.unwrap(), 1);
+    let ann = redis.cli(&["KEYS", "r:*:3:ann"]);
+    assert_eq!(redis.cli(&["HGET", ann.trim(), "c"]).trim(), "3", "the new window's 3, not 3 more on the old");
+}
+
+#[tokio::test]
+async fn listing_and_reset_say_when_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let storage = Storage::Redis { url: redis.url(), prefix: "t:".into() };
+    let server = server_on(COUNTERS, Mode::Accuracy, false, false, storage).await;
+    assert_eq!(server.post("/check_and_report", &hit("api", "ann", "/a")).await.0, 200);
+    redis.kill();
+    let (status, _, text) = server.send("GET", "/counters/api", None).await;
+    assert_eq!(status, 503);
+    assert!(text.contains("counter storage unavailable"), "{text}");
+    let (status, text) = reset(&server, "api", None).await;
+    assert_eq!(status, 503);
+    assert!(text.contains("counter storage unavailable"), "{text}");
+}

@@ -6,7 +6,8 @@
 //! | `POST /report` | count `delta` hits, 200 |
 //! | `POST /check_and_report` | decide and count if allowed: 200 or 429 |
 //! | `GET /limits/{namespace}` | the namespace's limits, as JSON |
-//! | `GET /counters/{namespace}` | its live counters, as JSON |
+//! | `GET /counters/{namespace}?limit=N` | up to `N` of its live counters (default [`DEFAULT_LISTED`]), as JSON, with `X-Tollgate-Truncated: true` when there were more |
+//! | `DELETE /counters/{namespace}` | resets its counters, or with a body `{"values": {"user_id": "alice"}}` those whose variables have these values (see [`CounterFilter`]): `{"reset": N}`, the number that held hits |
 //! | `GET /status` | 200 while serving |
 //! | `GET /metrics` | Prometheus text |
 //!
@@ -15,6 +16,10 @@
 //! headers of the tightest counter (see [`super::headers`]). A call that exceeds a quota limit
 //! (`mode: quota`) is allowed and carries `X-Tollgate-Quota-Exceeded`. A body that is not that JSON, or a `delta` above
 //! [`MAX_DELTA`], is a 400 that says why.
+//!
+//! Counters are listed and reset on every storage (with Redis, by a bounded scan of the
+//! namespace's keys: see [`Engine::list_counters`]); a storage that cannot answer is a 503. The
+//! API has no access control, as Limitador's: whoever reaches its port can reset counters.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,7 +27,8 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -30,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use tollgate::Clock;
 use tollgate_policy::{Descriptor, Limit};
 
+use super::admin::CounterFilter;
 use super::engine::{Action, Engine};
 use super::headers::{HeaderDraft, response_headers};
 use super::metrics::Metrics;
@@ -100,6 +107,39 @@ pub struct CounterJson {
     pub expires_in_seconds: u64,
 }
 
+/// A `DELETE /counters/{namespace}` body (optional: no body resets every counter).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetBody {
+    /// Only counters whose variables have these values (variable as written, or the descriptor
+    /// entry's key it reads → value); none: every counter.
+    #[serde(default)]
+    pub values: std::collections::HashMap<String, String>,
+}
+
+/// The answer to `DELETE /counters/{namespace}`.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResetJson {
+    /// Counters reset that held hits (the ones a listing showed).
+    pub reset: u64,
+}
+
+/// `GET /counters/{namespace}`'s query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    limit: Option<usize>,
+}
+
+/// Counters `GET /counters/{namespace}` lists without `?limit=`.
+pub const DEFAULT_LISTED: usize = 1000;
+
+/// Most counters one listing may ask for.
+pub const MAX_LISTED: usize = 100_000;
+
+/// Set to `true` on a listing that left counters out (`false` otherwise).
+pub const TRUNCATED_HEADER: &str = "x-tollgate-truncated";
+
 /// The most hits one call may count. Envoy's `hits_addend` is 32-bit; a larger delta is no real
 /// call, and at u64 scale it would wrap the `authorized_hits` counter in one request.
 pub const MAX_DELTA: u64 = u32::MAX as u64;
@@ -117,7 +157,7 @@ pub fn router<C: Clock + Clone>(engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -
         .route("/report", post(|s, b| call(s, b, Action::Report)))
         .route("/check_and_report", post(|s, b| call(s, b, Action::CheckAndReport)))
         .route("/limits/{namespace}", get(limits))
-        .route("/counters/{namespace}", get(counters))
+        .route("/counters/{namespace}", get(counters).delete(reset))
         .route("/status", get(status::<C>))
         .route("/metrics", get(render_metrics::<C>))
         .with_state(api)
@@ -169,12 +209,29 @@ async fn limits<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, Path(namespace
     axum::Json(limits).into_response()
 }
 
-async fn counters<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, Path(namespace): Path<String>) -> Response {
-    if api.engine.uses_redis() {
-        return (StatusCode::NOT_IMPLEMENTED, "counters are listed with --storage memory only\n").into_response();
-    }
-    let (loaded, views) = api.engine.counters(&namespace);
-    let counters: Vec<CounterJson> = views
+async fn counters<C: Clock + Clone>(
+    State(api): State<Arc<Api<C>>>,
+    Path(namespace): Path<String>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Response {
+    let max = match query {
+        Ok(Query(ListQuery { limit: None })) => DEFAULT_LISTED,
+        Ok(Query(ListQuery { limit: Some(n) })) if (1..=MAX_LISTED).contains(&n) => n,
+        Ok(Query(ListQuery { limit: Some(n) })) => {
+            let why = format!("invalid limit {n}: from 1 to {MAX_LISTED} counters per listing\n");
+            return (StatusCode::BAD_REQUEST, why).into_response();
+        }
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("invalid query: {}\n", e.body_text())).into_response(),
+    };
+    let list = match api.engine.list_counters(&namespace, max).await {
+        Ok(list) => list,
+        Err(e) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, format!("counter storage unavailable: {e}\n")).into_response();
+        }
+    };
+    let (loaded, truncated) = (list.loaded, list.truncated);
+    let counters: Vec<CounterJson> = list
+        .counters
         .into_iter()
         .map(|view| {
             let limit = &loaded.policy.limits()[view.limit];
@@ -186,7 +243,27 @@ async fn counters<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, Path(namespa
             }
         })
         .collect();
-    axum::Json(counters).into_response()
+    let truncated = HeaderValue::from_static(if truncated { "true" } else { "false" });
+    ([(HeaderName::from_static(TRUNCATED_HEADER), truncated)], axum::Json(counters)).into_response()
+}
+
+async fn reset<C: Clock + Clone>(
+    State(api): State<Arc<Api<C>>>,
+    Path(namespace): Path<String>,
+    body: Bytes,
+) -> Response {
+    let filter = if body.iter().all(u8::is_ascii_whitespace) {
+        CounterFilter::everything()
+    } else {
+        match serde_json::from_slice::<ResetBody>(&body) {
+            Ok(body) => CounterFilter::new(body.values),
+            Err(e) => return (StatusCode::BAD_REQUEST, format!("invalid request body: {e}\n")).into_response(),
+        }
+    };
+    match api.engine.reset_counters(&namespace, &filter).await {
+        Ok(reset) => axum::Json(ResetJson { reset }).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("counter storage unavailable: {e}\n")).into_response(),
+    }
 }
 
 async fn render_metrics<C: Clock + Clone>(State(api): State<Arc<Api<C>>>) -> Response {

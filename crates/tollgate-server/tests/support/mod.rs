@@ -108,6 +108,20 @@ impl Server {
         (status, headers, String::from_utf8_lossy(&body).into_owned())
     }
 
+    /// Any method, with an optional body: status, headers, body text.
+    pub async fn send(&self, method: &str, path: &str, body: Option<&str>) -> (u16, hyper::HeaderMap, String) {
+        let mut request = hyper::Request::builder().method(method).uri(format!("http://{}{path}", self.running.http));
+        if body.is_some() {
+            request = request.header("content-type", "application/json");
+        }
+        let request = request.body(Full::new(Bytes::from(body.unwrap_or_default().to_string()))).unwrap();
+        let response = self.http.request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, headers, String::from_utf8_lossy(&body).into_owned())
+    }
+
     pub async fn get(&self, path: &str) -> (u16, String) {
         let request =
             hyper::Request::get(format!("http://{}{path}", self.running.http)).body(Full::new(Bytes::new())).unwrap();
