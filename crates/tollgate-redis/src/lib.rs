@@ -47,7 +47,7 @@ pub use error::BackendError;
 pub use failure::{FailurePolicy, LocalFallback};
 pub use key::RedisKey;
 pub use limiter::{KeyCountError, RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
-pub use scan::{StoredWindow, WindowPage, delete_windows, glob_escape, scan_windows};
+pub use scan::{StoredWindow, WindowKey, WindowPage, delete_windows, glob_escape, scan_windows};
 pub use semaphore::{RedisSemaphore, RedisSemaphoreBuilder, SemaphoreConfigError, SemaphoreGuard, SemaphoreState};
 
 /// A misconfigured limiter, naming what is wrong.

@@ -21,21 +21,41 @@ pub struct StoredWindow {
 }
 
 impl StoredWindow {
-    /// The hits left and the time until the window ends (µs) at `now_us` for a window of
-    /// `window`; `None` when the window is over or empty (the counter starts full again, as
-    /// `decide_windows` would see it).
+    /// The hits left and the time until the window ends (µs) at `now_us`, for a limit of
+    /// `limit` per `window`, or per calendar window when `calendar` is the current one's
+    /// (start, end) in µs (as [`crate::WindowCounter::calendar`]: a counter stored for another
+    /// start is from an older window). `None` when the window is over or empty: the counter
+    /// starts full again, as `decide_windows` would see it.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate_redis::StoredWindow;
     /// let w = StoredWindow { key: "rl:{api}:x".into(), start_us: 1_000_000, count: 3 };
-    /// assert_eq!(w.state(5, Duration::from_secs(60), 31_000_000), Some((2, 30_000_000)));
-    /// assert_eq!(w.state(5, Duration::from_secs(60), 61_000_000), None, "over");
+    /// let minute = Duration::from_secs(60);
+    /// assert_eq!(w.state(5, minute, None, 31_000_000), Some((2, 30_000_000)));
+    /// assert_eq!(w.state(5, minute, None, 61_000_000), None, "over");
+    /// assert_eq!(w.state(5, minute, Some((1_000_000, 90_000_000)), 61_000_000), Some((2, 29_000_000)));
+    /// assert_eq!(w.state(5, minute, Some((90_000_000, 180_000_000)), 91_000_000), None, "an older window");
     /// ```
-    pub fn state(&self, limit: u64, window: Duration, now_us: u64) -> Option<(u64, u64)> {
-        let end = self.start_us.saturating_add(window_us(window));
+    pub fn state(&self, limit: u64, window: Duration, calendar: Option<(u64, u64)>, now_us: u64) -> Option<(u64, u64)> {
+        let end = match calendar {
+            Some((start, end)) if start == self.start_us => end,
+            Some(_) => return None,
+            None => self.start_us.saturating_add(window_us(window)),
+        };
         (self.count > 0 && now_us < end).then(|| (limit.saturating_sub(self.count), end - now_us))
     }
+}
+
+/// A counter to delete, and how its windows run (as in [`crate::WindowCounter`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowKey {
+    /// The Redis key (with the call's hash tag).
+    pub key: String,
+    /// The window, for a window opened by its first hit.
+    pub window: Duration,
+    /// The current calendar window's (start, end) in µs, for a calendar limit.
+    pub calendar: Option<(u64, u64)>,
 }
 
 /// One step of a scan: where to go on from, the time of the step, what it found.
@@ -112,30 +132,30 @@ pub async fn scan_windows(
     Ok(WindowPage { cursor: number(0).unwrap_or(0), now_us: number(1).unwrap_or(0), windows })
 }
 
-/// Deletes `counters` (keys and their windows; all with one hash tag) in one EVALSHA, so each
-/// starts its next window full; returns how many held hits in a window still open as of Redis
-/// `TIME` (or `now_us`): the counters a listing would have shown.
+/// Deletes `counters` (all with one hash tag) in one EVALSHA, so each starts its next window
+/// full; returns how many held hits in a window still open as of Redis `TIME` (or `now_us`):
+/// the counters a listing would have shown.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
 /// use std::time::Duration;
-/// use tollgate_redis::{Redis, delete_windows};
+/// use tollgate_redis::{Redis, WindowKey, delete_windows};
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let live = delete_windows(&redis, &[("rl:{api}:alice".to_string(), Duration::from_secs(60))], None).await?;
+/// let alice = WindowKey { key: "rl:{api}:alice".into(), window: Duration::from_secs(60), calendar: None };
+/// let live = delete_windows(&redis, &[alice], None).await?;
 /// # let _ = live; Ok(()) }
 /// ```
-pub async fn delete_windows(
-    redis: &Redis,
-    counters: &[(String, Duration)],
-    now_us: Option<u64>,
-) -> Result<u64, BackendError> {
+pub async fn delete_windows(redis: &Redis, counters: &[WindowKey], now_us: Option<u64>) -> Result<u64, BackendError> {
     if counters.is_empty() {
         return Ok(0);
     }
-    let keys: Vec<String> = counters.iter().map(|(key, _)| key.clone()).collect();
-    let mut args = Vec::with_capacity(1 + counters.len());
+    let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
+    let mut args = Vec::with_capacity(1 + 3 * counters.len());
     args.push(now_us.map(|n| n.to_string()).unwrap_or_default());
-    args.extend(counters.iter().map(|(_, window)| window_us(*window).to_string()));
+    for c in counters {
+        let (start, end) = c.calendar.unwrap_or((0, 0));
+        args.extend([window_us(c.window).to_string(), start.to_string(), end.to_string()]);
+    }
     redis.invoke(&scripts::COUNTERS_RESET, &keys, &args).await
 }
 

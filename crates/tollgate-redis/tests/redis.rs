@@ -519,7 +519,9 @@ async fn reset_reports_an_outage() {
 #[tokio::test]
 async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones() {
     use std::collections::HashSet;
-    use tollgate_redis::{CountersMode, WindowCounter, decide_windows, delete_windows, glob_escape, scan_windows};
+    use tollgate_redis::{
+        CountersMode, WindowCounter, WindowKey, decide_windows, delete_windows, glob_escape, scan_windows,
+    };
 
     let server = RedisServer::start();
     let redis = connect(&server).await;
@@ -561,12 +563,33 @@ async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones
     assert_eq!(keys.len(), 300, "every counter of the tag, no other key");
     let window = found.iter().find(|w| w.key == "rl:{a*}:1").unwrap();
     assert_eq!((window.start_us, window.count), (now, 3));
-    assert_eq!(window.state(10, Duration::from_secs(60), later), Some((7, 58_000_000)));
+    assert_eq!(window.state(10, Duration::from_secs(60), None, later), Some((7, 58_000_000)));
 
-    let doomed: Vec<(String, Duration)> =
-        (0..150).map(|i| (format!("rl:{{a*}}:{i}"), Duration::from_secs(if i % 3 == 0 { 1 } else { 60 }))).collect();
+    let doomed: Vec<WindowKey> = (0..150)
+        .map(|i| WindowKey {
+            key: format!("rl:{{a*}}:{i}"),
+            window: Duration::from_secs(if i % 3 == 0 { 1 } else { 60 }),
+            calendar: None,
+        })
+        .collect();
     assert_eq!(delete_windows(&redis, &doomed, Some(later)).await.unwrap(), 100, "50 of the 150 windows were over");
     assert_eq!(server.cli(&["EXISTS", "rl:{a*}:1"]), "0");
     assert_eq!(server.cli(&["EXISTS", "rl:{a*}:150"]), "1");
     assert_eq!(server.cli(&["EXISTS", "rl:{ab}:1"]), "1");
+
+    // Calendar windows: a counter is live in the calendar window it was stored for only.
+    let day = (now - 5_000_000, now + 86_400_000_000 - 5_000_000);
+    for key in ["rl:{cal}:now", "rl:{cal}:older"] {
+        let one = [WindowCounter { calendar: Some(day), ..counter(key.into(), 86_400) }];
+        assert!(decide_windows(&redis, &one, CountersMode::Take, Some(now)).await.unwrap().admitted);
+    }
+    let page = scan_windows(&redis, "rl:{cal}:", "rl:{cal}:*", 0, 1000, Some(later)).await.unwrap();
+    let stored = page.windows.iter().find(|w| w.key == "rl:{cal}:now").unwrap();
+    assert_eq!(stored.state(10, Duration::from_secs(86_400), Some(day), later), Some((7, day.1 - later)));
+    let next_day = (day.1, day.1 + 86_400_000_000);
+    assert_eq!(stored.state(10, Duration::from_secs(86_400), Some(next_day), day.1), None, "yesterday's");
+    let key = |key: &str, calendar| WindowKey { key: key.into(), window: Duration::from_secs(86_400), calendar };
+    let both = [key("rl:{cal}:now", Some(day)), key("rl:{cal}:older", Some(next_day))];
+    assert_eq!(delete_windows(&redis, &both, Some(later)).await.unwrap(), 1, "the older day's counter is no counter");
+    assert_eq!(server.cli(&["EXISTS", "rl:{cal}:older"]), "0", "deleted all the same");
 }

@@ -549,3 +549,30 @@ async fn listing_and_reset_say_when_redis_is_down() {
     assert_eq!(status, 503);
     assert!(text.contains("counter storage unavailable"), "{text}");
 }
+
+/// A calendar counter is listed until its calendar boundary, with the time to it, and is no
+/// counter after it (Redis still holds January's key then, stored for January's start).
+#[tokio::test]
+async fn a_calendar_counter_is_listed_until_its_boundary_and_reset_on_memory_and_redis() {
+    let redis = RedisServer::start();
+    for storage in [Storage::Memory, Storage::Redis { url: redis.url(), prefix: "m:".into() }] {
+        let server = server_on(MONTHLY, Mode::Accuracy, false, false, storage.clone()).await;
+        // 2026-01-31T23:59:00Z on the manual clock (its origin is the epoch).
+        server.clock.advance(Duration::from_secs(1_769_903_940));
+        let call = r#"{"namespace":"billing","values":{"tenant":"acme"},"delta":1}"#;
+        for _ in 0..2 {
+            assert_eq!(server.post("/check_and_report", call).await.0, 200, "{storage:?}");
+        }
+        server.clock.advance(Duration::from_secs(30));
+        let january = vec![("monthly".to_string(), "tenant=acme".to_string(), 1, 30)];
+        assert_eq!(listed(&server, "/counters/billing").await.0, january, "{storage:?}: 30 s to February");
+        assert_eq!(reset(&server, "billing", Some(r#"{"values":{"tenant":"acme"}}"#)).await.1, r#"{"reset":1}"#);
+        for _ in 0..3 {
+            assert_eq!(server.post("/check_and_report", call).await.0, 200, "{storage:?}: a fresh January");
+        }
+        assert_eq!(server.post("/check_and_report", call).await.0, 429, "{storage:?}");
+        server.clock.advance(Duration::from_secs(30));
+        assert_eq!(listed(&server, "/counters/billing").await.0, vec![], "{storage:?}: January is over");
+        assert_eq!(reset(&server, "billing", None).await.1, r#"{"reset":0}"#, "{storage:?}");
+    }
+}

@@ -8,7 +8,8 @@
 //!   (limit id, values) and matched with the loaded limit of that id: keys of limits no longer
 //!   loaded are skipped, and expire on their own. A reset that names every variable of a limit
 //!   deletes that one key without a scan. Time is the one decisions use (Redis `TIME`, or the
-//!   engine's clock with [`RedisStore::use_engine_clock`]).
+//!   engine's clock with [`RedisStore::use_engine_clock`]), and a calendar limit's counter is
+//!   live in the calendar window of that time only, as `Engine::call` decides it.
 //! - With `redis-cached`, this replica's pending hits are flushed first, so that a listing and a
 //!   reset see what it counted; a reset then deletes in Redis and forgets the local copies with
 //!   no flush in between (see [`super::cache`]). Other replicas keep their local copy of a reset
@@ -17,11 +18,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tollgate::{Clock, Meta};
 use tollgate_policy::{Limit, LimitId, Variable};
-use tollgate_redis::{BackendError, StoredWindow, delete_windows, glob_escape, scan_windows};
+use tollgate_redis::{BackendError, StoredWindow, WindowKey, delete_windows, glob_escape, scan_windows};
 
 use super::engine::{CounterView, Engine, Loaded, RedisStore, Store, counter_key};
 
@@ -192,6 +192,7 @@ impl<C: Clock + Clone> Engine<C> {
         };
         let loaded = self.loaded();
         let by_id = limits_by_id(&loaded, namespace);
+        let calendars = self.calendars(store, by_id.values().map(|(_, limit)| *limit));
         let mut counters = Vec::new();
         let mut truncated = false;
         if !by_id.is_empty() {
@@ -200,7 +201,9 @@ impl<C: Clock + Clone> Engine<C> {
             self.scan(store, &head, |now_us, window| {
                 let Some((id, values)) = parse_key(&head, &window.key) else { return true };
                 let Some(&(index, limit)) = by_id.get(&id) else { return true };
-                let Some((remaining, reset_us)) = window.state(limit.max_value(), limit.window(), now_us) else {
+                let calendar = calendars.get(&id).copied();
+                let Some((remaining, reset_us)) = window.state(limit.max_value(), limit.window(), calendar, now_us)
+                else {
                     return true;
                 };
                 if values.len() != limit.variables().len() || !seen.insert(window.key) {
@@ -307,15 +310,19 @@ impl<C: Clock + Clone> Engine<C> {
     ) -> Result<u64, BackendError> {
         let loaded = self.loaded();
         let now = store.use_engine_clock.then(|| self.clock.now() / 1000);
+        let calendars = self.calendars(store, loaded.policy.namespace(namespace));
+        let key = |key: String, limit: &Limit| WindowKey {
+            key,
+            window: limit.window(),
+            calendar: calendars.get(&limit.id()).copied(),
+        };
         let mut exact = Vec::new();
         let mut scanned = HashMap::new();
         for &index in loaded.policy.namespace_indexes(namespace) {
             let limit = &loaded.policy.limits()[index];
             match filter.pick(limit) {
                 Pick::Nothing => {}
-                Pick::One(values) => {
-                    exact.push((counter_key(&store.prefix, namespace, limit.id(), &values), limit.window()));
-                }
+                Pick::One(values) => exact.push(key(counter_key(&store.prefix, namespace, limit.id(), &values), limit)),
                 Pick::Matching => {
                     scanned.insert(limit.id(), limit);
                 }
@@ -330,7 +337,7 @@ impl<C: Clock + Clone> Engine<C> {
         }
         let head = key_head(&store.prefix, namespace);
         let mut seen = HashSet::new();
-        let mut chosen: Vec<(String, Duration)> = Vec::new();
+        let mut chosen = Vec::new();
         // Found keys are deleted a page at a time, between steps of the scan (which a delete
         // does not disturb: SCAN still returns every key present throughout).
         let mut cursor = 0;
@@ -341,7 +348,7 @@ impl<C: Clock + Clone> Engine<C> {
                 let Some((id, values)) = parse_key(&head, &window.key) else { continue };
                 let Some(limit) = scanned.get(&id) else { continue };
                 if filter.matches(limit, &values) && seen.insert(window.key.clone()) {
-                    chosen.push((window.key, limit.window()));
+                    chosen.push(key(window.key, limit));
                 }
             }
             for batch in chosen.chunks(DELETE_BATCH) {
@@ -353,6 +360,17 @@ impl<C: Clock + Clone> Engine<C> {
                 return Ok(reset);
             }
         }
+    }
+
+    /// The current calendar window (µs, on the clock Redis decides with) of each calendar limit.
+    fn calendars<'l>(
+        &self,
+        store: &RedisStore,
+        limits: impl Iterator<Item = &'l Limit>,
+    ) -> HashMap<LimitId, (u64, u64)> {
+        limits
+            .filter_map(|limit| Some((limit.id(), self.calendar_us(limit.calendar()?, store.use_engine_clock))))
+            .collect()
     }
 
     /// Scans the keys starting with `head`, calling `found` with each step's time (µs) and each

@@ -419,7 +419,7 @@ impl<C: Clock + Clone> Engine<C> {
 
     /// A calendar limit's current window in µs on the clock Redis decides with: the engine's
     /// (`use_engine_clock`), else Redis `TIME`, taken to agree with this host's wall clock.
-    fn calendar_us(&self, calendar: &tollgate::Calendar, use_engine_clock: bool) -> (u64, u64) {
+    pub(super) fn calendar_us(&self, calendar: &tollgate::Calendar, use_engine_clock: bool) -> (u64, u64) {
         if use_engine_clock {
             let origin = self.clock.unix_origin_ns();
             let (start, end) = calendar.window_at(origin.saturating_add(self.clock.now()));
