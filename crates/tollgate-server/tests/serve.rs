@@ -188,3 +188,14 @@ async fn rls_replies_carry_the_same_rate_limit_headers_as_the_http_api() {
     let reply = should_rate_limit(&mut client, "example.org", vec![descriptor(&[("round", "n")])], 1).await;
     assert!(reply.response_headers_to_add.is_empty(), "none unless --rate-limit-headers");
 }
+
+/// `tollgate serve --threads 1` runs the server on a current-thread runtime: both protocols and
+/// the decisions must work there as on the multi-thread one (no call may block the only thread).
+#[tokio::test(flavor = "current_thread")]
+async fn one_thread_serves_rls_and_http() {
+    let server = server(SEED_003, Mode::Accuracy, false, false).await;
+    let (allowed, results) = seed_003_round(&server.rls().await, "one-thread").await;
+    assert_eq!(allowed, (2, 2), "{results:?}");
+    let body = r#"{"namespace":"example.org","values":{"req.method":"GET","round":"one-thread"},"delta":1}"#;
+    assert_eq!(server.post("/check_and_report", body).await.0, 429, "the round's 4 are taken");
+}

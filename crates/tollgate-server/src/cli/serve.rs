@@ -78,6 +78,12 @@ pub(crate) struct ServeArgs {
     /// default.
     #[arg(long, value_enum, value_name = "DRAFT")]
     rate_limit_headers: Option<HeaderDraft>,
+
+    /// Threads answering requests [default: the cores this process may run on]. With 1, one
+    /// thread does everything (no work stealing between threads): the least CPU per decision
+    /// when the server has a single core, as a 1-CPU container does.
+    #[arg(long, value_name = "N")]
+    threads: Option<NonZeroUsize>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -131,7 +137,16 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             }
         },
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let threads = args.threads.or_else(|| std::thread::available_parallelism().ok()).map_or(1, NonZeroUsize::get);
+    let mut builder = match threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(n);
+            builder
+        }
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -154,6 +169,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             limits = loaded.policy.len(),
             file = %config.limits.display(),
             mode = ?config.mode,
+            threads,
             storage = ?config.storage,
             shadow = config.shadow,
             "limits loaded"

@@ -6,10 +6,11 @@
 //! `limitador_namespace` and `limit_name` labels), so dashboards carry over.
 
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
-use metrics::{Unit, counter, histogram, with_local_recorder};
+use hashbrown::{Equivalent, HashMap};
+use metrics::{Counter, Histogram, Unit, counter, histogram, with_local_recorder};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 use tollgate::Clock;
 use tollgate_policy::Enforcement;
@@ -24,7 +25,33 @@ const LATENCY_BUCKETS: &[f64] =
 /// as in tests).
 pub struct Metrics {
     recorder: PrometheusRecorder,
+    latency: Histogram,
+    /// The handles of the labelled counters recorded so far (one per series the recorder keeps
+    /// anyway, so this grows no faster than the exposition does).
+    series: RwLock<HashMap<SeriesKey, Counter>>,
     reload: Mutex<ReloadState>,
+}
+
+/// A labelled counter: its name, `limitador_namespace`, and `limit_name` for the per-limit ones.
+#[derive(Hash, PartialEq, Eq)]
+struct SeriesKey {
+    metric: &'static str,
+    namespace: Box<str>,
+    limit: Option<Box<str>>,
+}
+
+/// [`SeriesKey`] borrowed, to look one up without allocating (hashes as the owned one does).
+#[derive(Hash)]
+struct SeriesRef<'a> {
+    metric: &'static str,
+    namespace: &'a str,
+    limit: Option<&'a str>,
+}
+
+impl Equivalent<SeriesKey> for SeriesRef<'_> {
+    fn equivalent(&self, key: &SeriesKey) -> bool {
+        self.metric == key.metric && self.namespace == &*key.namespace && self.limit == key.limit.as_deref()
+    }
 }
 
 #[derive(Default)]
@@ -61,40 +88,55 @@ impl Metrics {
             );
             metrics::describe_histogram!("tollgate_decision_seconds", Unit::Seconds, "Time to decide one call");
         });
-        Metrics { recorder, reload: Mutex::new(ReloadState::default()) }
+        let latency = with_local_recorder(&recorder, || histogram!("tollgate_decision_seconds"));
+        Metrics { recorder, latency, series: RwLock::default(), reload: Mutex::new(ReloadState::default()) }
     }
 
     /// Records one decided call: allowed or limited (by the first enforcing limit without room),
     /// `hits` added to `authorized_hits` when allowed, and each shadow or quota limit it went over
     /// (`shadow_limited_calls`, `quota_exceeded_calls`, labelled with the limit's name).
     pub fn record<C: Clock>(&self, namespace: &str, outcome: &Outcome<C>, hits: u64, took: Duration) {
-        with_local_recorder(&self.recorder, || {
-            histogram!("tollgate_decision_seconds").record(took.as_secs_f64());
-            let ns = || namespace.to_string();
-            let name = |s: &super::engine::Status| outcome.limit(s).name().unwrap_or("").to_string();
-            if outcome.allowed {
-                counter!("authorized_calls", "limitador_namespace" => ns()).increment(1);
-                if hits > 0 {
-                    counter!("authorized_hits", "limitador_namespace" => ns()).increment(hits);
-                }
-            } else if let Some(by) = outcome.statuses.iter().find(|s| s.limited) {
-                counter!("limited_calls", "limitador_namespace" => ns(), "limit_name" => name(by)).increment(1);
+        self.latency.record(took.as_secs_f64());
+        let name = |s: &super::engine::Status| outcome.limit(s).name().unwrap_or("");
+        if outcome.allowed {
+            self.add("authorized_calls", namespace, None, 1);
+            if hits > 0 {
+                self.add("authorized_hits", namespace, None, hits);
             }
-            for (status, enforcement) in outcome.marked() {
-                let metric = match enforcement {
-                    Enforcement::Quota => "quota_exceeded_calls",
-                    _ => "shadow_limited_calls",
-                };
-                counter!(metric, "limitador_namespace" => ns(), "limit_name" => name(status)).increment(1);
-            }
-        });
+        } else if let Some(by) = outcome.statuses.iter().find(|s| s.limited) {
+            self.add("limited_calls", namespace, Some(name(by)), 1);
+        }
+        for (status, enforcement) in outcome.marked() {
+            let metric = match enforcement {
+                Enforcement::Quota => "quota_exceeded_calls",
+                _ => "shadow_limited_calls",
+            };
+            self.add(metric, namespace, Some(name(status)), 1);
+        }
     }
 
     /// Records hits reported without a decision (Kuadrant's `Report`).
     pub fn record_report(&self, namespace: &str, hits: u64) {
-        with_local_recorder(&self.recorder, || {
-            counter!("authorized_hits", "limitador_namespace" => namespace.to_string()).increment(hits);
+        self.add("authorized_hits", namespace, None, hits);
+    }
+
+    /// Adds `n` to one labelled counter. Its handle is registered once and kept: building the
+    /// labels and finding the series on every call would cost more than the decision.
+    fn add(&self, metric: &'static str, namespace: &str, limit: Option<&str>, n: u64) {
+        let key = SeriesRef { metric, namespace, limit };
+        if let Some(counter) = self.series.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            counter.increment(n);
+            return;
+        }
+        let counter = with_local_recorder(&self.recorder, || match limit {
+            None => counter!(metric, "limitador_namespace" => namespace.to_string()),
+            Some(limit) => {
+                counter!(metric, "limitador_namespace" => namespace.to_string(), "limit_name" => limit.to_string())
+            }
         });
+        counter.increment(n);
+        let owned = SeriesKey { metric, namespace: namespace.into(), limit: limit.map(Into::into) };
+        self.series.write().unwrap_or_else(|e| e.into_inner()).insert(owned, counter);
     }
 
     /// Folds recorded latencies into the histogram. Samples are buffered until then, so this must

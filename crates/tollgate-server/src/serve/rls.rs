@@ -31,7 +31,7 @@ use tollgate::{CalendarUnit, Clock, SystemClock};
 use tollgate_policy::{Descriptor, Enforcement, Limit};
 use tonic::{Request, Response, Status as GrpcStatus};
 
-use super::engine::{Action, Engine, Outcome};
+use super::engine::{Action, Engine, Outcome, Status};
 use super::headers::{HeaderDraft, response_headers};
 use super::metrics::Metrics;
 
@@ -126,38 +126,50 @@ impl<C: Clock + Clone> RateLimitService for Rls<C> {
 
 /// The RLS response for an outcome over `descriptors` descriptors.
 pub(crate) fn response<C: Clock>(outcome: &Outcome<C>, descriptors: usize) -> RateLimitResponse {
-    let mut statuses = vec![DescriptorStatus { code: Code::Ok as i32, ..Default::default() }; descriptors.max(1)];
-    let mut tightest: Vec<Option<(bool, bool, u64)>> = vec![None; statuses.len()];
-    for status in &outcome.statuses {
-        let slot = status.descriptor.min(statuses.len() - 1);
-        let limit = outcome.limit(status);
-        // Over limit: it denied the call, or it is a quota the call exceeded (marked, allowed).
-        let over = status.limited
-            && match limit.enforcement() {
-                Enforcement::Enforce => !outcome.allowed,
-                Enforcement::Quota => true,
-                Enforcement::Shadow => false,
-            };
-        // A counter over its limit wins, then one without room (a shadow limit's), then the one
-        // with the fewest hits remaining.
-        let rank = (!over, !status.limited, status.meta.remaining);
-        if tightest[slot].is_some_and(|t| t <= rank) {
-            continue;
+    let slots = descriptors.max(1);
+    // Per descriptor: the rank and index of its tightest status. A counter over its limit wins,
+    // then one without room (a shadow limit's), then the one with the fewest hits remaining.
+    type Rank = (bool, bool, u64);
+    let mut tightest: Vec<Option<(Rank, usize)>> = vec![None; slots];
+    for (i, status) in outcome.statuses.iter().enumerate() {
+        let slot = &mut tightest[status.descriptor.min(slots - 1)];
+        let rank = (!over(outcome, status), !status.limited, status.meta.remaining);
+        if slot.is_none_or(|(best, _)| rank < best) {
+            *slot = Some((rank, i));
         }
-        tightest[slot] = Some(rank);
-        statuses[slot] = DescriptorStatus {
-            code: if over { Code::OverLimit } else { Code::Ok } as i32,
-            current_limit: Some(rate_limit(limit)),
-            limit_remaining: u32::try_from(status.meta.remaining).unwrap_or(u32::MAX),
-            duration_until_reset: Some(duration(status.meta.reset_ns)),
-            quota: None,
-        };
     }
+    let statuses = tightest
+        .into_iter()
+        .map(|slot| match slot {
+            None => DescriptorStatus { code: Code::Ok as i32, ..Default::default() },
+            Some(((not_over, _, _), i)) => {
+                let status = &outcome.statuses[i];
+                DescriptorStatus {
+                    code: if not_over { Code::Ok } else { Code::OverLimit } as i32,
+                    current_limit: Some(rate_limit(outcome.limit(status))),
+                    limit_remaining: u32::try_from(status.meta.remaining).unwrap_or(u32::MAX),
+                    duration_until_reset: Some(duration(status.meta.reset_ns)),
+                    quota: None,
+                }
+            }
+        })
+        .collect();
     RateLimitResponse {
         overall_code: if outcome.allowed { Code::Ok } else { Code::OverLimit } as i32,
         statuses,
         ..Default::default()
     }
+}
+
+/// True when a counter is reported over its limit: it denied the call, or it is a quota the call
+/// exceeded (marked, allowed).
+fn over<C: Clock>(outcome: &Outcome<C>, status: &Status) -> bool {
+    status.limited
+        && match outcome.limit(status).enforcement() {
+            Enforcement::Enforce => !outcome.allowed,
+            Enforcement::Quota => true,
+            Enforcement::Shadow => false,
+        }
 }
 
 /// Envoy's `RateLimit` counts per one unit; a calendar window is its unit (day, week, month); a
