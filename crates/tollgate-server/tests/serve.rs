@@ -118,24 +118,48 @@ async fn rls_statuses_per_descriptor() {
 async fn malformed_protobuf_is_rejected_with_a_reason() {
     let server = server(SEED_003, Mode::Accuracy, false, false).await;
     // A gRPC frame whose message is not a RateLimitRequest (field 1 with a bad wire type).
-    let frame: &[u8] = &[0, 0, 0, 0, 2, 0x0f, 0xff];
-    let request = hyper::Request::post(format!(
+    let (code, message) = raw_grpc(&server, &[], vec![0, 0, 0, 0, 2, 0x0f, 0xff]).await;
+    assert_eq!(code, tonic::Code::InvalidArgument as i32, "{message}");
+    assert!(message.contains("decode"), "the error says why: {message}");
+}
+
+/// Framing mistakes are statuses that say what is wrong, as tonic's would be; a compressed call
+/// is answered by tonic (which takes no compression).
+#[tokio::test]
+async fn grpc_framing_errors_and_compressed_calls_are_statuses() {
+    let server = server(SEED_003, Mode::Accuracy, false, false).await;
+    type Headers = &'static [(&'static str, &'static str)];
+    let cases: [(Headers, Vec<u8>, tonic::Code, &str); 4] = [
+        (&[], vec![0, 0, 0], tonic::Code::InvalidArgument, "5-byte prefix"),
+        (&[], vec![0, 0, 0, 0, 10, 0x0a, 0x01], tonic::Code::InvalidArgument, "prefix says 10 bytes"),
+        (&[], vec![0; 5 + 4 * 1024 * 1024 + 1], tonic::Code::ResourceExhausted, "larger than"),
+        (&[("grpc-encoding", "gzip")], vec![1, 0, 0, 0, 1, 0], tonic::Code::Unimplemented, "gzip"),
+    ];
+    for (headers, body, want, says) in cases {
+        let (code, message) = raw_grpc(&server, headers, body).await;
+        assert_eq!(code, want as i32, "{headers:?}: {message}");
+        assert!(message.contains(says), "{headers:?}: {message}");
+    }
+}
+
+/// Sends `body` to ShouldRateLimit over plain HTTP/2 and returns the status of a trailers-only
+/// answer (a failure before any message carries grpc-status in the headers).
+async fn raw_grpc(server: &support::Server, headers: &[(&str, &str)], body: Vec<u8>) -> (i32, String) {
+    let mut request = hyper::Request::post(format!(
         "http://{}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
         server.running.grpc
     ))
     .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(http_body_util::Full::new(hyper::body::Bytes::from_static(frame)))
-    .unwrap();
+    .header("te", "trailers");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(http_body_util::Full::new(hyper::body::Bytes::from(body))).unwrap();
     let client =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).http2_only(true).build_http();
     let response = client.request(request).await.unwrap();
-    // A failure before any message is a trailers-only response: status in the headers.
-    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_string());
-    let code = header("grpc-status").expect("grpc-status");
-    let message = header("grpc-message").unwrap_or_default();
-    assert_eq!(code, (tonic::Code::InvalidArgument as i32).to_string(), "{message}");
-    assert!(message.contains("decode"), "the error says why: {message}");
+    let status = tonic::Status::from_header_map(response.headers()).expect("grpc-status in the headers");
+    (status.code() as i32, status.message().to_string())
 }
 
 #[tokio::test]

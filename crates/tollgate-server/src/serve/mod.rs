@@ -2,7 +2,8 @@
 //!
 //! - [`Engine`]: decisions on the loaded limits and their in-memory counters, in accuracy or
 //!   throughput mode, optionally in shadow mode;
-//! - [`rls`]: Envoy's rate limit service (gRPC); [`http`]: the HTTP API (Limitador's);
+//! - [`rls`]: Envoy's rate limit service (gRPC), answered without tonic's per-call machinery by
+//!   `unary`; [`http`]: the HTTP API (Limitador's);
 //! - [`Metrics`]: Prometheus metrics; [`Reloader`]: watching the limits file;
 //! - [`start`]: all of it on the current tokio runtime.
 
@@ -17,6 +18,7 @@ mod metrics;
 mod reload;
 pub mod rls;
 mod server;
+mod unary;
 
 pub use admin::{CounterFilter, CounterList, SCAN_COUNT};
 pub use counters::CounterCap;

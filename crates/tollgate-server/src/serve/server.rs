@@ -15,6 +15,7 @@ use super::http;
 use super::metrics::Metrics;
 use super::reload::Reloader;
 use super::rls::{KuadrantServer, RateLimitServiceServer, Rls};
+use super::unary::Unary;
 
 /// What `tollgate serve` runs.
 #[derive(Clone, Debug)]
@@ -195,7 +196,13 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     health.set_serving::<KuadrantServer<C>>().await;
     let rls = Arc::new(Rls::new(engine.clone(), metrics.clone()).with_headers(config.rate_limit_headers));
     let kuadrant = KuadrantServer::new(rls.clone());
-    let rls = RateLimitServiceServer::from_arc(rls);
+    // The rate-limit calls are answered by `Unary`; tonic's routes serve health, and serve the
+    // rate-limit calls too when `Unary` does not take them as they are (compressed ones).
+    let routes = tonic::service::Routes::new(health_service)
+        .add_service(RateLimitServiceServer::from_arc(rls.clone()))
+        .add_service(kuadrant)
+        .prepare();
+    let service = Unary::new(rls, routes);
     let mut stop = signal.clone();
     let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
     let grpc_task = tokio::spawn(async move {
@@ -204,10 +211,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         };
         let served = tonic::transport::Server::builder()
             .layer(tower::util::MapResponseLayer::new(decode_errors_are_invalid_argument))
-            .add_service(health_service)
-            .add_service(rls)
-            .add_service(kuadrant)
-            .serve_with_incoming_shutdown(incoming, stopped)
+            .serve_with_incoming_shutdown(service, incoming, stopped)
             .await;
         if let Err(e) = served {
             tracing::error!("gRPC server stopped: {e}");
