@@ -37,7 +37,7 @@ struct RawLimit {
     window: Option<Spanned<RawWindow>>,
 }
 
-/// `window: {calendar: day | week | month, timezone: UTC | IANA name}`.
+/// `window: {calendar: second | minute | hour | day | week | month, timezone: UTC | IANA name}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWindow {
@@ -77,7 +77,7 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         (Some(_), Some(seconds)) => {
             return Err(err(
                 seconds.referenced.into(),
-                "`seconds` and `window` together: a calendar window is as long as its day, week or month".into(),
+                "`seconds` and `window` together: a calendar window is as long as its unit (a minute, a day, a month...)".into(),
             ));
         }
     };
@@ -163,7 +163,7 @@ fn calendar(window: Spanned<RawWindow>, source_name: &str) -> Result<tollgate::C
         PolicyError::new(
             source_name,
             calendar.referenced.into(),
-            format!("unknown calendar `{}`: expected day, week or month", calendar.value),
+            format!("unknown calendar `{}`: expected second, minute, hour, day, week or month", calendar.value),
         )
     })?;
     let (zone, at) = match &timezone {

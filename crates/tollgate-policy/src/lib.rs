@@ -38,8 +38,9 @@
 //! kept and none is idle; see [`tollgate::AtKeyLimit`]), both defaulting to the server's
 //! `--max-counters` and `--at-max-counters`; `shadow: true` (count and report, never deny) and
 //! `mode: quota` (allow, and mark the response with the quota exceeded): see [`Enforcement`];
-//! `window: {calendar: day | week | month, timezone: UTC | IANA name}` instead of `seconds`: fixed
-//! windows on the calendar's boundaries (midnight in the zone; see [`tollgate::Calendar`]). Unknown
+//! `window: {calendar: second | minute | hour | day | week | month, timezone: UTC | IANA name}`
+//! instead of `seconds`: fixed windows on the calendar's boundaries (the zone's whole seconds,
+//! minutes and hours; midnight for the others; see [`tollgate::Calendar`]). Unknown
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
 #![deny(missing_docs)]
