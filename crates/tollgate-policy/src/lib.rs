@@ -40,7 +40,12 @@
 //! `mode: quota` (allow, and mark the response with the quota exceeded): see [`Enforcement`];
 //! `window: {calendar: second | minute | hour | day | week | month, timezone: UTC | IANA name}`
 //! instead of `seconds`: fixed windows on the calendar's boundaries (the zone's whole seconds,
-//! minutes and hours; midnight for the others; see [`tollgate::Calendar`]). Unknown
+//! minutes and hours; midnight for the others; see [`tollgate::Calendar`]);
+//! `descriptor_keys: [k1, k2]`: the limit is matched against each descriptor of a request on its
+//! own — one whose entries have exactly these keys, in this order — reading it as
+//! `descriptors[0]`, and each such descriptor counts on its own (envoy/ratelimit's matching; see
+//! [`Limit::descriptor_keys`]); `replaces: [name]`: when this limit applies, the limits with these
+//! names do not (envoy/ratelimit's `replaces`). Unknown
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
 #![deny(missing_docs)]
