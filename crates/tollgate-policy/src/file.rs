@@ -293,7 +293,7 @@ fn whole_seconds(value: Spanned<String>, source_name: &str) -> Result<u64, Polic
     Ok(d.as_secs())
 }
 
-fn yaml_error(source_name: &str, e: &serde_saphyr::Error) -> PolicyError {
+pub(crate) fn yaml_error(source_name: &str, e: &serde_saphyr::Error) -> PolicyError {
     let at = e.location().map(Position::from).unwrap_or_default();
     // The library's Display adds its own position and a snippet; keep the first line, without
     // the position, since ours leads the message.

@@ -48,19 +48,28 @@
 //! names do not (envoy/ratelimit's `replaces`). Unknown
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
+//!
+//! envoy/ratelimit's configuration (a directory of YAML files, each a `domain` and its tree of
+//! `descriptors`) reads into the same limits: [`Format::Envoy`], [`Policy::parse_envoy`], and
+//! [`envoy`] for how each rule maps and what has no equivalent (an error at its file and line).
+//! [`Policy::to_yaml`] writes any policy back in Limitador's format.
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
+pub mod envoy;
 mod error;
 mod expr;
 mod file;
 mod limit;
 mod policy;
 mod request;
+mod source;
+mod write;
 
 pub use error::{PolicyError, Position};
 pub use expr::{Condition, ExprError, Variable};
 pub use limit::{AlgorithmKind, Enforcement, Limit, LimitId, SLIDING_SEGMENTS};
 pub use policy::{Hit, Policy};
 pub use request::Descriptor;
+pub use source::{Format, SourceText};

@@ -7,6 +7,7 @@ use crate::error::{PolicyError, Position};
 use crate::file::parse_limits;
 use crate::limit::Limit;
 use crate::request::{Descriptor, Facts};
+use crate::source::SourceText;
 
 /// The limits of one file, validated and indexed by namespace.
 #[derive(Clone, Debug, Default)]
@@ -70,17 +71,35 @@ impl Policy {
     /// # Ok::<(), tollgate_policy::PolicyError>(())
     /// ```
     pub fn parse(text: &str, source_name: &str) -> Result<Policy, PolicyError> {
-        let limits = parse_limits(text, source_name)?;
-        let mut seen: HashMap<_, Position> = HashMap::new();
+        Policy::checked(parse_limits(text, source_name)?)
+    }
+
+    /// Parses several texts in Limitador's format as one policy (their limits in order).
+    pub fn parse_all(sources: &[SourceText]) -> Result<Policy, PolicyError> {
+        let mut limits = Vec::new();
+        for source in sources {
+            limits.extend(parse_limits(&source.text, &source.name)?);
+        }
+        Policy::checked(limits)
+    }
+
+    /// The policy of these limits, unless two of them count the same requests the same way.
+    pub(crate) fn checked(limits: Vec<Limit>) -> Result<Policy, PolicyError> {
+        let mut seen: HashMap<_, &Limit> = HashMap::new();
         for limit in &limits {
-            if let Some(first) = seen.insert(limit.shape(), limit.position) {
+            if let Some(first) = seen.insert(limit.shape(), limit) {
+                let place = if first.source_name == limit.source_name {
+                    format!("line {}", first.position.line)
+                } else {
+                    format!("{}:{}", first.source_name, first.position.line)
+                };
                 return Err(PolicyError::new(
-                    source_name,
+                    &limit.source_name,
                     limit.position,
                     format!(
                         "duplicate limit: same namespace `{}`, seconds, conditions, variables, algorithm and mode as \
-                         the limit at line {}",
-                        limit.namespace, first.line
+                         the limit at {place}",
+                        limit.namespace
                     ),
                 ));
             }
