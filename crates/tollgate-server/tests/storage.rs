@@ -112,6 +112,7 @@ async fn redis_storage_rejects_other_algorithms_and_bad_urls() {
     std::fs::write(&limits, yaml).unwrap();
     let config = |url: String| tollgate_server::serve::ServeConfig {
         limits: limits.clone(),
+        format: Default::default(),
         grpc: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
         mode: Mode::Accuracy,
@@ -353,6 +354,7 @@ async fn a_monthly_window_resets_at_midnight_utc_on_the_first_on_memory_and_redi
     std::fs::write(&limits, MONTHLY).unwrap();
     let config = tollgate_server::serve::ServeConfig {
         limits: limits.clone(),
+        format: Default::default(),
         grpc: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
         mode: Mode::Accuracy,

@@ -215,6 +215,7 @@ impl std::fmt::Display for StorageKind {
 /// use tollgate_server::serve::{StorageError, StorageKind};
 ///
 /// let err = StorageError {
+///     source_name: "limits.yaml".into(),
 ///     position: Position::new(3, 3),
 ///     namespace: "api".into(),
 ///     name: Some("per-user".into()),
@@ -230,6 +231,8 @@ impl std::fmt::Display for StorageKind {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct StorageError {
+    /// The file the limit is in.
+    pub source_name: String,
     /// Where the limit starts in its file.
     pub position: Position,
     /// The limit's namespace.
@@ -406,6 +409,7 @@ impl<C: Clock + Clone> Engine<C> {
         });
         match refused {
             Some((limit, calendar)) => Err(StorageError {
+                source_name: limit.source_name().to_owned(),
                 position: limit.position(),
                 namespace: limit.namespace().to_owned(),
                 name: limit.name().map(str::to_owned),
