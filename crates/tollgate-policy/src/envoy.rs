@@ -3,7 +3,8 @@
 //! A file is a `domain` and a tree of `descriptors` (`key`, optional `value`, optional
 //! `rate_limit`, nested `descriptors`). envoy/ratelimit takes each descriptor of a request on its
 //! own and walks the tree with its entries, one level per entry: at each level the node with the
-//! entry's key and value if there is one, else the first wildcard value (`*`) the value matches,
+//! entry's key and value as written if there is one (a wildcard's own text included), else the
+//! first wildcard value (`*`) the value matches,
 //! else the node with the key and no value — without going back if a deeper level then fails. The
 //! rule of the node reached by the last entry applies, if the node has one; a request descriptor
 //! longer or shorter than the path has none. The counter is per request descriptor entries: one
@@ -460,25 +461,39 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
 }
 
 /// The conditions that make a request entry with `node`'s key reach `node` among `siblings`:
-/// its own value test, and not any value a sibling with the same key takes first (an exact value
-/// before a wildcard, an earlier wildcard before a later one, both before no value).
+/// its own value test, and not any value a sibling with the same key takes first. envoy/ratelimit
+/// looks the value up as written first (which finds a wildcard node too, by its own text), then
+/// tries the wildcards in file order, then the key alone.
 fn level_conditions(node: &Node, siblings: &[Node], entry: &str, conditions: &mut Vec<String>) {
     let before_node = siblings.iter().position(|s| std::ptr::eq(s, node)).unwrap_or(siblings.len());
     let others = siblings.iter().enumerate().filter(|(i, s)| *i != before_node && s.key == node.key);
     match &node.value {
         Value::Exact(v) => conditions.push(format!("{entry} == {}", cel_string(v))),
         Value::Wildcard(pattern) => {
-            conditions.push(wildcard_test(entry, pattern));
+            let mut all = vec![wildcard_test(entry, pattern)];
+            let mut literal_shadowed = false;
             for (i, other) in others {
                 match &other.value {
-                    Value::Exact(v) if wildcard_matches(pattern, v) => {
-                        conditions.push(format!("{entry} != {}", cel_string(v)));
-                    }
-                    Value::Wildcard(earlier) if i < before_node => {
-                        conditions.push(format!("!({})", wildcard_test(entry, earlier)));
+                    // A sibling's value written out is found by the exact lookup, before any
+                    // wildcard (a wildcard's own text too).
+                    Value::Exact(v) | Value::Wildcard(v) if wildcard_matches(pattern, v) => {
+                        all.push(format!("{entry} != {}", cel_string(v)));
                     }
                     _ => {}
                 }
+                if let Value::Wildcard(earlier) = &other.value
+                    && i < before_node
+                {
+                    all.push(format!("!({})", wildcard_test(entry, earlier)));
+                    literal_shadowed |= wildcard_matches(earlier, pattern);
+                }
+            }
+            if literal_shadowed {
+                // This pattern's own text reaches it by the exact lookup, though an earlier
+                // wildcard matches it.
+                conditions.push(format!("{entry} == {} || ({})", cel_string(pattern), all.join(" && ")));
+            } else {
+                conditions.extend(all);
             }
         }
         Value::Any => {

@@ -224,6 +224,30 @@ descriptors:
     assert!(one(&[("ip", "10.0.0.2")]).is_empty(), "a node without a rule");
 }
 
+/// envoy/ratelimit looks a value up as written before it tries wildcards, so a wildcard's own
+/// text reaches that wildcard's node even where an earlier wildcard matches it (found by the model
+/// test below).
+#[test]
+fn a_wildcards_own_text_is_found_before_any_wildcard() {
+    let yaml = r#"
+domain: lit
+descriptors:
+  - key: a
+    value: "x*"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: a
+    value: "x**"
+    rate_limit: {unit: minute, requests_per_unit: 2}
+"#;
+    let policy = Policy::parse_envoy(&[SourceText::new("lit.yaml", yaml)]).unwrap();
+    let one = |v: &str| hits(&policy, "lit", &[d(&[("a", v)])]);
+    assert_eq!(one("x**"), [(2, 0, values(&["x**"]))], "the second node, by its own text");
+    assert_eq!(one("xyz"), [(1, 0, values(&["xyz"]))], "the first wildcard that matches");
+    assert_eq!(one("x*"), [(1, 0, values(&["x*"]))]);
+    let back = Policy::parse(&policy.to_yaml(), "converted.yaml").unwrap();
+    assert_eq!(hits(&back, "lit", &[d(&[("a", "x**")])]), one("x**"));
+}
+
 #[test]
 fn units_are_clock_windows_in_utc_and_case_does_not_matter() {
     for (unit, calendar, seconds) in [
@@ -361,4 +385,152 @@ fn written_in_limitadors_format_the_limits_read_back_the_same() {
     assert_eq!(hits(&policy, "q'd", &request), [(2, 0, values(&["a\"b'c-and-more"]))]);
     assert_eq!(hits(&back, "q'd", &request), hits(&policy, "q'd", &request));
     assert_eq!(back.limits()[0].id(), policy.limits()[0].id());
+}
+
+/// A reference model of envoy/ratelimit's lookup (`GetLimit` in its `config_impl.go`): a tree of
+/// generated rules, serialised as its YAML, must give for every generated request descriptor the
+/// rule and counter values the model gives — loaded as envoy's format and after a round trip
+/// through Limitador's.
+mod against_a_model {
+    use proptest::prelude::*;
+    use tollgate_policy::{Descriptor, Policy, SourceText};
+
+    #[derive(Clone, Debug)]
+    struct Node {
+        key: String,
+        value: Option<String>,
+        /// `Some(n)`: n per minute; `None`: no rule, or `unlimited` when the flag is set.
+        rule: Option<u32>,
+        unlimited: bool,
+        children: Vec<Node>,
+    }
+
+    /// Keys `a`, `b` at the first level and `c`, `d` below (a key twice on a path is refused,
+    /// tested elsewhere).
+    fn node(keys: [&'static str; 2], children: impl Strategy<Value = Vec<Node>>) -> impl Strategy<Value = Node> {
+        (
+            prop::sample::select(keys.to_vec()),
+            prop_oneof![Just(None), "[xy*]{1,3}".prop_map(Some)],
+            prop_oneof![Just(None), (1u32..5).prop_map(Some)],
+            any::<bool>(),
+            children,
+        )
+            .prop_map(|(key, value, rule, unlimited, children)| Node {
+                key: key.to_string(),
+                value,
+                unlimited: unlimited && rule.is_none(),
+                rule,
+                children: dedup(children),
+            })
+    }
+
+    /// Siblings with the same key and value are an error (tested elsewhere): keep the first.
+    fn dedup(nodes: Vec<Node>) -> Vec<Node> {
+        let mut kept: Vec<Node> = Vec::new();
+        for n in nodes {
+            if !kept.iter().any(|k| k.key == n.key && k.value == n.value) {
+                kept.push(n);
+            }
+        }
+        kept
+    }
+
+    fn tree() -> impl Strategy<Value = Vec<Node>> {
+        let leaf = node(["c", "d"], Just(Vec::new()));
+        let middle = node(["a", "b"], prop::collection::vec(leaf, 0..4));
+        prop::collection::vec(middle, 0..6).prop_map(dedup)
+    }
+
+    fn yaml(nodes: &[Node], indent: usize, out: &mut String) {
+        let pad = " ".repeat(indent);
+        for n in nodes {
+            out.push_str(&format!("{pad}- key: {}\n", n.key));
+            if let Some(v) = &n.value {
+                out.push_str(&format!("{pad}  value: \"{v}\"\n"));
+            }
+            match (n.rule, n.unlimited) {
+                (Some(r), _) => out.push_str(&format!("{pad}  rate_limit: {{unit: minute, requests_per_unit: {r}}}\n")),
+                (None, true) => out.push_str(&format!("{pad}  rate_limit: {{unlimited: true}}\n")),
+                (None, false) => {}
+            }
+            if !n.children.is_empty() {
+                out.push_str(&format!("{pad}  descriptors:\n"));
+                yaml(&n.children, indent + 4, out);
+            }
+        }
+    }
+
+    fn wildcard(pattern: &str, value: &str) -> bool {
+        // Each `*` any run; checked by brute force over the pattern's parts.
+        fn go(p: &[u8], v: &[u8]) -> bool {
+            match p.split_first() {
+                None => v.is_empty(),
+                Some((b'*', rest)) => (0..=v.len()).any(|i| go(rest, &v[i..])),
+                Some((c, rest)) => v.first() == Some(c) && go(rest, &v[1..]),
+            }
+        }
+        go(pattern.as_bytes(), value.as_bytes())
+    }
+
+    /// envoy/ratelimit's walk: (requests_per_unit, counter values) of the rule that applies.
+    fn model(tree: &[Node], entries: &[(String, String)]) -> Option<(u64, Vec<String>)> {
+        let mut level = tree;
+        let mut values = Vec::new();
+        for (i, (k, v)) in entries.iter().enumerate() {
+            let exact = level.iter().find(|n| n.key == *k && n.value.as_deref() == Some(v.as_str()));
+            let wild = || {
+                level
+                    .iter()
+                    .find(|n| n.key == *k && n.value.as_ref().is_some_and(|p| p.contains('*') && wildcard(p, v)))
+            };
+            let any = || level.iter().find(|n| n.key == *k && n.value.is_none());
+            let node = exact.or_else(wild).or_else(any)?;
+            if node.value.as_ref().is_none_or(|p| p.contains('*')) {
+                values.push(v.clone());
+            }
+            if i == entries.len() - 1 {
+                return node.rule.map(|r| (u64::from(r), values));
+            }
+            if node.children.is_empty() {
+                return None;
+            }
+            level = &node.children;
+        }
+        None
+    }
+
+    fn hits(policy: &Policy, entries: &[(String, String)]) -> Vec<(u64, Vec<String>)> {
+        let request = [entries.iter().cloned().collect::<Descriptor>()];
+        policy.hits("d", &request).into_iter().map(|h| (h.limit.max_value(), h.values)).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_request_finds_the_rule_envoy_ratelimit_finds(
+            tree in tree(),
+            requests in prop::collection::vec(
+                (
+                    (prop::sample::select(vec!["a", "b", "c"]), "[xy*]{1,3}"),
+                    prop::option::of((prop::sample::select(vec!["c", "d", "a"]), "[xy*]{1,3}")),
+                    prop::option::of((prop::sample::select(vec!["c", "d"]), "[xy]{1,2}")),
+                ),
+                1..12,
+            ),
+        ) {
+            let mut text = String::from("domain: d\ndescriptors:\n");
+            yaml(&tree, 2, &mut text);
+            let policy = Policy::parse_envoy(&[SourceText::new("model.yaml", text.as_str())]);
+            let policy = policy.unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let back = Policy::parse(&policy.to_yaml(), "converted.yaml").unwrap();
+            for (first, second, third) in requests {
+                let entries: Vec<(String, String)> =
+                    [Some(first), second, third].into_iter().flatten().map(|(k, v)| (k.to_string(), v)).collect();
+                let want: Vec<_> = model(&tree, &entries).into_iter().collect();
+                prop_assert_eq!(&hits(&policy, &entries), &want, "{:?}\n{}", entries, text);
+                prop_assert_eq!(&hits(&back, &entries), &want, "round trip {:?}", entries);
+            }
+        }
+    }
 }
