@@ -342,6 +342,30 @@ fn a_domain_in_two_files_is_refused_and_an_empty_directory_is_an_error() {
     assert_eq!(one.len(), 2);
 }
 
+/// A Kubernetes ConfigMap volume: each file a symbolic link to `..data/<file>`, `..data` a link
+/// to a hidden timestamped directory. Each file is read once, through its link.
+#[cfg(unix)]
+#[test]
+fn a_configmap_volume_reads_each_file_once() {
+    use std::os::unix::fs::symlink;
+    let volume = std::env::temp_dir().join(format!("tollgate-envoy-configmap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&volume);
+    let version = volume.join("..2026_11_24_10_00_00.1");
+    std::fs::create_dir_all(&version).unwrap();
+    std::fs::copy(fixtures("config").join("messaging.yaml"), version.join("messaging.yaml")).unwrap();
+    std::fs::copy(fixtures("config").join("internal.yaml"), version.join("internal.yaml")).unwrap();
+    symlink("..2026_11_24_10_00_00.1", volume.join("..data")).unwrap();
+    symlink("..data/messaging.yaml", volume.join("messaging.yaml")).unwrap();
+    symlink("..data/internal.yaml", volume.join("internal.yaml")).unwrap();
+    let sources = Format::Envoy.read(&volume).unwrap();
+    let names: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
+    let expected: Vec<String> =
+        ["internal.yaml", "messaging.yaml"].iter().map(|f| volume.join(f).display().to_string()).collect();
+    assert_eq!(names, expected);
+    assert_eq!(Format::Envoy.parse(&sources).unwrap().len(), 3);
+    let _ = std::fs::remove_dir_all(&volume);
+}
+
 #[test]
 fn written_in_limitadors_format_the_limits_read_back_the_same() {
     let policy = config();
