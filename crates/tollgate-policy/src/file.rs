@@ -1,5 +1,7 @@
 //! Reading the YAML: Limitador's format, with every value's position kept for error messages.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
@@ -35,9 +37,13 @@ struct RawLimit {
     mode: Option<Spanned<String>>,
     /// Ours: calendar windows instead of `seconds`.
     window: Option<Spanned<RawWindow>>,
+    /// Ours: match each descriptor with exactly these keys on its own (envoy/ratelimit's way).
+    descriptor_keys: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Ours: names of limits this one replaces when both apply (envoy/ratelimit's `replaces`).
+    replaces: Option<Vec<Spanned<String>>>,
 }
 
-/// `window: {calendar: day | week | month, timezone: UTC | IANA name}`.
+/// `window: {calendar: second | minute | hour | day | week | month, timezone: UTC | IANA name}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWindow {
@@ -55,10 +61,12 @@ pub(crate) fn parse_limits(text: &str, source_name: &str) -> Result<Vec<Limit>, 
         ));
     }
     let raw: Vec<Spanned<RawLimit>> = serde_saphyr::from_str(text).map_err(|e| yaml_error(source_name, &e))?;
-    raw.into_iter().map(|entry| validate(entry, source_name)).collect()
+    let source: Arc<str> = source_name.into();
+    raw.into_iter().map(|entry| validate(entry, &source)).collect()
 }
 
-fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, PolicyError> {
+fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, PolicyError> {
+    let source_name = &**source;
     let at = Position::from(entry.referenced);
     let raw = entry.value;
     let err = |at: Position, message: String| PolicyError::new(source_name, at, message);
@@ -77,7 +85,7 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         (Some(_), Some(seconds)) => {
             return Err(err(
                 seconds.referenced.into(),
-                "`seconds` and `window` together: a calendar window is as long as its day, week or month".into(),
+                "`seconds` and `window` together: a calendar window is as long as its unit (a minute, a day, a month...)".into(),
             ));
         }
     };
@@ -130,6 +138,22 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         .into_iter()
         .map(|v| Variable::parse(&v.value).map_err(|m| err(v.referenced.into(), format!("bad variable: {m}"))))
         .collect::<Result<Vec<_>, _>>()?;
+    let descriptor_keys = raw.descriptor_keys.map(|keys| descriptor_keys(keys, source_name)).transpose()?;
+    let replaces = raw
+        .replaces
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| {
+            let name = r.value.trim();
+            if name.is_empty() {
+                Err(err(r.referenced.into(), "an empty name in `replaces`".into()))
+            } else if raw.name.as_ref().is_some_and(|n| n.value == name) {
+                Err(err(r.referenced.into(), format!("the limit `{name}` replaces itself")))
+            } else {
+                Ok(name.to_string())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut limit = Limit {
         namespace: namespace.value,
         max_value,
@@ -143,6 +167,9 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
         at_max_counters,
         enforcement,
         calendar,
+        descriptor_keys,
+        replaces,
+        source_name: Arc::clone(source),
         position: at,
         id: LimitId(0),
     };
@@ -156,6 +183,35 @@ fn validate(entry: Spanned<RawLimit>, source_name: &str) -> Result<Limit, Policy
     Ok(limit)
 }
 
+/// `descriptor_keys: [k1, k2]`: at least one key, none empty, none twice (a limit reads an entry
+/// by its key, so a key that comes twice could not be read at its second place).
+pub(crate) fn descriptor_keys(
+    keys: Spanned<Vec<Spanned<String>>>,
+    source_name: &str,
+) -> Result<Vec<String>, PolicyError> {
+    let err = |at: serde_saphyr::Location, message: String| PolicyError::new(source_name, at.into(), message);
+    if keys.value.is_empty() {
+        return Err(err(
+            keys.referenced,
+            "descriptor_keys is empty: name the keys of the descriptors it matches".into(),
+        ));
+    }
+    let mut seen: Vec<String> = Vec::with_capacity(keys.value.len());
+    for key in keys.value {
+        if key.value.is_empty() {
+            return Err(err(key.referenced, "an empty key in descriptor_keys".into()));
+        }
+        if seen.contains(&key.value) {
+            return Err(err(
+                key.referenced,
+                format!("`{}` twice in descriptor_keys: a limit reads an entry by its key", key.value),
+            ));
+        }
+        seen.push(key.value);
+    }
+    Ok(seen)
+}
+
 /// `window: {calendar, timezone}`: a [`tollgate::Calendar`], UTC unless a zone is named.
 fn calendar(window: Spanned<RawWindow>, source_name: &str) -> Result<tollgate::Calendar, PolicyError> {
     let RawWindow { calendar, timezone } = window.value;
@@ -163,7 +219,7 @@ fn calendar(window: Spanned<RawWindow>, source_name: &str) -> Result<tollgate::C
         PolicyError::new(
             source_name,
             calendar.referenced.into(),
-            format!("unknown calendar `{}`: expected day, week or month", calendar.value),
+            format!("unknown calendar `{}`: expected second, minute, hour, day, week or month", calendar.value),
         )
     })?;
     let (zone, at) = match &timezone {
@@ -237,7 +293,7 @@ fn whole_seconds(value: Spanned<String>, source_name: &str) -> Result<u64, Polic
     Ok(d.as_secs())
 }
 
-fn yaml_error(source_name: &str, e: &serde_saphyr::Error) -> PolicyError {
+pub(crate) fn yaml_error(source_name: &str, e: &serde_saphyr::Error) -> PolicyError {
     let at = e.location().map(Position::from).unwrap_or_default();
     // The library's Display adds its own position and a snippet; keep the first line, without
     // the position, since ours leads the message.

@@ -38,23 +38,38 @@
 //! kept and none is idle; see [`tollgate::AtKeyLimit`]), both defaulting to the server's
 //! `--max-counters` and `--at-max-counters`; `shadow: true` (count and report, never deny) and
 //! `mode: quota` (allow, and mark the response with the quota exceeded): see [`Enforcement`];
-//! `window: {calendar: day | week | month, timezone: UTC | IANA name}` instead of `seconds`: fixed
-//! windows on the calendar's boundaries (midnight in the zone; see [`tollgate::Calendar`]). Unknown
+//! `window: {calendar: second | minute | hour | day | week | month, timezone: UTC | IANA name}`
+//! instead of `seconds`: fixed windows on the calendar's boundaries (the zone's whole seconds,
+//! minutes and hours; midnight for the others; see [`tollgate::Calendar`]);
+//! `descriptor_keys: [k1, k2]`: the limit is matched against each descriptor of a request on its
+//! own — one whose entries have exactly these keys, in this order — reading it as
+//! `descriptors[0]`, and each such descriptor counts on its own (envoy/ratelimit's matching; see
+//! [`Limit::descriptor_keys`]); `replaces: [name]`: when this limit applies, the limits with these
+//! names do not (envoy/ratelimit's `replaces`). Unknown
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
+//!
+//! envoy/ratelimit's configuration (a directory of YAML files, each a `domain` and its tree of
+//! `descriptors`) reads into the same limits: [`Format::Envoy`], [`Policy::parse_envoy`], and
+//! [`envoy`] for how each rule maps and what has no equivalent (an error at its file and line).
+//! [`Policy::to_yaml`] writes any policy back in Limitador's format.
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 #![forbid(unsafe_code)]
 
+pub mod envoy;
 mod error;
 mod expr;
 mod file;
 mod limit;
 mod policy;
 mod request;
+mod source;
+mod write;
 
 pub use error::{PolicyError, Position};
 pub use expr::{Condition, ExprError, Variable};
 pub use limit::{AlgorithmKind, Enforcement, Limit, LimitId, SLIDING_SEGMENTS};
 pub use policy::{Hit, Policy};
 pub use request::Descriptor;
+pub use source::{Format, SourceText};

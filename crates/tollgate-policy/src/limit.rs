@@ -1,5 +1,6 @@
 //! One validated limit: how many hits per how many seconds, for which requests, counted per what.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{Quota, QuotaError};
@@ -118,13 +119,17 @@ pub struct Limit {
     pub(crate) at_max_counters: Option<tollgate::AtKeyLimit>,
     pub(crate) enforcement: Enforcement,
     pub(crate) calendar: Option<tollgate::Calendar>,
+    pub(crate) descriptor_keys: Option<Vec<String>>,
+    pub(crate) replaces: Vec<String>,
+    pub(crate) source_name: Arc<str>,
     pub(crate) position: Position,
     pub(crate) id: LimitId,
 }
 
 /// A limit's identity: what it counts, not how much it allows. Derived from namespace, seconds,
-/// conditions (as a set), variables, algorithm and, for a shadow or quota limit, its
-/// [`Enforcement`] (so a shadow copy of an enforced limit has counters of its own) — not
+/// conditions (as a set), variables, algorithm, calendar, descriptor keys and, for a shadow or
+/// quota limit, its [`Enforcement`] (so a shadow copy of an enforced limit has counters of its
+/// own) — not
 /// `max_value` or `name`, as Limitador — so
 /// it is equal in every process and across reloads while those are unchanged, and counters are
 /// kept (in memory across a reload, in Redis across replicas) when only `max_value` changes.
@@ -189,6 +194,23 @@ impl Limit {
     pub fn calendar(&self) -> Option<&tollgate::Calendar> {
         self.calendar.as_ref()
     }
+    /// The keys of the descriptors the limit applies to one by one (`descriptor_keys`), if it
+    /// sets them: then each descriptor of a request whose entries have exactly these keys, in
+    /// this order, is matched on its own — its conditions and variables read that descriptor as
+    /// `descriptors[0]` — and counts on its own (envoy/ratelimit's matching). Without them the
+    /// limit reads the request's descriptors together, as Limitador's.
+    pub fn descriptor_keys(&self) -> Option<&[String]> {
+        self.descriptor_keys.as_deref()
+    }
+    /// The names of the limits this one replaces (`replaces`, envoy/ratelimit's): when this limit
+    /// applies to a request, limits of the namespace with one of these names do not.
+    pub fn replaces(&self) -> &[String] {
+        &self.replaces
+    }
+    /// The file (or other source name) the limit was read from.
+    pub fn source_name(&self) -> &str {
+        &self.source_name
+    }
     /// Where the limit starts in its file.
     pub fn position(&self) -> Position {
         self.position
@@ -208,16 +230,26 @@ impl Limit {
 
     /// What makes two limits count the same requests the same way; two limits with equal shapes
     /// in one file are a mistake (which max_value is meant?).
-    pub(crate) fn shape(&self) -> (String, u64, Vec<String>, Vec<String>, AlgorithmKind, Enforcement, String) {
+    pub(crate) fn shape(&self) -> Shape {
         let mut conditions: Vec<String> = self.conditions.iter().map(|c| c.source().trim().to_string()).collect();
         conditions.sort();
         let variables = self.variables.iter().map(|v| v.source().trim().to_string()).collect();
         let calendar = self.calendar.as_ref().map_or_else(String::new, |c| format!("{}@{}", c.unit().name(), c.zone()));
-        (self.namespace.clone(), self.seconds, conditions, variables, self.algorithm, self.enforcement, calendar)
+        Shape {
+            namespace: self.namespace.clone(),
+            seconds: self.seconds,
+            conditions,
+            variables,
+            algorithm: self.algorithm,
+            enforcement: self.enforcement,
+            calendar,
+            descriptor_keys: self.descriptor_keys.clone(),
+        }
     }
 
     pub(crate) fn compute_id(&self) -> LimitId {
-        let (namespace, seconds, conditions, variables, algorithm, enforcement, calendar) = self.shape();
+        let Shape { namespace, seconds, conditions, variables, algorithm, enforcement, calendar, descriptor_keys } =
+            self.shape();
         let mut h = Fnv::default();
         h.write(namespace.as_bytes());
         h.write(&seconds.to_le_bytes());
@@ -237,8 +269,26 @@ impl Limit {
         if !calendar.is_empty() {
             h.write(calendar.as_bytes());
         }
+        // Limits that read the request's descriptors together keep the ids they had before.
+        for key in descriptor_keys.iter().flatten() {
+            h.write(b"k");
+            h.write(key.as_bytes());
+        }
         LimitId(h.0)
     }
+}
+
+/// What makes two limits count the same requests the same way (see [`Limit::shape`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Shape {
+    pub(crate) namespace: String,
+    pub(crate) seconds: u64,
+    pub(crate) conditions: Vec<String>,
+    pub(crate) variables: Vec<String>,
+    pub(crate) algorithm: AlgorithmKind,
+    pub(crate) enforcement: Enforcement,
+    pub(crate) calendar: String,
+    pub(crate) descriptor_keys: Option<Vec<String>>,
 }
 
 /// FNV-1a: stable across processes and Rust versions, unlike `DefaultHasher`.

@@ -21,7 +21,7 @@ fn structure() {
     assert_eq!(
         error(&format!("{OK}  colour: red\n")),
         "limits.yaml:4:3: unknown field `colour`, expected one of namespace, max_value, seconds, name, id, conditions, \
-         variables, algorithm, max_counters, at_max_counters, shadow, mode, window"
+         variables, algorithm, max_counters, at_max_counters, shadow, mode, window, descriptor_keys, replaces"
     );
     assert_eq!(error("namespace: a\n"), "limits.yaml:1:1: expected a list of limits (`- namespace: ...`)");
     assert!(error("- namespace: a\n  max_value: 3\n  seconds: [1\n").starts_with("limits.yaml:3:"));
@@ -174,7 +174,7 @@ fn calendar_windows() {
     let at = |window: &str| error(&format!("- namespace: a\n  max_value: 3\n  window: {window}\n"));
     assert_eq!(
         at("{calendar: fortnight}"),
-        "limits.yaml:3:22: unknown calendar `fortnight`: expected day, week or month"
+        "limits.yaml:3:22: unknown calendar `fortnight`: expected second, minute, hour, day, week or month"
     );
     assert_eq!(
         at("{calendar: day, timezone: Mars/Base}"),
@@ -183,7 +183,7 @@ fn calendar_windows() {
     assert!(at("{calendar: day, tz: UTC}").contains("unknown field `tz`"));
     assert_eq!(
         error("- {namespace: a, max_value: 3, seconds: 60, window: {calendar: day}}\n"),
-        "limits.yaml:1:41: `seconds` and `window` together: a calendar window is as long as its day, week or month"
+        "limits.yaml:1:41: `seconds` and `window` together: a calendar window is as long as its unit (a minute, a day, a month...)"
     );
     assert_eq!(
         error("- {namespace: a, max_value: 3, window: {calendar: day}, algorithm: token_bucket}\n"),

@@ -1,7 +1,8 @@
-//! Parsing never panics, whatever the input: arbitrary bytes, YAML-shaped text, and expressions.
+//! Parsing never panics, whatever the input: arbitrary bytes, YAML-shaped text (Limitador's and
+//! envoy/ratelimit's formats), and expressions.
 
 use proptest::prelude::*;
-use tollgate_policy::{Condition, Descriptor, Policy, Variable};
+use tollgate_policy::{Condition, Descriptor, Policy, SourceText, Variable};
 
 fn field() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -23,6 +24,38 @@ proptest! {
     #[test]
     fn arbitrary_text(text in "\\PC{0,200}") {
         let _ = Policy::parse(&text, "fuzz");
+    }
+
+    #[test]
+    fn arbitrary_envoy_text(text in "\\PC{0,200}") {
+        let _ = Policy::parse_envoy(&[SourceText::new("fuzz", text)]);
+    }
+
+    #[test]
+    fn envoy_shaped(
+        lines in prop::collection::vec(
+            prop_oneof![
+                Just("domain: d".to_string()),
+                Just("descriptors:".to_string()),
+                "  - key: [a-z*]{0,3}",
+                "    value: [ -~]{0,6}",
+                "    rate_limit: \\{unit: [a-z]{0,7}, requests_per_unit: -?[0-9]{0,11}\\}",
+                "    rate_limit: \\{unlimited: (true|false)\\}",
+                "    (shadow_mode|share_threshold|quota_mode): (true|false)",
+                "    descriptors:",
+                "      - key: [a-z]{1,2}",
+                "        value: [a-z*]{0,4}",
+                "        rate_limit: \\{unit: minute, requests_per_unit: [0-9]{1,3}\\}",
+            ],
+            0..12,
+        )
+    ) {
+        let text = lines.join("\n");
+        if let Ok(policy) = Policy::parse_envoy(&[SourceText::new("fuzz", text.as_str())]) {
+            let request = [Descriptor::from([("a", "x")]), Descriptor::from([("a", "x"), ("b", "y*")])];
+            let _ = policy.hits("d", &request);
+            Policy::parse(&policy.to_yaml(), "converted").unwrap();
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ async fn server(name: &str) -> Running {
     std::fs::write(&limits, yaml).expect("limits file");
     let config = ServeConfig {
         limits,
+        format: Default::default(),
         grpc: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
         mode: Mode::Accuracy,

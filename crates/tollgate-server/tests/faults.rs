@@ -233,6 +233,7 @@ fn failures(calls: &[Call]) -> Vec<&Answer> {
 fn config(limits: &Path, storage: Storage) -> ServeConfig {
     ServeConfig {
         limits: limits.to_path_buf(),
+        format: Default::default(),
         grpc: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
         mode: Mode::Accuracy,

@@ -112,6 +112,7 @@ async fn redis_storage_rejects_other_algorithms_and_bad_urls() {
     std::fs::write(&limits, yaml).unwrap();
     let config = |url: String| tollgate_server::serve::ServeConfig {
         limits: limits.clone(),
+        format: Default::default(),
         grpc: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
         mode: Mode::Accuracy,
@@ -353,6 +354,7 @@ async fn a_monthly_window_resets_at_midnight_utc_on_the_first_on_memory_and_redi
     std::fs::write(&limits, MONTHLY).unwrap();
     let config = tollgate_server::serve::ServeConfig {
         limits: limits.clone(),
+        format: Default::default(),
         grpc: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
         mode: Mode::Accuracy,
@@ -575,4 +577,28 @@ async fn a_calendar_counter_is_listed_until_its_boundary_and_reset_on_memory_and
         assert_eq!(listed(&server, "/counters/billing").await.0, vec![], "{storage:?}: January is over");
         assert_eq!(reset(&server, "billing", None).await.1, r#"{"reset":0}"#, "{storage:?}");
     }
+}
+
+/// A limit matched against each descriptor on its own (`descriptor_keys`) counts one counter once
+/// per descriptor that gives it the same values, on every storage (Redis takes the key once, with
+/// the hits summed).
+#[tokio::test]
+async fn a_descriptor_sent_twice_counts_twice_on_every_storage() {
+    let yaml = "- {namespace: sms, max_value: 3, seconds: 60, descriptor_keys: [to], variables: ['descriptors[0].to']}";
+    each_storage_for(yaml, async |server| {
+        let mut client = server.rls().await;
+        let twice = || vec![descriptor(&[("to", "1")]), descriptor(&[("to", "1")])];
+        let first = should_rate_limit(&mut client, "sms", twice(), 1).await;
+        assert_eq!(first.overall_code, Code::Ok as i32);
+        assert_eq!(first.statuses.len(), 2);
+        assert!(first.statuses[1].limit_remaining <= 1, "two of three taken: {first:?}");
+        assert_eq!(should_rate_limit(&mut client, "sms", twice(), 1).await.overall_code, Code::OverLimit as i32);
+        let once = should_rate_limit(&mut client, "sms", vec![descriptor(&[("to", "1")])], 1).await;
+        assert_eq!(once.overall_code, Code::Ok as i32, "the third");
+        let more = should_rate_limit(&mut client, "sms", vec![descriptor(&[("to", "1")])], 1).await;
+        assert_eq!(more.overall_code, Code::OverLimit as i32);
+        let other = should_rate_limit(&mut client, "sms", vec![descriptor(&[("to", "2")])], 1).await;
+        assert_eq!(other.overall_code, Code::Ok as i32, "one counter per number");
+    })
+    .await;
 }

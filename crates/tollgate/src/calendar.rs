@@ -1,8 +1,11 @@
 //! Calendar windows: a day, an ISO week (from Monday) or a month of a time zone, for quotas that
-//! are billed that way ("1,000 per UTC day", "10,000 per calendar month in Europe/Berlin").
+//! are billed that way ("1,000 per UTC day", "10,000 per calendar month in Europe/Berlin"), and
+//! the clock's own seconds, minutes and hours ("60 per minute, from :00 to :00"), the windows
+//! Redis-based limiters such as envoy/ratelimit count in.
 //!
 //! Boundaries are midnight in the zone, so a day is 23 or 25 hours across a DST change and a
-//! month has its own length; [`jiff`] and its bundled time zone database compute them.
+//! month has its own length; a second, minute or hour starts where the zone's clock shows a
+//! whole one and lasts that long. [`jiff`] and its bundled time zone database compute them.
 
 use std::time::Duration;
 
@@ -14,6 +17,12 @@ use crate::seqlock::{SeqCell, Words};
 /// The calendar unit a window spans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CalendarUnit {
+    /// From a whole second of the clock to the next.
+    Second,
+    /// From hh:mm:00 to the next minute.
+    Minute,
+    /// From hh:00:00 to the next hour.
+    Hour,
     /// From 00:00 to the next 00:00.
     Day,
     /// From Monday 00:00 to the next Monday 00:00 (ISO weeks).
@@ -23,9 +32,22 @@ pub enum CalendarUnit {
 }
 
 impl CalendarUnit {
-    /// The name used in limits files: `day`, `week`, `month`.
+    /// Every unit, shortest first.
+    pub const ALL: [CalendarUnit; 6] = [
+        CalendarUnit::Second,
+        CalendarUnit::Minute,
+        CalendarUnit::Hour,
+        CalendarUnit::Day,
+        CalendarUnit::Week,
+        CalendarUnit::Month,
+    ];
+
+    /// The name used in limits files: `second`, `minute`, `hour`, `day`, `week`, `month`.
     pub fn name(self) -> &'static str {
         match self {
+            CalendarUnit::Second => "second",
+            CalendarUnit::Minute => "minute",
+            CalendarUnit::Hour => "hour",
             CalendarUnit::Day => "day",
             CalendarUnit::Week => "week",
             CalendarUnit::Month => "month",
@@ -34,7 +56,7 @@ impl CalendarUnit {
 
     /// Parses [`CalendarUnit::name`].
     pub fn from_name(name: &str) -> Option<CalendarUnit> {
-        [CalendarUnit::Day, CalendarUnit::Week, CalendarUnit::Month].into_iter().find(|u| u.name() == name)
+        CalendarUnit::ALL.into_iter().find(|u| u.name() == name)
     }
 }
 
@@ -82,10 +104,14 @@ impl Calendar {
         &self.zone
     }
 
-    /// A typical window's length (a day, 7 days, 30 days): what a quota over this calendar is
-    /// written per, and what estimates use for windows after the current one.
+    /// A typical window's length (a second, a minute, an hour, a day, 7 days, 30 days): what a
+    /// quota over this calendar is written per, and what estimates use for windows after the
+    /// current one.
     pub fn nominal(&self) -> Duration {
         Duration::from_secs(match self.unit {
+            CalendarUnit::Second => 1,
+            CalendarUnit::Minute => 60,
+            CalendarUnit::Hour => 3600,
             CalendarUnit::Day => 86_400,
             CalendarUnit::Week => 7 * 86_400,
             CalendarUnit::Month => 30 * 86_400,
@@ -107,17 +133,27 @@ impl Calendar {
     }
 
     fn bounds(&self, zoned: &Zoned) -> Option<(Zoned, Zoned)> {
-        let day = zoned.start_of_day().ok()?;
+        // A second, minute or hour: truncated on the zone's clock (in a repeated hour jiff keeps
+        // the offset in force), lasting the unit's length.
+        let whole =
+            |unit: jiff::Unit| zoned.round(jiff::ZonedRound::new().smallest(unit).mode(jiff::RoundMode::Trunc)).ok();
         let (start, step) = match self.unit {
-            CalendarUnit::Day => (day, 1.day()),
+            CalendarUnit::Second => (whole(jiff::Unit::Second)?, 1.second()),
+            CalendarUnit::Minute => (whole(jiff::Unit::Minute)?, 1.minute()),
+            CalendarUnit::Hour => (whole(jiff::Unit::Hour)?, 1.hour()),
+            CalendarUnit::Day => (zoned.start_of_day().ok()?, 1.day()),
             CalendarUnit::Week => {
                 let back = i64::from(zoned.weekday().to_monday_zero_offset());
-                (day.checked_sub(back.days()).ok()?.start_of_day().ok()?, 1.week())
+                (zoned.start_of_day().ok()?.checked_sub(back.days()).ok()?.start_of_day().ok()?, 1.week())
             }
             CalendarUnit::Month => (zoned.first_of_month().ok()?.start_of_day().ok()?, 1.month()),
         };
-        // Adding a calendar span to a zoned midnight lands on the next midnight, DST or not.
-        let end = start.checked_add(step).ok()?.start_of_day().ok()?;
+        let end = start.checked_add(step).ok()?;
+        let end = match self.unit {
+            CalendarUnit::Second | CalendarUnit::Minute | CalendarUnit::Hour => end,
+            // Adding a calendar span to a zoned midnight lands on the next midnight, DST or not.
+            CalendarUnit::Day | CalendarUnit::Week | CalendarUnit::Month => end.start_of_day().ok()?,
+        };
         Some((start, end))
     }
 }

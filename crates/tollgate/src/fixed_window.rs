@@ -52,7 +52,7 @@ impl FixedWindow {
         }
     }
 
-    /// At most `limit` permits per calendar window (a day, week or month of a time zone) as
+    /// At most `limit` permits per calendar window (a second, minute, hour, day, week or month of a time zone) as
     /// `clock` places it: every key's window opens and closes on the calendar's boundaries, and
     /// `reset` and `retry` count down to the next one. The quota's period is the calendar's
     /// nominal length (what `window()` reports). Feature `calendar`.

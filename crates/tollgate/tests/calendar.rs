@@ -80,3 +80,50 @@ fn a_monthly_window_resets_at_midnight_utc_on_the_first() {
     clock.advance(Duration::from_secs(1));
     assert!(limiter.try_acquire(10).is_ok());
 }
+
+#[test]
+fn seconds_minutes_and_hours_start_on_the_clocks_whole_ones() {
+    assert_eq!(
+        window(CalendarUnit::Minute, "UTC", "2026-11-24T10:17:42Z"),
+        (utc("2026-11-24T10:17:00Z"), utc("2026-11-24T10:18:00Z"))
+    );
+    assert_eq!(
+        window(CalendarUnit::Hour, "UTC", "2026-11-24T10:17:42Z"),
+        (utc("2026-11-24T10:00:00Z"), utc("2026-11-24T11:00:00Z"))
+    );
+    assert_eq!(
+        window(CalendarUnit::Second, "UTC", "2026-11-24T10:17:42Z"),
+        (utc("2026-11-24T10:17:42Z"), utc("2026-11-24T10:17:43Z"))
+    );
+    // In UTC they are multiples of the unit since the epoch: what `now / unit` gives.
+    for at in ["1970-01-01T00:00:00Z", "2026-02-28T23:59:59Z", "2031-07-09T04:05:06Z"] {
+        for (unit, secs) in [(CalendarUnit::Second, 1), (CalendarUnit::Minute, 60), (CalendarUnit::Hour, 3600)] {
+            let t = utc(at);
+            assert_eq!(window(unit, "UTC", at), (t / secs * secs, t / secs * secs + secs), "{unit:?} at {at}");
+        }
+    }
+    // India is 5:30 ahead of UTC: its hours start at half past in UTC.
+    assert_eq!(
+        window(CalendarUnit::Hour, "Asia/Kolkata", "2026-11-24T10:17:42Z"),
+        (utc("2026-11-24T09:30:00Z"), utc("2026-11-24T10:30:00Z"))
+    );
+    // New York's clock repeats 01:00-02:00 on 2026-11-01: each repeat is an hour of its own.
+    let first = window(CalendarUnit::Hour, "America/New_York", "2026-11-01T05:30:00Z");
+    let second = window(CalendarUnit::Hour, "America/New_York", "2026-11-01T06:30:00Z");
+    assert_eq!(first, (utc("2026-11-01T05:00:00Z"), utc("2026-11-01T06:00:00Z")));
+    assert_eq!(second, (utc("2026-11-01T06:00:00Z"), utc("2026-11-01T07:00:00Z")));
+    assert_eq!(CalendarUnit::from_name("minute"), Some(CalendarUnit::Minute));
+    assert_eq!(Calendar::new(CalendarUnit::Hour, "UTC").unwrap().nominal(), Duration::from_secs(3600));
+}
+
+#[test]
+fn a_minute_window_resets_on_the_minute() {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(utc("2026-02-27T08:00:50Z")));
+    let minute = Calendar::new(CalendarUnit::Minute, "UTC").unwrap();
+    let limiter = Limiter::builder(FixedWindow::calendar(2, minute, &clock).unwrap()).clock(clock.clone()).build();
+    assert_eq!(limiter.try_acquire(2).unwrap().meta().reset_ns / S, 10);
+    assert_eq!(limiter.try_acquire(1).unwrap_err().retry_after(), Some(Duration::from_secs(10)));
+    clock.advance(Duration::from_secs(10));
+    assert!(limiter.try_acquire(2).is_ok(), "a new minute at 08:01:00, not 60 s after the first hit");
+}

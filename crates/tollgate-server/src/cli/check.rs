@@ -1,21 +1,28 @@
-//! `tollgate check-config FILE`: validate a limits file and print its limits; exit 2 with
-//! `file:line:column: message` when it is wrong.
+//! `tollgate check-config PATH`: validate a limits file (or envoy/ratelimit's configuration) and
+//! print its limits; exit 2 with `file:line:column: message` when it is wrong.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use tollgate_policy::Policy;
+use tollgate_policy::Format;
+
+use super::LimitsFormat;
 
 /// Arguments of `tollgate check-config`.
 #[derive(Debug, Args)]
 pub(crate) struct CheckArgs {
-    /// The limits file.
+    /// The limits file, or with `--format envoy` a directory of envoy/ratelimit's YAML files.
     file: PathBuf,
+
+    /// The format: `limitador` (a limits file) or `envoy` (envoy/ratelimit's configuration).
+    #[arg(long, value_enum, default_value = "limitador")]
+    format: LimitsFormat,
 }
 
 pub(crate) fn main(args: CheckArgs) -> ExitCode {
-    let policy = match Policy::load(&args.file) {
+    let format = Format::from(args.format);
+    let policy = match format.load(&args.file) {
         Ok(policy) => policy,
         Err(e) => {
             eprintln!("error: {e}");
@@ -23,22 +30,35 @@ pub(crate) fn main(args: CheckArgs) -> ExitCode {
         }
     };
     println!("{}: {} limits, valid", args.file.display(), policy.len());
+    let one_file = policy.limits().windows(2).all(|w| w[0].source_name() == w[1].source_name());
     for limit in policy.limits() {
         let name = limit.name().map(|n| format!(" \"{n}\"")).unwrap_or_default();
+        let place = match one_file {
+            true => format!("line {}", limit.position().line),
+            false => format!("{}:{}", limit.source_name(), limit.position().line),
+        };
+        let window = match limit.calendar() {
+            Some(calendar) => format!("calendar {} in {}", calendar.unit().name(), calendar.zone()),
+            None => format!("{}s", limit.seconds()),
+        };
         println!(
-            "  line {}: {}{name}: {} per {}s ({}), id {}",
-            limit.position().line,
+            "  {place}: {}{name}: {} per {window} ({}), id {}",
             limit.namespace(),
             limit.max_value(),
-            limit.seconds(),
             limit.algorithm().name(),
             limit.id()
         );
+        if let Some(keys) = limit.descriptor_keys() {
+            println!("      each descriptor with keys [{}]", keys.join(", "));
+        }
         for condition in limit.conditions() {
             println!("      when {}", condition.source());
         }
         for variable in limit.variables() {
             println!("      per {}", variable.source());
+        }
+        if !limit.replaces().is_empty() {
+            println!("      replaces {}", limit.replaces().join(", "));
         }
     }
     ExitCode::SUCCESS

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod check;
+mod convert;
 mod pump;
 mod serve;
 mod simulate;
@@ -26,6 +27,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Validate a limits file and print its limits; exits 2 with file:line:column on an error.
     CheckConfig(check::CheckArgs),
+    /// Print the limits of envoy/ratelimit's configuration as a limits file in Limitador's format
+    /// (what `serve --format envoy` serves); exits 2 with file:line:column on an error.
+    Convert(convert::ConvertArgs),
     /// Run one request-arrival sequence through each algorithm on a manual clock: a table of what
     /// each admitted, and a plot.
     Simulate(simulate::SimulateArgs),
@@ -41,8 +45,28 @@ pub(crate) fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(args) => serve::main(args),
         Command::CheckConfig(args) => check::main(args),
+        Command::Convert(args) => convert::main(args),
         Command::Simulate(args) => simulate::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Pump(args) => pump::main(args),
+    }
+}
+
+/// The format of a limits path (`--format`, `--from`).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LimitsFormat {
+    /// Limitador's limits file, with Tollgate's optional fields.
+    Limitador,
+    /// envoy/ratelimit's configuration: a directory of YAML files (or one file), each a `domain`
+    /// and its `descriptors`.
+    Envoy,
+}
+
+impl From<LimitsFormat> for tollgate_policy::Format {
+    fn from(format: LimitsFormat) -> tollgate_policy::Format {
+        match format {
+            LimitsFormat::Limitador => tollgate_policy::Format::Limitador,
+            LimitsFormat::Envoy => tollgate_policy::Format::Envoy,
+        }
     }
 }

@@ -11,12 +11,21 @@ use clap::Args;
 use tollgate::{AtKeyLimit, SystemClock};
 use tollgate_server::serve::{CounterCap, HeaderDraft, Mode, ServeConfig, ServeError, Storage, start};
 
+use super::LimitsFormat;
+
 /// Arguments of `tollgate serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// The limits file (Limitador's YAML format; see `tollgate check-config`).
-    #[arg(long, value_name = "FILE")]
+    /// The limits file (Limitador's YAML format; see `tollgate check-config`), or with
+    /// `--format envoy` envoy/ratelimit's configuration: a directory of YAML files (or one file).
+    #[arg(long, value_name = "PATH")]
     limits: PathBuf,
+
+    /// The format of --limits: `limitador` (a limits file) or `envoy` (envoy/ratelimit's
+    /// `domain` and `descriptors` files, read from a directory; `tollgate convert` shows the limits
+    /// they make).
+    #[arg(long, value_enum, default_value = "limitador")]
+    format: LimitsFormat,
 
     /// Address of Envoy's rate limit service (gRPC, `envoy.service.ratelimit.v3`) and gRPC health.
     #[arg(long, default_value = "127.0.0.1:8081", value_name = "ADDR")]
@@ -121,6 +130,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
     init_logging();
     let config = ServeConfig {
         limits: args.limits,
+        format: args.format.into(),
         grpc: args.grpc,
         http: args.http,
         mode: args.mode,
@@ -167,7 +177,8 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         let loaded = running.engine.loaded();
         tracing::info!(
             limits = loaded.policy.len(),
-            file = %config.limits.display(),
+            path = %config.limits.display(),
+            format = %config.format,
             mode = ?config.mode,
             threads,
             storage = ?config.storage,

@@ -215,6 +215,7 @@ impl std::fmt::Display for StorageKind {
 /// use tollgate_server::serve::{StorageError, StorageKind};
 ///
 /// let err = StorageError {
+///     source_name: "limits.yaml".into(),
 ///     position: Position::new(3, 3),
 ///     namespace: "api".into(),
 ///     name: Some("per-user".into()),
@@ -230,6 +231,8 @@ impl std::fmt::Display for StorageKind {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct StorageError {
+    /// The file the limit is in.
+    pub source_name: String,
     /// Where the limit starts in its file.
     pub position: Position,
     /// The limit's namespace.
@@ -406,6 +409,7 @@ impl<C: Clock + Clone> Engine<C> {
         });
         match refused {
             Some((limit, calendar)) => Err(StorageError {
+                source_name: limit.source_name().to_owned(),
                 position: limit.position(),
                 namespace: limit.namespace().to_owned(),
                 name: limit.name().map(str::to_owned),
@@ -460,6 +464,7 @@ impl<C: Clock + Clone> Engine<C> {
                 calendar: hit.limit.calendar().map(|c| self.calendar_us(c, store.use_engine_clock)),
             })
             .collect();
+        let (counters, slots) = merge_repeated(counters);
         let mode = match action {
             Action::Check => tollgate_redis::CountersMode::Check,
             Action::Report => tollgate_redis::CountersMode::Report,
@@ -488,8 +493,11 @@ impl<C: Clock + Clone> Engine<C> {
         };
         let statuses: Vec<Status> = hits
             .iter()
-            .zip(decided)
-            .map(|(hit, (meta, limited))| Status { limit: hit.index, descriptor: hit.descriptor, meta, limited })
+            .zip(slots)
+            .map(|(hit, slot)| {
+                let (meta, limited) = decided.get(slot).copied().unwrap_or_default();
+                Status { limit: hit.index, descriptor: hit.descriptor, meta, limited }
+            })
             .collect();
         let would_limit = denies(&loaded, &statuses);
         Ok(Outcome { loaded, statuses, allowed: !would_limit || self.shadow, would_limit })
@@ -677,6 +685,29 @@ impl<C: Clock + Clone> Engine<C> {
             .collect();
         (loaded, fill)
     }
+}
+
+/// The counters of a call with each key once, their hits summed, and for each counter given the
+/// index of its key in the result. A limit matched against each descriptor on its own
+/// ([`Limit::descriptor_keys`]) touches one counter twice when two descriptors give it the same
+/// values; Redis's script and the cache read a key's count once per call, so each key must come
+/// once (the hits then fit or not together, as they would one after the other).
+fn merge_repeated(counters: Vec<tollgate_redis::WindowCounter>) -> (Vec<tollgate_redis::WindowCounter>, Vec<usize>) {
+    let mut merged: Vec<tollgate_redis::WindowCounter> = Vec::with_capacity(counters.len());
+    let mut slots = Vec::with_capacity(counters.len());
+    for counter in counters {
+        match merged.iter().position(|m| m.key == counter.key) {
+            Some(i) => {
+                merged[i].hits = merged[i].hits.saturating_add(counter.hits);
+                slots.push(i);
+            }
+            None => {
+                slots.push(merged.len());
+                merged.push(counter);
+            }
+        }
+    }
+    (merged, slots)
 }
 
 /// `{prefix}{namespace}:{limit id}:{values}`: the namespace is the hash tag, so all counters of a

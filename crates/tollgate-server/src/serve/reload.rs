@@ -1,13 +1,15 @@
-//! Hot reload of the limits file.
+//! Hot reload of the limits file (or, in envoy/ratelimit's format, of the directory's files).
 //!
 //! The file's directory is watched, not the file: editors save by writing a new file and renaming
 //! it over the old one, and Kubernetes swaps a `..data` symlink in the directory; either way the
-//! watched path's inode changes and a watch on the file itself would go quiet. Any event in the
-//! directory that may change content re-reads the file (opening or reading a file is an event too,
-//! and the reload's own read must not trigger another one). A content equal to the limits in force
-//! is ignored. A file that does not parse is logged and counted once per version: the same bad
-//! content read again (more events, or a caller retrying) is neither logged nor counted again, and
-//! the last good limits stay in force.
+//! watched path's inode changes and a watch on the file itself would go quiet. A directory of
+//! envoy/ratelimit files is watched itself, and every file of it read again on a change (a file
+//! added, changed, renamed or removed), as envoy/ratelimit does. Any event in the directory that
+//! may change content re-reads the files (opening or reading a file is an event too, and the
+//! reload's own read must not trigger another one). Contents equal to the limits in force are
+//! ignored. Files that do not parse are logged and counted once per version: the same bad
+//! contents read again (more events, or a caller retrying) are neither logged nor counted again,
+//! and the last good limits stay in force.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -16,7 +18,7 @@ use std::time::Duration;
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tollgate::Clock;
-use tollgate_policy::{Policy, PolicyError};
+use tollgate_policy::{Format, PolicyError, SourceText};
 
 use super::engine::Engine;
 use super::metrics::Metrics;
@@ -24,22 +26,23 @@ use super::metrics::Metrics;
 /// Editors write a file in several steps; wait this long after the first event before reading.
 const SETTLE: Duration = Duration::from_millis(50);
 
-/// Reloads one limits file into one engine.
+/// Reloads one limits path into one engine.
 pub struct Reloader<C: Clock> {
     path: PathBuf,
+    format: Format,
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
     seen: Mutex<Seen>,
 }
 
-/// The versions of the file read so far that matter: the one in force and the last one rejected.
-/// Whole texts, not hashes: a limits file is small, and a hash collision would keep a good version
-/// out as if it were the bad one.
+/// The versions of the files read so far that matter: the one in force and the last one
+/// rejected. Whole texts, not hashes: limits files are small, and a hash collision would keep a
+/// good version out as if it were the bad one.
 struct Seen {
-    loaded: String,
-    /// The last version rejected and why, until a version is applied or the file is back to the
+    loaded: Vec<SourceText>,
+    /// The last version rejected and why, until a version is applied or the files are back to the
     /// limits in force.
-    rejected: Option<(String, PolicyError)>,
+    rejected: Option<(Vec<SourceText>, PolicyError)>,
 }
 
 /// What a reload did.
@@ -52,13 +55,20 @@ pub enum Reloaded {
 }
 
 impl<C: Clock + Clone> Reloader<C> {
-    /// A reloader for `path`, whose current content `loaded_text` is already in force.
-    pub fn new(path: &Path, loaded_text: String, engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -> Reloader<C> {
-        let seen = Seen { loaded: loaded_text, rejected: None };
-        Reloader { path: path.to_path_buf(), engine, metrics, seen: Mutex::new(seen) }
+    /// A reloader for `path` in `format`, whose current contents `loaded` (as [`Format::read`]
+    /// gives them) are already in force.
+    pub fn new(
+        path: &Path,
+        format: Format,
+        loaded: Vec<SourceText>,
+        engine: Arc<Engine<C>>,
+        metrics: Arc<Metrics>,
+    ) -> Reloader<C> {
+        let seen = Seen { loaded, rejected: None };
+        Reloader { path: path.to_path_buf(), format, engine, metrics, seen: Mutex::new(seen) }
     }
 
-    /// Reads the file and applies it if it changed; on error the last good limits stay.
+    /// Reads the files and applies them if they changed; on error the last good limits stay.
     ///
     /// A rejected version is logged and counted (`tollgate_config_reload_errors_total`) the first
     /// time it is read; reading the same content again returns the same error quietly. A file
@@ -66,7 +76,7 @@ impl<C: Clock + Clone> Reloader<C> {
     /// one failure from the next.
     pub fn reload(&self) -> Result<Reloaded, PolicyError> {
         let name = self.path.display().to_string();
-        let text = Policy::read(&self.path).inspect_err(|e| self.rejected(e))?;
+        let text = self.format.read(&self.path).inspect_err(|e| self.rejected(e))?;
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if seen.loaded == text {
             if seen.rejected.take().is_some() {
@@ -81,8 +91,8 @@ impl<C: Clock + Clone> Reloader<C> {
         {
             return Err(error.clone());
         }
-        let applied = Policy::parse(&text, &name).and_then(|policy| {
-            self.engine.accepts(&policy).map_err(|e| PolicyError::new(&name, e.position, e.message()))?;
+        let applied = self.format.parse(&text).and_then(|policy| {
+            self.engine.accepts(&policy).map_err(|e| PolicyError::new(&e.source_name, e.position, e.message()))?;
             Ok(self.engine.reload(policy))
         });
         match applied {
@@ -105,8 +115,8 @@ impl<C: Clock + Clone> Reloader<C> {
         tracing::error!("limits not reloaded, the last good ones stay in force: {e}");
     }
 
-    /// Watches the file's directory and reloads on every change until the returned watcher is
-    /// dropped. Needs a tokio runtime.
+    /// Watches the file's directory (or the directory the path is) and reloads on every change
+    /// until the returned watcher is dropped. Needs a tokio runtime.
     pub fn watch(self: Arc<Self>) -> notify::Result<RecommendedWatcher> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -115,6 +125,7 @@ impl<C: Clock + Clone> Reloader<C> {
             }
         })?;
         let dir = match self.path.parent() {
+            _ if self.path.is_dir() => self.path.clone(),
             Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
             _ => PathBuf::from("."),
         };
@@ -143,6 +154,10 @@ fn may_change_content(kind: &EventKind) -> bool {
 
 impl<C: Clock> std::fmt::Debug for Reloader<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reloader").field("path", &self.path).field("engine", &self.engine).finish_non_exhaustive()
+        f.debug_struct("Reloader")
+            .field("path", &self.path)
+            .field("format", &self.format)
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
     }
 }

@@ -172,12 +172,15 @@ fn over<C: Clock>(outcome: &Outcome<C>, status: &Status) -> bool {
         }
 }
 
-/// Envoy's `RateLimit` counts per one unit; a calendar window is its unit (day, week, month); a
+/// Envoy's `RateLimit` counts per one unit; a calendar window is its unit (second to month); a
 /// window that is not exactly one unit is given per second (rounded down, at least 1), and the
 /// exact figure is in `name`.
 fn rate_limit(limit: &Limit) -> RateLimit {
     let units = [(1, Unit::Second), (60, Unit::Minute), (3600, Unit::Hour), (86_400, Unit::Day), (604_800, Unit::Week)];
     let calendar = limit.calendar().map(|c| match c.unit() {
+        CalendarUnit::Second => Unit::Second,
+        CalendarUnit::Minute => Unit::Minute,
+        CalendarUnit::Hour => Unit::Hour,
         CalendarUnit::Day => Unit::Day,
         CalendarUnit::Week => Unit::Week,
         CalendarUnit::Month => Unit::Month,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tollgate::{Clock, SystemClock};
-use tollgate_policy::{Policy, PolicyError};
+use tollgate_policy::{Format, PolicyError};
 use tonic::transport::server::TcpIncoming;
 
 use super::counters::CounterCap;
@@ -20,8 +20,10 @@ use super::unary::Unary;
 /// What `tollgate serve` runs.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
-    /// The limits file.
+    /// The limits file (or, in envoy/ratelimit's format, a directory of them).
     pub limits: PathBuf,
+    /// The format of `limits`: Limitador's (the default) or envoy/ratelimit's.
+    pub format: Format,
     /// Where Envoy's RLS (gRPC) listens.
     pub grpc: SocketAddr,
     /// Where the HTTP API and `/metrics` listen.
@@ -118,7 +120,7 @@ pub enum ServeError {
     /// A limit of the file cannot be counted by the storage: `file:line:column: message`.
     #[error("{}:{}:{}: {}", file.display(), source.position.line, source.position.column, source.message())]
     Storage {
-        /// The limits file.
+        /// The limits file the limit is in.
         file: PathBuf,
         /// Which limit, which algorithm, which storage.
         #[source]
@@ -137,7 +139,7 @@ pub struct Running<C: Clock = SystemClock> {
     pub http: SocketAddr,
     /// The engine deciding.
     pub engine: Arc<Engine<C>>,
-    /// The reloader of the limits file.
+    /// The reloader of the limits.
     pub reloader: Arc<Reloader<C>>,
     shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -156,10 +158,9 @@ impl<C: Clock + Clone> Running<C> {
 
 /// Loads the limits, binds both listeners and starts serving on the current tokio runtime.
 pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<Running<C>, ServeError> {
-    let name = config.limits.display().to_string();
-    let storage_error = |source| ServeError::Storage { file: config.limits.clone(), source };
-    let text = Policy::read(&config.limits)?;
-    let policy = Policy::parse(&text, &name)?;
+    let storage_error = |source: StorageError| ServeError::Storage { file: PathBuf::from(&source.source_name), source };
+    let text = config.format.read(&config.limits)?;
+    let policy = config.format.parse(&text)?;
     let mut engine = Engine::new(policy, config.mode, config.shadow, clock).with_counter_cap(config.counters);
     let use_engine_clock = config.time == TimeSource::Server;
     let mut flush_every = None;
@@ -179,7 +180,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     }
     let engine = Arc::new(engine);
     let metrics = Arc::new(Metrics::new());
-    let reloader = Arc::new(Reloader::new(&config.limits, text, engine.clone(), metrics.clone()));
+    let reloader = Arc::new(Reloader::new(&config.limits, config.format, text, engine.clone(), metrics.clone()));
     let watcher = if config.watch { Some(reloader.clone().watch()?) } else { None };
 
     let bind = |addr: SocketAddr| async move {

@@ -58,8 +58,18 @@ pub async fn server_with(yaml: &str, edit: impl FnOnce(&mut ServeConfig)) -> Ser
     let dir = temp_dir("serve");
     let limits = dir.join("limits.yaml");
     std::fs::write(&limits, yaml).unwrap();
+    server_at(limits, edit).await.unwrap()
+}
+
+/// A server for the limits at `limits` (a file, or a directory with `config.format` set to
+/// envoy's), in accuracy mode, not watching, in memory, with `edit` applied to its config.
+pub async fn server_at(
+    limits: PathBuf,
+    edit: impl FnOnce(&mut ServeConfig),
+) -> Result<Server, tollgate_server::serve::ServeError> {
     let mut config = ServeConfig {
         limits: limits.clone(),
+        format: Default::default(),
         grpc: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
         mode: Mode::Accuracy,
@@ -73,9 +83,9 @@ pub async fn server_with(yaml: &str, edit: impl FnOnce(&mut ServeConfig)) -> Ser
     };
     edit(&mut config);
     let clock = ManualClock::new();
-    let running = start(&config, clock.clone()).await.unwrap();
+    let running = start(&config, clock.clone()).await?;
     let http = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-    Server { running, clock, limits, http }
+    Ok(Server { running, clock, limits, http })
 }
 
 impl Server {

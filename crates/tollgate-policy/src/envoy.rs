@@ -1,0 +1,601 @@
+//! envoy/ratelimit's configuration, read into the same [`Limit`]s as Limitador's format.
+//!
+//! A file is a `domain` and a tree of `descriptors` (`key`, optional `value`, optional
+//! `rate_limit`, nested `descriptors`). envoy/ratelimit takes each descriptor of a request on its
+//! own and walks the tree with its entries, one level per entry: at each level the node with the
+//! entry's key and value as written if there is one (a wildcard's own text included), else the
+//! first wildcard value (`*`) the value matches,
+//! else the node with the key and no value — without going back if a deeper level then fails. The
+//! rule of the node reached by the last entry applies, if the node has one; a request descriptor
+//! longer or shorter than the path has none. The counter is per request descriptor entries: one
+//! per distinct value where the node has no value (or a wildcard without `share_threshold`).
+//!
+//! Each rule becomes one limit:
+//!
+//! - `namespace` = the domain, `max_value` = `requests_per_unit`, the window a calendar `second`,
+//!   `minute`, `hour` or `day` in UTC (envoy/ratelimit's windows are `now / unit`, from the Unix
+//!   epoch: the same boundaries);
+//! - `descriptor_keys` = the keys of the path, so that the limit is matched against each request
+//!   descriptor on its own and only one with exactly those keys in that order;
+//! - a condition per level: `== value` for a node with a value, a wildcard test for a wildcard,
+//!   and, to keep the choice envoy/ratelimit makes at that level, `!=` each value (and no match
+//!   of each wildcard) that a sibling with the same key takes first — whether that sibling has a
+//!   rule or not (`unlimited: true`, no `rate_limit`);
+//! - a variable per level without a value (or with a wildcard not `share_threshold`);
+//! - `name` = the rule's `name`, `id` = envoy/ratelimit's key of the rule
+//!   (`domain.key_value.key`), `shadow: true` for `shadow_mode`, `replaces` as written.
+//!
+//! What has no equivalent is an error at its place: `requests_per_unit: 0` (deny every request),
+//! `unit: week | month | year` (7, 30 and 365 days from the epoch, not calendar weeks and months),
+//! `quota_mode`, `detailed_metric` and `value_to_metric` (statistics names), `metadata`,
+//! `replaces` on an unlimited rule, a key twice on one path, and a domain in two files (as
+//! envoy/ratelimit without `MERGE_DOMAIN_CONFIG`).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use tollgate::{Calendar, CalendarUnit};
+
+use crate::error::{PolicyError, Position};
+use crate::expr::{Condition, Variable};
+use crate::file::yaml_error;
+use crate::limit::{AlgorithmKind, Enforcement, Limit, LimitId};
+use crate::policy::Policy;
+use crate::source::SourceText;
+
+/// One file as written; every field envoy/ratelimit knows, so that an unknown one is an error
+/// and a known one without an equivalent is refused by name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    domain: Option<Spanned<String>>,
+    #[serde(default)]
+    descriptors: Option<Vec<Spanned<RawDescriptor>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDescriptor {
+    key: Option<Spanned<String>>,
+    value: Option<Spanned<String>>,
+    rate_limit: Option<Spanned<RawRateLimit>>,
+    #[serde(default)]
+    descriptors: Option<Vec<Spanned<RawDescriptor>>>,
+    shadow_mode: Option<Spanned<bool>>,
+    quota_mode: Option<Spanned<bool>>,
+    detailed_metric: Option<Spanned<bool>>,
+    value_to_metric: Option<Spanned<bool>>,
+    share_threshold: Option<Spanned<bool>>,
+    metadata: Option<Spanned<serde::de::IgnoredAny>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    unit: Option<Spanned<String>>,
+    requests_per_unit: Option<Spanned<i64>>,
+    unlimited: Option<Spanned<bool>>,
+    name: Option<Spanned<String>>,
+    #[serde(default)]
+    replaces: Option<Vec<Spanned<RawReplaces>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReplaces {
+    name: Option<Spanned<String>>,
+}
+
+/// What a node matches at its level.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Value {
+    /// No value: any value of the key, one counter per value.
+    Any,
+    /// This value only.
+    Exact(String),
+    /// A pattern where each `*` is any run of characters.
+    Wildcard(String),
+}
+
+/// A rule that counts (not `unlimited`).
+struct Rule {
+    max_value: u64,
+    unit: CalendarUnit,
+    name: Option<String>,
+    replaces: Vec<String>,
+    shadow: bool,
+}
+
+/// A descriptor node of the tree, validated.
+struct Node {
+    key: String,
+    value: Value,
+    share_threshold: bool,
+    rule: Option<Rule>,
+    children: Vec<Node>,
+    at: Position,
+}
+
+/// One file's domain and tree.
+struct Domain {
+    name: String,
+    at: Position,
+    nodes: Vec<Node>,
+}
+
+impl Policy {
+    /// Parses envoy/ratelimit's configuration files — each a `domain` and its `descriptors` —
+    /// into one policy; see the [module documentation](crate::envoy) for how each rule maps to a limit.
+    /// The texts are usually [`crate::Format::Envoy`]'s [`read`](crate::Format::read) of a
+    /// directory.
+    ///
+    /// ```
+    /// use tollgate_policy::{Descriptor, Policy, SourceText};
+    ///
+    /// // envoy/ratelimit's README, example 3.
+    /// let yaml = "
+    /// domain: edge_proxy_per_ip
+    /// descriptors:
+    ///   - key: remote_address
+    ///     rate_limit:
+    ///       unit: second
+    ///       requests_per_unit: 10
+    ///   - key: remote_address
+    ///     value: 50.0.0.5
+    ///     rate_limit:
+    ///       unit: second
+    ///       requests_per_unit: 1
+    /// ";
+    /// let policy = Policy::parse_envoy(&[SourceText::new("config/edge.yaml", yaml)])?;
+    /// let any = &policy.limits()[0];
+    /// assert_eq!(any.descriptor_keys(), Some(&["remote_address".to_string()][..]));
+    /// assert_eq!(any.conditions()[0].source(), "descriptors[0]['remote_address'] != '50.0.0.5'");
+    /// assert_eq!(any.variables()[0].source(), "descriptors[0]['remote_address']");
+    /// assert_eq!(any.file_id(), Some("edge_proxy_per_ip.remote_address"));
+    ///
+    /// let one = [Descriptor::from([("remote_address", "50.0.0.5")])];
+    /// let hits = policy.hits("edge_proxy_per_ip", &one);
+    /// assert_eq!((hits.len(), hits[0].limit.max_value()), (1, 1), "the most specific rule only");
+    ///
+    /// let bad = Policy::parse_envoy(&[SourceText::new("config/edge.yaml", "domain: a\ndescriptors:\n  - value: x\n")]);
+    /// assert_eq!(bad.unwrap_err().to_string(), "config/edge.yaml:3:5: this descriptor has no `key` (required)");
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    pub fn parse_envoy(sources: &[SourceText]) -> Result<Policy, PolicyError> {
+        let mut domains: Vec<(Domain, Arc<str>)> = Vec::with_capacity(sources.len());
+        for source in sources {
+            let domain = parse_file(&source.text, &source.name)?;
+            if let Some((first, file)) = domains.iter().find(|(d, _)| d.name == domain.name) {
+                return Err(PolicyError::new(
+                    &source.name,
+                    domain.at,
+                    format!(
+                        "domain `{}` is also in {file}:{}: envoy/ratelimit refuses a domain in two files (unless \
+                         MERGE_DOMAIN_CONFIG); put its descriptors in one",
+                        domain.name, first.at.line
+                    ),
+                ));
+            }
+            domains.push((domain, source.name.as_str().into()));
+        }
+        let mut limits = Vec::new();
+        for (domain, file) in &domains {
+            let mut path = Vec::new();
+            emit(domain, &domain.nodes, &mut path, file, &mut limits)?;
+        }
+        Policy::checked(limits)
+    }
+}
+
+fn parse_file(text: &str, file: &str) -> Result<Domain, PolicyError> {
+    if text.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#') || l.trim() == "---") {
+        return Err(PolicyError::new(
+            file,
+            Position::new(1, 1),
+            "the file is empty: write a `domain` and its `descriptors`",
+        ));
+    }
+    let raw: Spanned<RawConfig> = serde_saphyr::from_str(text).map_err(|e| yaml_error(file, &e))?;
+    let at = Position::from(raw.referenced);
+    let raw = raw.value;
+    let domain = raw.domain.ok_or_else(|| PolicyError::new(file, at, "this file has no `domain` (required)"))?;
+    if domain.value.trim().is_empty() {
+        return Err(PolicyError::new(file, domain.referenced.into(), "`domain` is empty"));
+    }
+    let nodes = nodes(raw.descriptors.unwrap_or_default(), file)?;
+    Ok(Domain { name: domain.value, at: domain.referenced.into(), nodes })
+}
+
+/// The nodes of one level: each validated, no two with the same key and value.
+fn nodes(raw: Vec<Spanned<RawDescriptor>>, file: &str) -> Result<Vec<Node>, PolicyError> {
+    let mut nodes: Vec<Node> = Vec::with_capacity(raw.len());
+    for descriptor in raw {
+        let node = node(descriptor, file)?;
+        if let Some(first) = nodes.iter().find(|n| n.key == node.key && n.value == node.value) {
+            return Err(PolicyError::new(
+                file,
+                node.at,
+                format!(
+                    "the same key and value as the descriptor at line {} (one node per key and value)",
+                    first.at.line
+                ),
+            ));
+        }
+        nodes.push(node);
+    }
+    Ok(nodes)
+}
+
+fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyError> {
+    let at = Position::from(descriptor.referenced);
+    let raw = descriptor.value;
+    let err = |at: Position, message: String| PolicyError::new(file, at, message);
+    let key = raw.key.ok_or_else(|| err(at, "this descriptor has no `key` (required)".into()))?;
+    if key.value.is_empty() {
+        return Err(err(key.referenced.into(), "`key` is empty".into()));
+    }
+    let value = match raw.value.map(|v| v.value) {
+        // envoy/ratelimit reads an empty value as none.
+        None => Value::Any,
+        Some(v) if v.is_empty() => Value::Any,
+        Some(v) if v.contains('*') => Value::Wildcard(v),
+        Some(v) => Value::Exact(v),
+    };
+    let no_equivalent = |flag: Option<Spanned<bool>>, why: &str| match flag {
+        Some(f) if f.value => Err(err(f.referenced.into(), why.to_string())),
+        _ => Ok(()),
+    };
+    no_equivalent(
+        raw.quota_mode,
+        "`quota_mode: true` has no equivalent: envoy/ratelimit denies when every quota descriptor of a request is \
+         over its limit, and tollgate's `mode: quota` never denies",
+    )?;
+    no_equivalent(
+        raw.detailed_metric,
+        "`detailed_metric: true` has no equivalent: it names envoy/ratelimit's statistics per value; tollgate's \
+         metrics are per limit (remove it)",
+    )?;
+    no_equivalent(
+        raw.value_to_metric,
+        "`value_to_metric: true` has no equivalent: it names envoy/ratelimit's statistics per value; tollgate's \
+         metrics are per limit (remove it)",
+    )?;
+    if let Some(metadata) = raw.metadata {
+        return Err(err(
+            metadata.referenced.into(),
+            "`metadata` has no equivalent: tollgate does not return a rule's metadata in its responses".into(),
+        ));
+    }
+    let share_threshold = match raw.share_threshold {
+        Some(s) if s.value && !matches!(value, Value::Wildcard(_)) => {
+            return Err(err(
+                s.referenced.into(),
+                "`share_threshold: true` needs a wildcard value (one with `*`), as in envoy/ratelimit".into(),
+            ));
+        }
+        Some(s) => s.value,
+        None => false,
+    };
+    let shadow = raw.shadow_mode.is_some_and(|s| s.value);
+    let rule = match raw.rate_limit {
+        Some(rate_limit) => rule(rate_limit, shadow, file)?,
+        None => None,
+    };
+    let children = nodes(raw.descriptors.unwrap_or_default(), file)?;
+    Ok(Node { key: key.value, value, share_threshold, rule, children, at })
+}
+
+/// A `rate_limit` block: a rule that counts, or `None` for `unlimited: true`.
+fn rule(rate_limit: Spanned<RawRateLimit>, shadow: bool, file: &str) -> Result<Option<Rule>, PolicyError> {
+    let at = Position::from(rate_limit.referenced);
+    let raw = rate_limit.value;
+    let err = |at: Position, message: String| PolicyError::new(file, at, message);
+    let name = raw.name.map(|n| n.value).filter(|n| !n.is_empty());
+    let mut replaces = Vec::new();
+    for entry in raw.replaces.unwrap_or_default() {
+        let replaced = entry.value.name.map(|n| n.value).unwrap_or_default();
+        if replaced.is_empty() {
+            return Err(err(entry.referenced.into(), "a `replaces` entry without a `name`".into()));
+        }
+        if name.as_deref() == Some(replaced.as_str()) {
+            return Err(err(entry.referenced.into(), format!("the rule `{replaced}` replaces itself")));
+        }
+        replaces.push(replaced);
+    }
+    if let Some(unlimited) = raw.unlimited.filter(|u| u.value) {
+        if let Some(unit) = raw.unit {
+            return Err(err(
+                unit.referenced.into(),
+                "`unit` with `unlimited: true`: an unlimited rule has no unit (envoy/ratelimit refuses it too)".into(),
+            ));
+        }
+        if !replaces.is_empty() {
+            return Err(err(
+                unlimited.referenced.into(),
+                "`replaces` on an unlimited rule has no equivalent: tollgate has no limit to carry it".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let unit = raw.unit.ok_or_else(|| err(at, "this rate_limit has no `unit` (required)".into()))?;
+    let unit_at = Position::from(unit.referenced);
+    let unit = match unit.value.trim().to_ascii_lowercase().as_str() {
+        "second" => CalendarUnit::Second,
+        "minute" => CalendarUnit::Minute,
+        "hour" => CalendarUnit::Hour,
+        "day" => CalendarUnit::Day,
+        other @ ("week" | "month" | "year") => {
+            let (days, instead) = match other {
+                "week" => (7, "`window: {calendar: week}` (ISO weeks) or `seconds: 7d`"),
+                "month" => (30, "`window: {calendar: month}` or `seconds: 30d`"),
+                _ => (365, "`seconds: 365d`"),
+            };
+            return Err(err(
+                unit_at,
+                format!(
+                    "`unit: {other}` has no equivalent: envoy/ratelimit counts it in windows of {days} days from \
+                     1970-01-01 UTC, not calendar {other}s; use second, minute, hour or day, or a limit in \
+                     tollgate's format with {instead}"
+                ),
+            ));
+        }
+        _ => {
+            return Err(err(unit_at, format!("unknown unit `{}`: expected second, minute, hour or day", unit.value)));
+        }
+    };
+    let requests = raw.requests_per_unit.ok_or_else(|| {
+        err(
+            at,
+            "this rate_limit has no `requests_per_unit` (envoy/ratelimit reads it as 0, denying every request, \
+             which has no equivalent)"
+                .into(),
+        )
+    })?;
+    let max_value = match u32::try_from(requests.value) {
+        Ok(0) => {
+            return Err(err(
+                requests.referenced.into(),
+                "`requests_per_unit: 0` (deny every request) has no equivalent: tollgate's limits allow at least 1 \
+                 per window"
+                    .into(),
+            ));
+        }
+        Ok(n) => u64::from(n),
+        Err(_) => {
+            return Err(err(
+                requests.referenced.into(),
+                format!("requests_per_unit must be from 1 to 4294967295 (a uint32), got {}", requests.value),
+            ));
+        }
+    };
+    Ok(Some(Rule { max_value, unit, name, replaces, shadow }))
+}
+
+/// Emits a limit for each rule under `nodes`, depth first, in file order; `path` holds each
+/// level's node and its siblings.
+fn emit<'d>(
+    domain: &Domain,
+    nodes: &'d [Node],
+    path: &mut Vec<(&'d Node, &'d [Node])>,
+    file: &Arc<str>,
+    limits: &mut Vec<Limit>,
+) -> Result<(), PolicyError> {
+    for node in nodes {
+        path.push((node, nodes));
+        if let Some(rule) = &node.rule {
+            limits.push(limit(domain, path, rule, file)?);
+        }
+        emit(domain, &node.children, path, file, limits)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// The limit of the rule at the end of `path`.
+fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str>) -> Result<Limit, PolicyError> {
+    let (node, _) = path[path.len() - 1];
+    for (i, (level, _)) in path.iter().enumerate() {
+        if let Some((again, _)) = path[i + 1..].iter().find(|(n, _)| n.key == level.key) {
+            return Err(PolicyError::new(
+                file,
+                again.at,
+                format!(
+                    "key `{}` again on the path of the rule at line {} (first at line {}): tollgate reads a \
+                     descriptor's entry by its key, so it cannot tell the two entries apart",
+                    level.key, node.at.line, level.at.line
+                ),
+            ));
+        }
+    }
+    let bug = |what: &str, source: &str, e: crate::ExprError| {
+        PolicyError::new(file, node.at, format!("cannot express this rule: {what} `{source}`: {e}"))
+    };
+    let mut conditions = Vec::new();
+    let mut variables = Vec::new();
+    let mut envoy_key = domain.name.clone();
+    for (level, siblings) in path {
+        let entry = format!("descriptors[0][{}]", cel_string(&level.key));
+        level_conditions(level, siblings, &entry, &mut conditions);
+        let counted = match &level.value {
+            Value::Any => true,
+            Value::Wildcard(_) => !level.share_threshold,
+            Value::Exact(_) => false,
+        };
+        if counted {
+            variables.push(entry);
+        }
+        envoy_key.push('.');
+        envoy_key.push_str(&level.key);
+        if let Value::Exact(v) | Value::Wildcard(v) = &level.value {
+            let _ = write!(envoy_key, "_{v}");
+        }
+    }
+    let conditions =
+        conditions.iter().map(|c| Condition::parse(c).map_err(|e| bug("condition", c, e))).collect::<Result<_, _>>()?;
+    let variables =
+        variables.iter().map(|v| Variable::parse(v).map_err(|e| bug("variable", v, e))).collect::<Result<_, _>>()?;
+    let calendar = Calendar::new(rule.unit, "UTC").map_err(|e| PolicyError::new(file, node.at, e.to_string()))?;
+    let mut limit = Limit {
+        namespace: domain.name.clone(),
+        max_value: rule.max_value,
+        seconds: calendar.nominal().as_secs(),
+        name: rule.name.clone(),
+        file_id: Some(envoy_key),
+        conditions,
+        variables,
+        algorithm: AlgorithmKind::FixedWindow,
+        max_counters: None,
+        at_max_counters: None,
+        enforcement: if rule.shadow { Enforcement::Shadow } else { Enforcement::Enforce },
+        calendar: Some(calendar),
+        descriptor_keys: Some(path.iter().map(|(n, _)| n.key.clone()).collect()),
+        replaces: rule.replaces.clone(),
+        source_name: Arc::clone(file),
+        position: node.at,
+        id: LimitId(0),
+    };
+    limit.id = limit.compute_id();
+    Ok(limit)
+}
+
+/// The conditions that make a request entry with `node`'s key reach `node` among `siblings`:
+/// its own value test, and not any value a sibling with the same key takes first. envoy/ratelimit
+/// looks the value up as written first (which finds a wildcard node too, by its own text), then
+/// tries the wildcards in file order, then the key alone.
+fn level_conditions(node: &Node, siblings: &[Node], entry: &str, conditions: &mut Vec<String>) {
+    let before_node = siblings.iter().position(|s| std::ptr::eq(s, node)).unwrap_or(siblings.len());
+    let others = siblings.iter().enumerate().filter(|(i, s)| *i != before_node && s.key == node.key);
+    match &node.value {
+        Value::Exact(v) => conditions.push(format!("{entry} == {}", cel_string(v))),
+        Value::Wildcard(pattern) => {
+            let mut all = vec![wildcard_test(entry, pattern)];
+            let mut literal_shadowed = false;
+            for (i, other) in others {
+                match &other.value {
+                    // A sibling's value written out is found by the exact lookup, before any
+                    // wildcard (a wildcard's own text too).
+                    Value::Exact(v) | Value::Wildcard(v) if wildcard_matches(pattern, v) => {
+                        all.push(format!("{entry} != {}", cel_string(v)));
+                    }
+                    _ => {}
+                }
+                if let Value::Wildcard(earlier) = &other.value
+                    && i < before_node
+                {
+                    all.push(format!("!({})", wildcard_test(entry, earlier)));
+                    literal_shadowed |= wildcard_matches(earlier, pattern);
+                }
+            }
+            if literal_shadowed {
+                // This pattern's own text reaches it by the exact lookup, though an earlier
+                // wildcard matches it.
+                conditions.push(format!("{entry} == {} || ({})", cel_string(pattern), all.join(" && ")));
+            } else {
+                conditions.extend(all);
+            }
+        }
+        Value::Any => {
+            for (_, other) in others {
+                match &other.value {
+                    Value::Exact(v) => conditions.push(format!("{entry} != {}", cel_string(v))),
+                    Value::Wildcard(pattern) => conditions.push(format!("!({})", wildcard_test(entry, pattern))),
+                    Value::Any => {}
+                }
+            }
+        }
+    }
+}
+
+/// A CEL test of `entry` against a wildcard pattern: `startsWith` for a trailing `*`, else an
+/// anchored regular expression with each `*` as `.*`.
+fn wildcard_test(entry: &str, pattern: &str) -> String {
+    if let Some(prefix) = pattern.strip_suffix('*')
+        && !prefix.contains('*')
+    {
+        return format!("{entry}.startsWith({})", cel_string(prefix));
+    }
+    let mut regex = String::from("(?s)^");
+    for (i, part) in pattern.split('*').enumerate() {
+        if i > 0 {
+            regex.push_str(".*");
+        }
+        for c in part.chars() {
+            if "\\.+*?()|[]{}^$#&-~".contains(c) {
+                regex.push('\\');
+            }
+            regex.push(c);
+        }
+    }
+    regex.push('$');
+    format!("{entry}.matches({})", cel_string(&regex))
+}
+
+/// envoy/ratelimit's wildcard match: each `*` is any run of characters, the parts in order.
+fn wildcard_matches(pattern: &str, value: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if parts.len() == 1 {
+        return first == value;
+    }
+    if value.len() < parts.iter().map(|p| p.len()).sum::<usize>() {
+        return false;
+    }
+    let Some(rest) = value.strip_prefix(first).and_then(|r| r.strip_suffix(last)) else { return false };
+    let mut rest = rest;
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// A CEL string literal in single quotes.
+fn cel_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('\'');
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_as_envoy_ratelimit_does() {
+        assert!(wildcard_matches("files/*", "files/a.pdf"));
+        assert!(wildcard_matches("files/*", "files/"));
+        assert!(!wildcard_matches("files/*", "file"));
+        assert!(wildcard_matches("/api/*/action", "/api/123/action"));
+        assert!(!wildcard_matches("/api/*/action", "/api/123/other"));
+        assert!(wildcard_matches("/api/*/resource/*/action", "/api/v1/resource/9/action"));
+        assert!(!wildcard_matches("ab*ba", "aba"), "prefix and suffix may not overlap");
+        assert!(wildcard_matches("*", ""));
+        assert!(wildcard_matches("exact", "exact"));
+    }
+
+    #[test]
+    fn strings_are_quoted_for_cel() {
+        assert_eq!(cel_string("a'b\\c"), r"'a\'b\\c'");
+        assert_eq!(cel_string("line\nnext\u{1}"), r"'line\nnext\u0001'");
+        assert_eq!(wildcard_test("e", "v*"), "e.startsWith('v')");
+        assert_eq!(wildcard_test("e", "/a.*/b"), r"e.matches('(?s)^/a\\..*/b$')");
+    }
+}

@@ -1,0 +1,44 @@
+//! `tollgate convert --from envoy PATH`: print the limits of envoy/ratelimit's configuration as
+//! one limits file in Limitador's format (with Tollgate's `descriptor_keys`, `window` and
+//! `replaces` where a limit needs them), which `serve` and `check-config` read back to the same
+//! limits; exit 2 with `file:line:column: message` when the input is wrong or has a feature
+//! without an equivalent.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use tollgate_policy::Format;
+
+use super::LimitsFormat;
+
+/// Arguments of `tollgate convert`.
+#[derive(Debug, Args)]
+pub(crate) struct ConvertArgs {
+    /// The format read: `envoy` (envoy/ratelimit's configuration) or `limitador` (a limits file,
+    /// printed back normalised).
+    #[arg(long, value_enum)]
+    from: LimitsFormat,
+
+    /// A directory of envoy/ratelimit's YAML files (or one file), or a limits file.
+    path: PathBuf,
+}
+
+pub(crate) fn main(args: ConvertArgs) -> ExitCode {
+    let policy = match Format::from(args.from).load(&args.path) {
+        Ok(policy) => policy,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    match write!(out, "{}", policy.to_yaml()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write the limits: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
