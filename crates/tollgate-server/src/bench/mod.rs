@@ -21,8 +21,9 @@
 //! `R`): request `i` is due at `i / R` seconds after the start, whoever answers when; a task still
 //! waiting for its previous answer when the next request is due sends it late, and its latency is
 //! counted from when it was due, so a slow server is not hidden by the load slowing down with it
-//! (no coordinated omission). A task that was idle counts from the actual send, so the timer's
-//! granularity (1 ms) is not charged to the server.
+//! (no coordinated omission). A task sleeps until 1 ms before a request is due and yields until
+//! it is, so requests go out when due rather than in the timer's 1 ms bursts (which the server
+//! would have to queue); a task that was idle counts from the actual send.
 //!
 //! What counts: the requests due (closed loop: sent) after the warmup and before the end of the
 //! duration, every one of them waited for: `requests == allowed + limited + errors` is everything
@@ -403,6 +404,24 @@ impl Plan {
     }
 }
 
+/// The timer wakes a task up to its granularity (1 ms) late, and every task due in the same
+/// millisecond at once: at R requests/s the server would get bursts of R/1000 and the latency
+/// would measure their queueing, not the server.
+const TIMER_SLACK: Duration = Duration::from_millis(1);
+
+/// Returns at `due`: asleep until the last [`TIMER_SLACK`] before it, then yielding to the other
+/// tasks until it comes, so requests go out when due and not in the timer's bursts.
+async fn send_at(due: Instant) {
+    if let Some(early) = due.checked_sub(TIMER_SLACK)
+        && early > Instant::now()
+    {
+        tokio::time::sleep_until(early).await;
+    }
+    while Instant::now() < due {
+        tokio::task::yield_now().await;
+    }
+}
+
 /// One task: send requests `index`, `index + tasks`, ... until the deadline.
 async fn worker(mut client: Client, index: u64, plan: Arc<Plan>, latency: Histogram<u64>) -> Stats {
     let mut stats = Stats::new(latency);
@@ -422,9 +441,7 @@ async fn worker(mut client: Client, index: u64, plan: Arc<Plan>, latency: Histog
                 if due >= plan.deadline {
                     break;
                 }
-                if due > Instant::now() {
-                    tokio::time::sleep_until(due).await;
-                }
+                send_at(due).await;
                 // Late because the server was still answering the previous request: that wait
                 // counts. Idle until now: only the timer was late, and that does not.
                 (due, if previous_answer > due { due } else { Instant::now() })
