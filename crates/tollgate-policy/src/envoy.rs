@@ -555,23 +555,7 @@ fn wildcard_matches(pattern: &str, value: &str) -> bool {
 
 /// A CEL string literal in single quotes.
 fn cel_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('\'');
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
+    crate::write::quote(text, '\'')
 }
 
 #[cfg(test)]

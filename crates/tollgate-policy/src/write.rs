@@ -101,21 +101,30 @@ fn list<'a>(items: impl Iterator<Item = &'a str>) -> String {
 
 /// A YAML double-quoted scalar: any text, with `"`, `\` and control characters escaped.
 fn quoted(text: &str) -> String {
+    quote(text, '"')
+}
+
+/// `text` between `quote`s, with the quote, `\` and control characters escaped as `\n`, `\r`,
+/// `\t` or `\uXXXX`: a YAML double-quoted scalar, and a CEL string literal (in either quote).
+pub(crate) fn quote(text: &str, quote: char) -> String {
     let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
+    out.push(quote);
     for c in text.chars() {
         match c {
-            '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
             c if c.is_control() => {
                 let _ = write!(out, "\\u{:04x}", u32::from(c));
             }
             c => out.push(c),
         }
     }
-    out.push('"');
+    out.push(quote);
     out
 }

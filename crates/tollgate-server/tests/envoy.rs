@@ -7,10 +7,10 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use support::{descriptor, server_at, should_rate_limit, temp_dir};
+use support::{descriptor, generation, server_at, should_rate_limit, temp_dir};
 use tollgate_policy::{Format, Policy};
 use tollgate_server::serve::{Reloaded, ServeError, Storage};
 use tollgate_testkit::RedisServer;
@@ -154,18 +154,6 @@ async fn a_bad_envoy_directory_is_refused_with_the_file_and_line() {
              least 1 per window"
         )
     );
-}
-
-/// Waits (for the directory watcher, not for time to pass) until the generation reaches `want`.
-async fn generation(server: &support::Server, want: u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let generation = server.running.engine.loaded().generation;
-        if generation >= want || Instant::now() > deadline {
-            return generation;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test]

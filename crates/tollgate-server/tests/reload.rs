@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::server;
+use support::{generation, server};
 use tollgate_server::serve::{Mode, Reloaded};
 
 const V1: &str = "- {namespace: ns, name: kept, max_value: 5, seconds: 60}\n\
@@ -15,18 +15,6 @@ const V2: &str = "- {namespace: ns, name: kept, max_value: 5, seconds: 60}\n\
 
 fn body(a: &str) -> String {
     format!(r#"{{"namespace":"ns","values":{{"a":"{a}"}},"delta":1}}"#)
-}
-
-/// Waits (for the file watcher, not for time to pass) until the generation reaches `want`.
-async fn generation(server: &support::Server, want: u64) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let generation = server.running.engine.loaded().generation;
-        if generation >= want || Instant::now() > deadline {
-            return generation;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 async fn remaining(server: &support::Server, name: &str) -> Option<u64> {

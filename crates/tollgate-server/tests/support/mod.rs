@@ -191,3 +191,16 @@ pub async fn seed_003_round(
     let allowed = |m: &str| results.iter().filter(|(method, code)| *method == m && *code == ok).count();
     ((allowed("POST"), allowed("GET")), results)
 }
+
+/// Waits (for the limits watcher, not for time to pass) until the server's generation of limits
+/// reaches `want`, for at most 10 s; returns the generation reached.
+pub async fn generation(server: &Server, want: u64) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let generation = server.running.engine.loaded().generation;
+        if generation >= want || std::time::Instant::now() > deadline {
+            return generation;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
