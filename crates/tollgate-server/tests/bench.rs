@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tollgate::SystemClock;
 use tollgate_server::bench::{self, BenchConfig, BenchReport, Protocol};
-use tollgate_server::serve::{Mode, Running, ServeConfig, start};
+use tollgate_server::serve::{Running, ServeConfig, start};
 
 const NAMESPACE: &str = "bench.test";
 const LIMIT: u64 = 50;
@@ -20,17 +20,10 @@ async fn server(name: &str) -> Running {
         format!("- namespace: {NAMESPACE}\n  max_value: {LIMIT}\n  seconds: 60\n  conditions: []\n  variables: []\n");
     std::fs::write(&limits, yaml).expect("limits file");
     let config = ServeConfig {
-        limits,
-        format: Default::default(),
         grpc: "127.0.0.1:0".parse().unwrap(),
         http: "127.0.0.1:0".parse().unwrap(),
-        mode: Mode::Accuracy,
-        shadow: false,
         watch: false,
-        time: Default::default(),
-        counters: Default::default(),
-        rate_limit_headers: None,
-        storage: Default::default(),
+        ..ServeConfig::new(limits)
     };
     start(&config, SystemClock::new()).await.expect("the server starts")
 }

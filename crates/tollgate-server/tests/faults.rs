@@ -35,7 +35,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tollgate::{Clock, ManualClock};
 use tollgate_policy::Policy;
-use tollgate_server::serve::{Mode, Running, ServeConfig, Storage, TimeSource, start};
+use tollgate_server::serve::{Running, ServeConfig, Storage, start};
 use tollgate_testkit::{Bound, Decision, History, RedisServer};
 use tonic::transport::Channel;
 
@@ -231,19 +231,7 @@ fn failures(calls: &[Call]) -> Vec<&Answer> {
 }
 
 fn config(limits: &Path, storage: Storage) -> ServeConfig {
-    ServeConfig {
-        limits: limits.to_path_buf(),
-        format: Default::default(),
-        grpc: "127.0.0.1:0".parse().unwrap(),
-        http: "127.0.0.1:0".parse().unwrap(),
-        mode: Mode::Accuracy,
-        shadow: false,
-        watch: false,
-        storage,
-        time: TimeSource::Server,
-        counters: Default::default(),
-        rate_limit_headers: None,
-    }
+    ServeConfig { storage, ..support::config(limits) }
 }
 
 /// A `/metrics` value, with plain HTTP (not through a load client).

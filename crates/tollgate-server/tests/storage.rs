@@ -111,17 +111,9 @@ async fn redis_storage_rejects_other_algorithms_and_bad_urls() {
     let limits = dir.join("limits.yaml");
     std::fs::write(&limits, yaml).unwrap();
     let config = |url: String| tollgate_server::serve::ServeConfig {
-        limits: limits.clone(),
-        format: Default::default(),
-        grpc: "127.0.0.1:0".parse().unwrap(),
-        http: "127.0.0.1:0".parse().unwrap(),
-        mode: Mode::Accuracy,
-        shadow: false,
-        watch: false,
         time: Default::default(),
-        counters: Default::default(),
-        rate_limit_headers: None,
         storage: Storage::Redis { url, prefix: "t:".into() },
+        ..support::config(&limits)
     };
     let error = tollgate_server::serve::start(&config(redis.url()), tollgate::SystemClock::new()).await.err().unwrap();
     let expected = format!(
@@ -353,17 +345,9 @@ async fn a_monthly_window_resets_at_midnight_utc_on_the_first_on_memory_and_redi
     let limits = dir.join("limits.yaml");
     std::fs::write(&limits, MONTHLY).unwrap();
     let config = tollgate_server::serve::ServeConfig {
-        limits: limits.clone(),
-        format: Default::default(),
-        grpc: "127.0.0.1:0".parse().unwrap(),
-        http: "127.0.0.1:0".parse().unwrap(),
-        mode: Mode::Accuracy,
-        shadow: false,
-        watch: false,
         time: Default::default(),
-        counters: Default::default(),
-        rate_limit_headers: None,
         storage: Storage::RedisCached { url: redis.url(), prefix: "c:".into(), flush: Duration::from_secs(1) },
+        ..support::config(&limits)
     };
     let error = tollgate_server::serve::start(&config, tollgate::SystemClock::new()).await.err().unwrap();
     assert!(

@@ -44,6 +44,36 @@ pub struct ServeConfig {
     pub rate_limit_headers: Option<HeaderDraft>,
 }
 
+impl ServeConfig {
+    /// `tollgate serve --limits FILE` with every other flag at its default: Limitador's format,
+    /// RLS on 127.0.0.1:8081, HTTP on 127.0.0.1:8080, accuracy mode, no shadow, the file watched,
+    /// counters in memory (10 million per limit at most, new ones rejected past that), no RateLimit
+    /// headers in RLS replies. Change fields to taste.
+    ///
+    /// ```
+    /// use tollgate_server::serve::{ServeConfig, Storage};
+    /// let config = ServeConfig { grpc: "127.0.0.1:0".parse()?, watch: false, ..ServeConfig::new("limits.yaml") };
+    /// assert_eq!(config.http.to_string(), "127.0.0.1:8080");
+    /// assert!(matches!(config.storage, Storage::Memory));
+    /// # Ok::<(), std::net::AddrParseError>(())
+    /// ```
+    pub fn new(limits: impl Into<PathBuf>) -> ServeConfig {
+        ServeConfig {
+            limits: limits.into(),
+            format: Format::default(),
+            grpc: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            mode: Mode::Accuracy,
+            shadow: false,
+            watch: true,
+            storage: Storage::default(),
+            time: TimeSource::default(),
+            counters: CounterCap::default(),
+            rate_limit_headers: None,
+        }
+    }
+}
+
 /// Whose clock times the windows of counters kept in Redis (with in-memory storage the server's
 /// clock always does).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

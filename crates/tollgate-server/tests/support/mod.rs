@@ -53,6 +53,18 @@ pub async fn server_on(yaml: &str, mode: Mode, shadow: bool, watch: bool, storag
     .await
 }
 
+/// The tests' server configuration for `limits`: ports the OS chooses, not watching, in memory,
+/// and the server's (manual) clock timing Redis windows too, so tests can step through them.
+pub fn config(limits: &std::path::Path) -> ServeConfig {
+    ServeConfig {
+        grpc: "127.0.0.1:0".parse().unwrap(),
+        http: "127.0.0.1:0".parse().unwrap(),
+        watch: false,
+        time: tollgate_server::serve::TimeSource::Server,
+        ..ServeConfig::new(limits)
+    }
+}
+
 /// A server for `yaml` (accuracy mode, no watching, in memory) with `edit` applied to its config.
 pub async fn server_with(yaml: &str, edit: impl FnOnce(&mut ServeConfig)) -> Server {
     let dir = temp_dir("serve");
@@ -67,20 +79,7 @@ pub async fn server_at(
     limits: PathBuf,
     edit: impl FnOnce(&mut ServeConfig),
 ) -> Result<Server, tollgate_server::serve::ServeError> {
-    let mut config = ServeConfig {
-        limits: limits.clone(),
-        format: Default::default(),
-        grpc: "127.0.0.1:0".parse().unwrap(),
-        http: "127.0.0.1:0".parse().unwrap(),
-        mode: Mode::Accuracy,
-        shadow: false,
-        watch: false,
-        storage: Storage::Memory,
-        // The manual clock times Redis windows too, so tests can step through them.
-        time: tollgate_server::serve::TimeSource::Server,
-        counters: Default::default(),
-        rate_limit_headers: None,
-    };
+    let mut config = config(&limits);
     edit(&mut config);
     let clock = ManualClock::new();
     let running = start(&config, clock.clone()).await?;
