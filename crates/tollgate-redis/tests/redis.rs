@@ -18,17 +18,20 @@ async fn connect(server: &RedisServer) -> Redis {
     .unwrap()
 }
 
+/// Every algorithm the Redis limiter runs: the tests below run each behaviour against all of them.
+const ALGORITHMS: [RedisAlgorithm; 4] = [
+    RedisAlgorithm::TokenBucket,
+    RedisAlgorithm::FixedWindow,
+    RedisAlgorithm::WeightedWindow,
+    RedisAlgorithm::SlidingLog,
+];
+
 #[tokio::test]
 async fn several_limits_are_all_or_nothing() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let clock = ManualClock::new();
-    for algorithm in [
-        RedisAlgorithm::TokenBucket,
-        RedisAlgorithm::FixedWindow,
-        RedisAlgorithm::WeightedWindow,
-        RedisAlgorithm::SlidingLog,
-    ] {
+    for algorithm in ALGORITHMS {
         let l = RedisLimiter::builder(&redis, &format!("multi:{algorithm:?}"), algorithm)
             .limit("user", Quota::per_minute(5).unwrap())
             .limit("tenant", Quota::per_minute(8).unwrap())
@@ -58,12 +61,7 @@ async fn keys_expire_when_they_stop_mattering() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let period = Duration::from_millis(800);
-    for algorithm in [
-        RedisAlgorithm::TokenBucket,
-        RedisAlgorithm::FixedWindow,
-        RedisAlgorithm::WeightedWindow,
-        RedisAlgorithm::SlidingLog,
-    ] {
+    for algorithm in ALGORITHMS {
         let l = RedisLimiter::builder(&redis, &format!("ttl:{algorithm:?}"), algorithm)
             .limit("l", Quota::per(period, 4).unwrap())
             .build()
@@ -89,12 +87,7 @@ async fn keys_expire_when_they_stop_mattering() {
 async fn dbsize_returns_to_zero() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    for algorithm in [
-        RedisAlgorithm::TokenBucket,
-        RedisAlgorithm::FixedWindow,
-        RedisAlgorithm::WeightedWindow,
-        RedisAlgorithm::SlidingLog,
-    ] {
+    for algorithm in ALGORITHMS {
         let l = RedisLimiter::builder(&redis, &format!("gone:{algorithm:?}"), algorithm)
             .limit("l", Quota::per(Duration::from_millis(50), 5).unwrap())
             .build()
@@ -421,12 +414,7 @@ async fn a_local_fallback_s_grants_are_counted_in_redis_when_it_answers_again() 
     };
     let redis = Redis::connect_with(&proxy.redis_url(), options).await.unwrap();
     let clock = ManualClock::new();
-    for algorithm in [
-        RedisAlgorithm::TokenBucket,
-        RedisAlgorithm::FixedWindow,
-        RedisAlgorithm::WeightedWindow,
-        RedisAlgorithm::SlidingLog,
-    ] {
+    for algorithm in ALGORITHMS {
         let local = std::sync::Arc::new(LocalFallback::new(Quota::per_second(2000).unwrap()));
         let l = RedisLimiter::builder(&redis, &format!("charge:{algorithm:?}"), algorithm)
             .limit("l", Quota::per_minute(100).unwrap())
@@ -469,12 +457,7 @@ async fn reset_forgets_one_key_in_every_limit_and_keeps_the_others() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let clock = ManualClock::new();
-    for algorithm in [
-        RedisAlgorithm::TokenBucket,
-        RedisAlgorithm::FixedWindow,
-        RedisAlgorithm::WeightedWindow,
-        RedisAlgorithm::SlidingLog,
-    ] {
+    for algorithm in ALGORITHMS {
         let prefix = format!("reset:{algorithm:?}");
         let l = RedisLimiter::builder(&redis, &prefix, algorithm)
             .limit("minute", Quota::per_minute(5).unwrap())

@@ -118,9 +118,10 @@ async fn answer<C: Clock + Clone>(rls: &Rls<C>, request: Request<Body>, action: 
     match rls.answer(request, action).await {
         Ok(reply) => {
             let reply = reply.into_inner();
-            let mut frame = BytesMut::with_capacity(PREFIX + reply.encoded_len());
+            let length = reply.encoded_len();
+            let mut frame = BytesMut::with_capacity(PREFIX + length);
             frame.put_u8(0);
-            frame.put_u32(u32::try_from(reply.encoded_len()).expect("a reply is far below 4 GiB"));
+            frame.put_u32(u32::try_from(length).expect("a reply is far below 4 GiB"));
             reply.encode(&mut frame).expect("the buffer was sized for the message");
             let mut trailers = HeaderMap::with_capacity(1);
             trailers.insert("grpc-status", HeaderValue::from_static("0"));
