@@ -31,6 +31,33 @@ pub struct WindowCounter {
     pub calendar: Option<(u64, u64)>,
 }
 
+impl WindowCounter {
+    /// The state a fixed window of this counter reports, as `tollgate::FixedWindow` reports it:
+    /// `remaining` and `reset_ns` as counted, and the retry-after that follows from them — now
+    /// while there is room, at the reset when there is none (or when this call's hits did not
+    /// fit), never when the hits exceed the limit (no window would hold them).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_redis::WindowCounter;
+    /// let c = WindowCounter { key: "k".into(), limit: 5, window: Duration::from_secs(1), hits: 2, enforce: true, calendar: None };
+    /// assert_eq!(c.meta(3, 700, false).retry_ns, Some(0));
+    /// assert_eq!(c.meta(1, 700, true).retry_ns, Some(700));
+    /// let too_many = WindowCounter { hits: 6, ..c };
+    /// assert_eq!(too_many.meta(5, 0, true).retry_ns, None);
+    /// ```
+    pub fn meta(&self, remaining: u64, reset_ns: u64, limited: bool) -> Meta {
+        let retry_ns = if self.hits > self.limit {
+            None
+        } else if limited || remaining == 0 {
+            Some(reset_ns)
+        } else {
+            Some(0)
+        };
+        Meta { limit: self.limit, remaining, reset_ns, retry_ns }
+    }
+}
+
 /// What a call does with its counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CountersMode {
@@ -51,8 +78,8 @@ pub enum CountersMode {
 pub struct CountersAnswer {
     /// True when the hits fitted in every enforcing counter.
     pub admitted: bool,
-    /// Each counter after the call (`retry_ns` is `None`: windows are reported by `reset_ns`),
-    /// and whether it alone had no room.
+    /// Each counter after the call (see [`WindowCounter::meta`]), and whether it alone had no
+    /// room.
     pub counters: Vec<(Meta, bool)>,
 }
 
@@ -103,8 +130,8 @@ pub async fn decide_windows(
             .enumerate()
             .map(|(i, c)| {
                 let at = 2 + 3 * i;
-                let meta = Meta { limit: c.limit, remaining: get(at), reset_ns: get(at + 1) * 1000, retry_ns: None };
-                (meta, get(at + 2) == 1)
+                let limited = get(at + 2) == 1;
+                (c.meta(get(at), get(at + 1) * 1000, limited), limited)
             })
             .collect(),
     };

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use futures::executor::block_on;
+
 use tollgate::{Algorithm, FixedWindow, Limiter, ManualClock, Quota, SlidingWindow, TokenBucket, WeightedWindow};
 use tollgate_policy::{Descriptor, Policy, SLIDING_SEGMENTS};
 use tollgate_server::serve::{Action, Engine, Mode};
@@ -34,7 +36,7 @@ fn through_engine(algorithm: &str) -> Vec<(bool, u64)> {
     let engine = Engine::new(policy, Mode::Accuracy, false, clock.clone());
     let values = [Descriptor::default()];
     replay(&clock, |n| {
-        let outcome = engine.decide("api", &values, n, Action::CheckAndReport);
+        let outcome = block_on(engine.call("api", &values, n, Action::CheckAndReport)).unwrap();
         (outcome.allowed, outcome.statuses[0].meta.remaining)
     })
 }
@@ -83,6 +85,6 @@ fn an_engine_and_its_outcomes_print_what_they_are() {
     for part in ["Engine", "Accuracy", "Memory", "generation: 1"] {
         assert!(shown.contains(part), "{part:?} missing from {shown}");
     }
-    let outcome = engine.decide("api", &[Descriptor::default()], 1, Action::CheckAndReport);
+    let outcome = block_on(engine.call("api", &[Descriptor::default()], 1, Action::CheckAndReport)).unwrap();
     assert!(format!("{outcome:?}").contains("allowed: true"));
 }

@@ -6,6 +6,8 @@
 
 use std::sync::{Arc, Barrier};
 
+use futures::executor::block_on;
+
 use tollgate::ManualClock;
 use tollgate_policy::{Descriptor, Policy};
 use tollgate_server::serve::{Action, Engine, Mode};
@@ -29,7 +31,7 @@ fn measure(mode: Mode, rounds: usize) -> (usize, usize) {
                     .map(|round| {
                         let d = [Descriptor::from([("req.method", method), ("round", &round.to_string())])];
                         barrier.wait();
-                        engine.decide("example.org", &d, 1, Action::CheckAndReport).allowed
+                        block_on(engine.call("example.org", &d, 1, Action::CheckAndReport)).unwrap().allowed
                     })
                     .collect::<Vec<bool>>()
             })

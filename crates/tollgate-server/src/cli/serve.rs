@@ -56,7 +56,7 @@ pub(crate) struct ServeArgs {
     /// accuracy: all counters of a request are checked and updated together (no overshoot);
     /// throughput: each counter on its own (faster, may briefly overshoot under contention).
     #[arg(long, value_enum, default_value = "accuracy")]
-    mode: Mode,
+    mode: ModeArg,
 
     /// Decide and count, report in metrics and logs what would have been limited, allow everything.
     #[arg(long)]
@@ -86,7 +86,7 @@ pub(crate) struct ServeArgs {
     /// Limitador's `DRAFT_VERSION_03`) or draft10 (`RateLimit-Policy`, `RateLimit`). None by
     /// default.
     #[arg(long, value_enum, value_name = "DRAFT")]
-    rate_limit_headers: Option<HeaderDraft>,
+    rate_limit_headers: Option<DraftArg>,
 
     /// Threads answering requests [default: the cores this process may run on]. With 1, one
     /// thread does everything (no work stealing between threads): the least CPU per decision
@@ -115,6 +115,42 @@ impl From<AtMaxCounters> for AtKeyLimit {
     }
 }
 
+/// `--mode`: [`Mode`]'s values as flags.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ModeArg {
+    /// All counters of a request checked and updated together, under locks on those counters.
+    Accuracy,
+    /// Each counter on its own; a rejection gives back what was taken.
+    Throughput,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(mode: ModeArg) -> Mode {
+        match mode {
+            ModeArg::Accuracy => Mode::Accuracy,
+            ModeArg::Throughput => Mode::Throughput,
+        }
+    }
+}
+
+/// `--rate-limit-headers`: [`HeaderDraft`]'s values as flags.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum DraftArg {
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset` (draft 03, as Limitador).
+    Draft03,
+    /// `RateLimit-Policy` and `RateLimit` (draft 10).
+    Draft10,
+}
+
+impl From<DraftArg> for HeaderDraft {
+    fn from(draft: DraftArg) -> HeaderDraft {
+        match draft {
+            DraftArg::Draft03 => HeaderDraft::Draft03,
+            DraftArg::Draft10 => HeaderDraft::Draft10,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum StorageKind {
     /// In this process: no other service needed; counters are lost on restart.
@@ -133,12 +169,12 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         format: args.format.into(),
         grpc: args.grpc,
         http: args.http,
-        mode: args.mode,
+        mode: args.mode.into(),
         shadow: args.shadow,
         watch: !args.no_watch,
         time: Default::default(),
         counters: CounterCap { max: args.max_counters, at_max: args.at_max_counters.into() },
-        rate_limit_headers: args.rate_limit_headers,
+        rate_limit_headers: args.rate_limit_headers.map(HeaderDraft::from),
         storage: match args.storage {
             StorageKind::Memory => Storage::Memory,
             StorageKind::Redis => Storage::Redis { url: args.redis_url, prefix: args.redis_prefix },

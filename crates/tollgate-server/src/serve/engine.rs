@@ -3,16 +3,16 @@
 //! Data flows one way: the policy says which counters a request touches ([`Policy::hits`]), the
 //! engine decides on them, the protocol layers (`rls`, `http`) turn the [`Outcome`] into a response.
 
-use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, RwLock};
 
 use tollgate::{Clock, Meta, SystemClock};
 use tollgate_policy::{AlgorithmKind, Descriptor, Enforcement, Limit, LimitId, Policy, Position};
 
 use super::counters::{CounterCap, Counters};
+use super::store::{Cached, Call, InRedis, Memory, RedisStore, Store};
 
 /// Accuracy vs throughput, as seed 003 defines them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// All counters a request touches are checked and updated together, under locks on those
     /// counters only: no overshoot, no undershoot, whatever the concurrency.
@@ -101,12 +101,6 @@ impl<C: Clock> Outcome<C> {
     }
 }
 
-/// The hits a request counts on a counter: its descriptor's own `hits_addend`, if it sets one,
-/// else the request's.
-fn hits_of(hit: &tollgate_policy::Hit<'_>, descriptors: &[Descriptor], delta: u64) -> u64 {
-    descriptors.get(hit.descriptor).map_or(delta, |d| d.hits_or(delta))
-}
-
 /// True when a status without room belongs to a limit that denies.
 fn denies<C: Clock>(loaded: &Loaded<C>, statuses: &[Status]) -> bool {
     statuses.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies())
@@ -145,6 +139,7 @@ pub struct CounterView {
 /// The deciding core of the server, independent of protocols.
 ///
 /// ```
+/// use futures::executor::block_on;
 /// use tollgate::ManualClock;
 /// use tollgate_policy::{Descriptor, Policy};
 /// use tollgate_server::serve::{Action, Engine, Mode};
@@ -152,30 +147,18 @@ pub struct CounterView {
 /// let policy = Policy::parse("- {namespace: api, max_value: 1, seconds: 60}", "limits.yaml")?;
 /// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new());
 /// let values = [Descriptor::default()];
-/// assert!(engine.decide("api", &values, 1, Action::CheckAndReport).allowed);
-/// assert!(!engine.decide("api", &values, 1, Action::CheckAndReport).allowed);
-/// assert!(engine.decide("other", &values, 1, Action::CheckAndReport).allowed, "unknown namespaces are allowed");
+/// assert!(block_on(engine.call("api", &values, 1, Action::CheckAndReport)).unwrap().allowed);
+/// assert!(!block_on(engine.call("api", &values, 1, Action::CheckAndReport)).unwrap().allowed);
+/// assert!(block_on(engine.call("other", &values, 1, Action::CheckAndReport)).unwrap().allowed, "unknown namespaces are allowed");
 /// # Ok::<(), tollgate_policy::PolicyError>(())
 /// ```
 pub struct Engine<C: Clock = SystemClock> {
     loaded: RwLock<Arc<Loaded<C>>>,
     pub(super) clock: C,
-    mode: Mode,
     shadow: bool,
-    stripes: Box<[Mutex<()>]>,
-    hasher: hashbrown::DefaultHashBuilder,
-    pub(super) store: Store,
+    /// Where the counters live: the one value that decides every call.
+    pub(super) store: Box<dyn Store<C>>,
     cap: CounterCap,
-}
-
-/// Where the counters live: one value, so no combination of settings can be half-configured.
-pub(super) enum Store {
-    /// In the engine's own counters.
-    Memory,
-    /// In Redis, one round trip per call.
-    Redis(RedisStore),
-    /// Decided in memory, flushed to Redis in batches.
-    RedisCached(RedisStore, super::cache::Cache),
 }
 
 /// Where an engine keeps its counters, as `--storage` names it.
@@ -275,22 +258,6 @@ impl std::fmt::Display for StorageError {
     }
 }
 
-/// Counters in Redis instead of in memory.
-#[derive(Debug)]
-pub struct RedisStore {
-    /// The connection.
-    pub redis: tollgate_redis::Redis,
-    /// Prefix of every key.
-    pub prefix: String,
-    /// Pass the engine's clock to Redis instead of using Redis `TIME` (tests on a manual clock).
-    pub use_engine_clock: bool,
-}
-
-/// Lock stripes for accuracy mode: a request locks the stripes of the counters it touches (in
-/// index order, so two requests never wait on each other in a cycle). More stripes, fewer false
-/// conflicts; 4096 mutexes cost 16-64 KiB.
-const STRIPES: usize = 4096;
-
 impl<C: Clock + Clone> Engine<C> {
     /// An engine deciding on `policy` (generation 1) with counters on `clock`.
     pub fn new(policy: Policy, mode: Mode, shadow: bool, clock: C) -> Engine<C> {
@@ -299,11 +266,8 @@ impl<C: Clock + Clone> Engine<C> {
         Engine {
             loaded: RwLock::new(Arc::new(Loaded { policy, generation: 1, counters })),
             clock,
-            mode,
             shadow,
-            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-            hasher: Default::default(),
-            store: Store::Memory,
+            store: Box::new(Memory::new(mode)),
             cap,
         }
     }
@@ -313,6 +277,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// counters of the loaded limits start again, empty.
     ///
     /// ```
+    /// use futures::executor::block_on;
     /// use std::num::NonZeroUsize;
     /// use tollgate::{AtKeyLimit, ManualClock};
     /// use tollgate_policy::{Descriptor, Policy};
@@ -322,7 +287,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// let cap = CounterCap { max: NonZeroUsize::new(64).unwrap(), at_max: AtKeyLimit::Reject };
     /// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new()).with_counter_cap(cap);
     /// for ip in 0..1000 {
-    ///     let _ = engine.decide("api", &[Descriptor::from([("ip", ip.to_string().as_str())])], 1, Action::CheckAndReport);
+    ///     let _ = block_on(engine.call("api", &[Descriptor::from([("ip", ip.to_string().as_str())])], 1, Action::CheckAndReport)).unwrap();
     /// }
     /// let (_, tables) = engine.counter_tables();
     /// assert_eq!((tables[0].kept, tables[0].max), (64, 64));
@@ -345,100 +310,55 @@ impl<C: Clock + Clone> Engine<C> {
     /// Decides in memory and flushes counts to Redis in batches (call [`Engine::flush`]
     /// periodically): see `--storage redis-cached` for the overshoot this allows across replicas.
     /// Fails, naming the first such limit, if a limit cannot be counted there.
-    pub fn with_redis_cached(mut self, store: RedisStore) -> Result<Engine<C>, StorageError> {
-        self.store = Store::RedisCached(store, Default::default());
-        self.accepts(&self.loaded().policy)?;
+    pub fn with_redis_cached(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
+        self.with_store(Box::new(Cached::new(store)))
+    }
+
+    fn with_store(mut self, store: Box<dyn Store<C>>) -> Result<Engine<C>, StorageError> {
+        store.accepts(&self.loaded().policy)?;
+        self.store = store;
         Ok(self)
     }
 
     /// Sends the hits allowed locally since the last flush (redis-cached only); returns the
     /// counters flushed.
     pub async fn flush(&self) -> Result<usize, tollgate_redis::BackendError> {
-        match &self.store {
-            Store::RedisCached(store, cache) => {
-                let now = self.clock.now();
-                cache.flush(&store.redis, now, store.use_engine_clock.then_some(now / 1000)).await
-            }
-            Store::Memory | Store::Redis(_) => Ok(0),
-        }
+        self.store.flush(&self.clock).await
     }
 
     /// True when counters are cached locally and flushed to Redis.
     pub fn is_cached(&self) -> bool {
-        matches!(self.store, Store::RedisCached(..))
+        self.storage() == StorageKind::RedisCached
     }
 
     /// Keeps counters in Redis. Fails, naming the first such limit, if a limit cannot be counted
     /// there.
-    pub fn with_redis(mut self, store: RedisStore) -> Result<Engine<C>, StorageError> {
-        self.store = Store::Redis(store);
-        self.accepts(&self.loaded().policy)?;
-        Ok(self)
+    pub fn with_redis(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
+        self.with_store(Box::new(InRedis { store }))
     }
 
     /// True when counters live in Redis (directly or cached).
     pub fn uses_redis(&self) -> bool {
-        !matches!(self.store, Store::Memory)
+        self.storage() != StorageKind::Memory
     }
 
     /// Where the counters live.
     pub fn storage(&self) -> StorageKind {
-        match self.store {
-            Store::Memory => StorageKind::Memory,
-            Store::Redis(_) => StorageKind::Redis,
-            Store::RedisCached(..) => StorageKind::RedisCached,
-        }
+        self.store.kind()
     }
 
     /// Whether `policy` can be served by this engine's storage: memory counts every algorithm,
     /// Redis fixed windows only, and `redis-cached` no calendar windows (its local windows end
     /// a period after their first hit). The error names the first limit that cannot be counted.
     pub fn accepts(&self, policy: &Policy) -> Result<(), StorageError> {
-        if !self.uses_redis() {
-            return Ok(());
-        }
-        let cached = self.is_cached();
-        let refused = policy.limits().iter().find_map(|l| {
-            if l.algorithm() != AlgorithmKind::FixedWindow {
-                Some((l, false))
-            } else if cached && l.calendar().is_some() {
-                Some((l, true))
-            } else {
-                None
-            }
-        });
-        match refused {
-            Some((limit, calendar)) => Err(StorageError {
-                source_name: limit.source_name().to_owned(),
-                position: limit.position(),
-                namespace: limit.namespace().to_owned(),
-                name: limit.name().map(str::to_owned),
-                algorithm: limit.algorithm(),
-                calendar,
-                storage: self.storage(),
-            }),
-            None => Ok(()),
-        }
+        self.store.accepts(policy)
     }
 
-    /// A calendar limit's current window in µs on the clock Redis decides with: the engine's
-    /// (`use_engine_clock`), else Redis `TIME`, taken to agree with this host's wall clock.
-    pub(super) fn calendar_us(&self, calendar: &tollgate::Calendar, use_engine_clock: bool) -> (u64, u64) {
-        if use_engine_clock {
-            let origin = self.clock.unix_origin_ns();
-            let (start, end) = calendar.window_at(origin.saturating_add(self.clock.now()));
-            (start.saturating_sub(origin) / 1000, end.saturating_sub(origin) / 1000)
-        } else {
-            let unix = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-            let (start, end) = calendar.window_at(unix);
-            (start / 1000, end / 1000)
-        }
-    }
-
-    /// Decides one call with whichever storage the engine has: in memory at once, in Redis in
-    /// one round trip. An error means the storage could not answer (Redis down or slow).
+    /// Decides one call with the engine's storage: in memory at once, in Redis in one round trip.
+    /// `delta` is the number of hits (callers map Envoy's 0 to 1), unless a descriptor sets its own
+    /// ([`Descriptor::hits`]) for the counters attributed to it. A request that is limited takes
+    /// nothing from any counter; a shadow or quota limit without room takes nothing and does not
+    /// limit it. An error means the storage could not answer (Redis down or slow).
     pub async fn call(
         &self,
         namespace: &str,
@@ -446,59 +366,12 @@ impl<C: Clock + Clone> Engine<C> {
         delta: u64,
         action: Action,
     ) -> Result<Outcome<C>, tollgate_redis::BackendError> {
-        let (store, cache) = match &self.store {
-            Store::Memory => return Ok(self.decide(namespace, descriptors, delta, action)),
-            Store::Redis(store) => (store, None),
-            Store::RedisCached(store, cache) => (store, Some(cache)),
-        };
         let loaded = self.loaded();
-        let hits = loaded.policy.hits(namespace, descriptors);
-        let counters: Vec<tollgate_redis::WindowCounter> = hits
-            .iter()
-            .map(|hit| tollgate_redis::WindowCounter {
-                key: redis_key(&store.prefix, namespace, hit),
-                limit: hit.limit.max_value(),
-                window: hit.limit.window(),
-                hits: hits_of(hit, descriptors, delta),
-                enforce: hit.limit.enforcement().denies(),
-                calendar: hit.limit.calendar().map(|c| self.calendar_us(c, store.use_engine_clock)),
-            })
-            .collect();
-        let (counters, slots) = merge_repeated(counters);
-        let mode = match action {
-            Action::Check => tollgate_redis::CountersMode::Check,
-            Action::Report => tollgate_redis::CountersMode::Report,
-            Action::CheckAndReport => tollgate_redis::CountersMode::Take,
+        let statuses = {
+            let hits = loaded.policy.hits(namespace, descriptors);
+            let call = Call { loaded: &loaded, namespace, hits: &hits, descriptors, delta, action, clock: &self.clock };
+            self.store.decide(call).get().await?
         };
-        let now = store.use_engine_clock.then(|| self.clock.now() / 1000);
-        let decided = match cache {
-            None => tollgate_redis::decide_windows(&store.redis, &counters, mode, now).await?.counters,
-            Some(cache) => {
-                let missing = cache.missing(&counters);
-                if !missing.is_empty() {
-                    cache.load(&store.redis, missing, self.clock.now(), now).await?;
-                }
-                // A report counts what happened: each counter on its own, as far as it has room.
-                let take = action != Action::Check;
-                if action == Action::Report {
-                    counters
-                        .iter()
-                        .flat_map(|c| cache.decide(std::slice::from_ref(c), take, self.clock.now()))
-                        .map(|(meta, _)| (meta, false))
-                        .collect()
-                } else {
-                    cache.decide(&counters, take, self.clock.now())
-                }
-            }
-        };
-        let statuses: Vec<Status> = hits
-            .iter()
-            .zip(slots)
-            .map(|(hit, slot)| {
-                let (meta, limited) = decided.get(slot).copied().unwrap_or_default();
-                Status { limit: hit.index, descriptor: hit.descriptor, meta, limited }
-            })
-            .collect();
         let would_limit = denies(&loaded, &statuses);
         Ok(Outcome { loaded, statuses, allowed: !would_limit || self.shadow, would_limit })
     }
@@ -542,95 +415,12 @@ impl<C: Clock + Clone> Engine<C> {
 
     /// The mode decisions are made in.
     pub fn mode(&self) -> Mode {
-        self.mode
+        self.store.mode()
     }
 
     /// True in shadow mode: decisions are counted and reported, and every request is allowed.
     pub fn shadow(&self) -> bool {
         self.shadow
-    }
-
-    /// Decides one call. `delta` is the number of hits (callers map Envoy's 0 to 1), unless a
-    /// descriptor sets its own ([`Descriptor::hits`]) for the counters attributed to it. A
-    /// request that is limited takes nothing from any counter; a shadow or quota limit without
-    /// room takes nothing and does not limit it.
-    pub fn decide(&self, namespace: &str, descriptors: &[Descriptor], delta: u64, action: Action) -> Outcome<C> {
-        let loaded = self.loaded();
-        let hits = loaded.policy.hits(namespace, descriptors);
-        let mut statuses = Vec::with_capacity(hits.len());
-        let status = |hit: &tollgate_policy::Hit<'_>, meta, limited| Status {
-            limit: hit.index,
-            descriptor: hit.descriptor,
-            meta,
-            limited,
-        };
-        match action {
-            Action::Check => {
-                for hit in &hits {
-                    let decided = loaded.counters[hit.index].check(&hit.values, hits_of(hit, descriptors, delta));
-                    statuses.push(status(hit, decided.unwrap_or_else(|r| r.meta()), decided.is_err()));
-                }
-            }
-            Action::Report => {
-                for hit in &hits {
-                    // A report counts what happened; a counter already full stays full.
-                    let meta = match loaded.counters[hit.index].take(&hit.values, hits_of(hit, descriptors, delta)) {
-                        Ok(lease) => lease.meta(),
-                        Err(rejected) => rejected.meta(),
-                    };
-                    statuses.push(status(hit, meta, false));
-                }
-            }
-            Action::CheckAndReport => {
-                let _held = match self.mode {
-                    Mode::Accuracy => self.lock(&hits),
-                    Mode::Throughput => Vec::new(),
-                };
-                let mut taken = Vec::with_capacity(hits.len());
-                let mut limited = false;
-                for hit in &hits {
-                    let counters = &loaded.counters[hit.index];
-                    let delta = hits_of(hit, descriptors, delta);
-                    if limited {
-                        // Already limited: report the others' state, take nothing more.
-                        let decided = counters.check(&hit.values, delta);
-                        statuses.push(status(hit, decided.unwrap_or_else(|r| r.meta()), decided.is_err()));
-                        continue;
-                    }
-                    match counters.take(&hit.values, delta) {
-                        Ok(lease) => {
-                            statuses.push(status(hit, lease.meta(), false));
-                            taken.push((statuses.len() - 1, hit.index, &hit.values, lease));
-                        }
-                        Err(rejected) => {
-                            statuses.push(status(hit, rejected.meta(), true));
-                            // A shadow or quota limit without room takes nothing and stops nothing.
-                            limited = hit.limit.enforcement().denies();
-                        }
-                    }
-                }
-                if limited {
-                    // All or nothing. In accuracy mode the locks are still held, so no other
-                    // request saw these permits gone.
-                    for (i, index, values, lease) in taken {
-                        let counters = &loaded.counters[index];
-                        counters.give_back(values, lease);
-                        statuses[i].meta = counters.check(values, 0).unwrap_or_else(|r| r.meta());
-                    }
-                }
-            }
-        }
-        let would_limit = denies(&loaded, &statuses);
-        Outcome { loaded, statuses, allowed: !would_limit || self.shadow, would_limit }
-    }
-
-    /// Locks the stripes of every counter `hits` touches, in stripe order.
-    fn lock(&self, hits: &[tollgate_policy::Hit<'_>]) -> Vec<MutexGuard<'_, ()>> {
-        let mut stripes: Vec<usize> =
-            hits.iter().map(|h| self.hasher.hash_one((h.limit.id(), &h.values)) as usize % STRIPES).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        stripes.into_iter().map(|i| self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())).collect()
     }
 
     /// The live counters of one namespace.
@@ -687,45 +477,6 @@ impl<C: Clock + Clone> Engine<C> {
     }
 }
 
-/// The counters of a call with each key once, their hits summed, and for each counter given the
-/// index of its key in the result. A limit matched against each descriptor on its own
-/// ([`Limit::descriptor_keys`]) touches one counter twice when two descriptors give it the same
-/// values; Redis's script and the cache read a key's count once per call, so each key must come
-/// once (the hits then fit or not together, as they would one after the other).
-fn merge_repeated(counters: Vec<tollgate_redis::WindowCounter>) -> (Vec<tollgate_redis::WindowCounter>, Vec<usize>) {
-    let mut merged: Vec<tollgate_redis::WindowCounter> = Vec::with_capacity(counters.len());
-    let mut slots = Vec::with_capacity(counters.len());
-    for counter in counters {
-        match merged.iter().position(|m| m.key == counter.key) {
-            Some(i) => {
-                merged[i].hits = merged[i].hits.saturating_add(counter.hits);
-                slots.push(i);
-            }
-            None => {
-                slots.push(merged.len());
-                merged.push(counter);
-            }
-        }
-    }
-    (merged, slots)
-}
-
-/// `{prefix}{namespace}:{limit id}:{values}`: the namespace is the hash tag, so all counters of a
-/// call are on one Cluster node; values are length-prefixed so no value can forge another key.
-fn redis_key(prefix: &str, namespace: &str, hit: &tollgate_policy::Hit<'_>) -> String {
-    counter_key(prefix, namespace, hit.limit.id(), &hit.values)
-}
-
-/// The Redis key of one counter: see [`redis_key`] (and `admin::parse_key`, its inverse).
-pub(super) fn counter_key(prefix: &str, namespace: &str, limit: LimitId, values: &[String]) -> String {
-    let mut key = format!("{prefix}{{{namespace}}}:{limit}");
-    for value in values {
-        use std::fmt::Write as _;
-        let _ = write!(key, ":{}:{value}", value.len());
-    }
-    key
-}
-
 impl<C: Clock> std::fmt::Debug for Loaded<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Loaded")
@@ -749,7 +500,7 @@ impl<C: Clock> std::fmt::Debug for Outcome<C> {
 impl<C: Clock + Clone> std::fmt::Debug for Engine<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("mode", &self.mode)
+            .field("mode", &self.mode())
             .field("shadow", &self.shadow)
             .field("storage", &self.storage())
             .field("generation", &self.loaded().generation)

@@ -10,7 +10,7 @@ use super::engine::{Outcome, Status};
 
 /// Which draft of the RateLimit header fields to send (`--rate-limit-headers` for RLS replies,
 /// `response_headers` in an HTTP body).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeaderDraft {
     /// draft-polli-ratelimit-headers-03: `X-RateLimit-Limit`, `-Remaining`, `-Reset`, as
     /// Limitador sends them.
@@ -27,16 +27,27 @@ impl HeaderDraft {
     /// use tollgate_server::serve::HeaderDraft;
     /// assert_eq!(HeaderDraft::from_body("DraftVersion03"), Ok(Some(HeaderDraft::Draft03)));
     /// assert_eq!(HeaderDraft::from_body("none"), Ok(None));
-    /// assert!(HeaderDraft::from_body("v99").is_err());
+    /// assert_eq!(
+    ///     HeaderDraft::from_body("v99").unwrap_err().to_string(),
+    ///     "invalid response_headers `v99`: expected DraftVersion03, DraftVersion10 or none"
+    /// );
     /// ```
-    pub fn from_body(value: &str) -> Result<Option<HeaderDraft>, String> {
+    pub fn from_body(value: &str) -> Result<Option<HeaderDraft>, UnknownHeaderDraft> {
         match value {
             "" | "none" | "None" => Ok(None),
             "DraftVersion03" | "draft03" => Ok(Some(HeaderDraft::Draft03)),
             "DraftVersion10" | "draft10" => Ok(Some(HeaderDraft::Draft10)),
-            other => Err(format!("invalid response_headers `{other}`: expected DraftVersion03 or draft10")),
+            other => Err(UnknownHeaderDraft { value: other.to_owned() }),
         }
     }
+}
+
+/// A `response_headers` value that names no draft [`HeaderDraft::from_body`] knows.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid response_headers `{value}`: expected DraftVersion03, DraftVersion10 or none")]
+pub struct UnknownHeaderDraft {
+    /// The value as sent.
+    pub value: String,
 }
 
 /// Lists the names of the quota limits (`mode: quota`) a call exceeded, comma-separated; absent

@@ -1,14 +1,14 @@
 //! `tollgate serve`: the rate-limit server.
 //!
-//! - [`Engine`]: decisions on the loaded limits and their in-memory counters, in accuracy or
-//!   throughput mode, optionally in shadow mode;
+//! - [`Engine`]: decisions on the loaded limits, optionally in shadow mode, with one store of
+//!   counters picked at start (in memory in accuracy or throughput mode, in Redis, or cached from
+//!   Redis);
 //! - [`rls`]: Envoy's rate limit service (gRPC), answered without tonic's per-call machinery by
 //!   `unary`; [`http`]: the HTTP API (Limitador's);
 //! - [`Metrics`]: Prometheus metrics; [`Reloader`]: watching the limits file;
 //! - [`start`]: all of it on the current tokio runtime.
 
 mod admin;
-mod cache;
 mod counters;
 mod engine;
 pub mod headers;
@@ -18,14 +18,14 @@ mod metrics;
 mod reload;
 pub mod rls;
 mod server;
+mod store;
 mod unary;
 
-pub use admin::{CounterFilter, CounterList, SCAN_COUNT};
+pub use admin::{CounterFilter, CounterList};
 pub use counters::CounterCap;
-pub use engine::{
-    Action, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, RedisStore, Status, StorageError, StorageKind,
-};
-pub use headers::HeaderDraft;
+pub use engine::{Action, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, Status, StorageError, StorageKind};
+pub use headers::{HeaderDraft, UnknownHeaderDraft};
 pub use metrics::Metrics;
 pub use reload::{Reloaded, Reloader};
-pub use server::{Running, ServeConfig, ServeError, Storage, TimeSource, start};
+pub use server::{Running, ServeConfig, ServeError, Storage, start};
+pub use store::{RedisStore, SCAN_COUNT, TimeSource};

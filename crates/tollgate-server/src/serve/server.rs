@@ -9,12 +9,13 @@ use tollgate_policy::{Format, PolicyError};
 use tonic::transport::server::TcpIncoming;
 
 use super::counters::CounterCap;
-use super::engine::{Engine, Mode, RedisStore, StorageError};
+use super::engine::{Engine, Mode, StorageError};
 use super::headers::HeaderDraft;
 use super::http;
 use super::metrics::Metrics;
 use super::reload::Reloader;
 use super::rls::{KuadrantServer, RateLimitServiceServer, Rls};
+use super::store::{RedisStore, TimeSource};
 use super::unary::Unary;
 
 /// What `tollgate serve` runs.
@@ -72,18 +73,6 @@ impl ServeConfig {
             rate_limit_headers: None,
         }
     }
-}
-
-/// Whose clock times the windows of counters kept in Redis (with in-memory storage the server's
-/// clock always does).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TimeSource {
-    /// Redis `TIME`: every replica agrees, whatever its own clock says. The default.
-    #[default]
-    Redis,
-    /// The clock passed to [`start`] (tests on a [`tollgate::ManualClock`]; replicas with
-    /// different clocks would disagree).
-    Server,
 }
 
 /// Where counters live. Its `Debug` shows Redis URLs without credentials.
@@ -192,18 +181,17 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let text = config.format.read(&config.limits)?;
     let policy = config.format.parse(&text)?;
     let mut engine = Engine::new(policy, config.mode, config.shadow, clock).with_counter_cap(config.counters);
-    let use_engine_clock = config.time == TimeSource::Server;
     let mut flush_every = None;
     match &config.storage {
         Storage::Memory => {}
         Storage::Redis { url, prefix } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
-            let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock };
+            let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
             engine = engine.with_redis(store).map_err(storage_error)?;
         }
         Storage::RedisCached { url, prefix, flush } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
-            let store = RedisStore { redis, prefix: prefix.clone(), use_engine_clock };
+            let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
             engine = engine.with_redis_cached(store).map_err(storage_error)?;
             flush_every = Some(*flush);
         }

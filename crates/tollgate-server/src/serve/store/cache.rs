@@ -141,7 +141,7 @@ impl Cache {
                     e.ends.get_or_insert(now + e.window_ns);
                 }
                 let reset_ns = e.ends.map(|end| end.saturating_sub(now)).unwrap_or(0);
-                Some((Meta { limit: e.limit, remaining: e.remaining(), reset_ns, retry_ns: None }, !fit))
+                Some((c.meta(e.remaining(), reset_ns, !fit), !fit))
             })
             .collect()
     }

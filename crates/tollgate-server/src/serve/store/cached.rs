@@ -1,0 +1,112 @@
+//! `--storage redis-cached`: counters decided in memory by [`Cache`], loaded from Redis on first
+//! sight and flushed to it in batches (see [`super::cache`] for the overshoot this allows across
+//! replicas). Listing and resetting flush this replica's pending hits first, so that they see what
+//! it counted; a reset then deletes in Redis and forgets the local copies with no flush in between.
+//! Other replicas keep their local copy of a reset counter until they flush hits for it or its
+//! window ends: a reset meant for every replica is sent to each.
+
+use std::sync::Arc;
+
+use tollgate::Clock;
+use tollgate_policy::Policy;
+use tollgate_redis::BackendError;
+
+use super::cache::Cache;
+use super::redis::{InRedis, key_head, parse_key, statuses};
+use super::{Answer, Call, Later, RedisStore, Store, redis_accepts};
+use crate::serve::admin::{CounterFilter, CounterList, limits_by_id};
+use crate::serve::engine::{Action, Loaded, Mode, Status, StorageError, StorageKind};
+
+/// Counters decided here, kept in step with Redis.
+pub(crate) struct Cached {
+    redis: InRedis,
+    cache: Cache,
+}
+
+impl Cached {
+    pub(crate) fn new(store: RedisStore) -> Cached {
+        Cached { redis: InRedis { store }, cache: Cache::default() }
+    }
+}
+
+impl<C: Clock> Store<C> for Cached {
+    fn kind(&self) -> StorageKind {
+        StorageKind::RedisCached
+    }
+
+    /// Every counter of a call is decided under one lock.
+    fn mode(&self) -> Mode {
+        Mode::Accuracy
+    }
+
+    fn accepts(&self, policy: &Policy) -> Result<(), StorageError> {
+        redis_accepts(policy, StorageKind::RedisCached)
+    }
+
+    fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
+        let (counters, slots) = self.redis.windows(&call);
+        let missing = self.cache.missing(&counters);
+        let decide = move || {
+            let now = call.clock.now();
+            let decided: Vec<_> = match call.action {
+                // A report counts what happened: each counter on its own, as far as it has room.
+                Action::Report => counters
+                    .iter()
+                    .flat_map(|c| self.cache.decide(std::slice::from_ref(c), true, now))
+                    .map(|(meta, _)| (meta, false))
+                    .collect(),
+                action => self.cache.decide(&counters, action != Action::Check, now),
+            };
+            statuses(call.hits, &slots, &decided)
+        };
+        if missing.is_empty() {
+            return Answer::Now(Ok(decide()));
+        }
+        Answer::Later(Box::pin(async move {
+            let store = &self.redis.store;
+            self.cache.load(&store.redis, missing, call.clock.now(), store.now_us(call.clock)).await?;
+            Ok(decide())
+        }))
+    }
+
+    fn list<'a>(
+        &'a self,
+        loaded: Arc<Loaded<C>>,
+        namespace: &'a str,
+        max: usize,
+        clock: &'a C,
+    ) -> Later<'a, Result<CounterList<C>, BackendError>> {
+        Box::pin(async move {
+            Store::<C>::flush(self, clock).await?;
+            self.redis.list_now(loaded, namespace, max, clock).await
+        })
+    }
+
+    fn reset<'a>(
+        &'a self,
+        loaded: &'a Loaded<C>,
+        namespace: &'a str,
+        filter: &'a CounterFilter,
+        clock: &'a C,
+    ) -> Later<'a, Result<u64, BackendError>> {
+        Box::pin(async move {
+            let store = &self.redis.store;
+            let held = self.cache.hold_flushes().await;
+            self.cache.flush_held(&held, &store.redis, clock.now(), store.now_us(clock)).await?;
+            let reset = self.redis.reset_now(loaded, namespace, filter, clock).await?;
+            let by_id = limits_by_id(loaded, namespace);
+            let head = key_head(&store.prefix, namespace);
+            self.cache.forget(&held, |key| {
+                parse_key(&head, key)
+                    .and_then(|(id, values)| Some(filter.matches(by_id.get(&id)?.1, &values)))
+                    .unwrap_or(false)
+            });
+            Ok(reset)
+        })
+    }
+
+    fn flush<'a>(&'a self, clock: &'a C) -> Later<'a, Result<usize, BackendError>> {
+        let store = &self.redis.store;
+        Box::pin(self.cache.flush(&store.redis, clock.now(), store.now_us(clock)))
+    }
+}

@@ -1,0 +1,181 @@
+//! Where the counters live: one [`Store`] value, picked when the engine is built, decides every
+//! call, lists and resets counters, and flushes what it holds back.
+//!
+//! - [`Memory`]: the engine's own counters, in accuracy mode (the counters a call touches are
+//!   locked together) or throughput mode (each on its own, a rejection gives back what was taken);
+//! - [`InRedis`]: fixed windows in Redis, a call decided in one script run;
+//! - [`Cached`]: counters decided in memory, loaded from and flushed to Redis.
+//!
+//! The engine computes which counters a call touches ([`Policy::hits`]) and turns the statuses a
+//! store returns into an [`Outcome`](super::Outcome); a store knows nothing of protocols.
+
+mod cache;
+mod cached;
+mod memory;
+mod redis;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use tollgate::Clock;
+use tollgate_policy::{Descriptor, Hit, Policy};
+use tollgate_redis::BackendError;
+
+pub(crate) use cached::Cached;
+pub(crate) use memory::Memory;
+pub(crate) use redis::InRedis;
+pub use redis::SCAN_COUNT;
+
+use super::admin::{CounterFilter, CounterList};
+use super::engine::{Action, Loaded, Mode, Status, StorageError, StorageKind};
+
+/// A future that borrows the call it answers.
+pub(crate) type Later<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// An answer now (memory), or after I/O (Redis): the memory path neither boxes nor polls.
+pub(crate) enum Answer<'a, T> {
+    Now(T),
+    Later(Later<'a, T>),
+}
+
+impl<T> Answer<'_, T> {
+    pub(crate) async fn get(self) -> T {
+        match self {
+            Answer::Now(value) => value,
+            Answer::Later(later) => later.await,
+        }
+    }
+}
+
+/// One call, as the engine hands it to its store: the counters it touches and what to do.
+pub(crate) struct Call<'a, C: Clock> {
+    pub(crate) loaded: &'a Loaded<C>,
+    pub(crate) namespace: &'a str,
+    /// The counters, in the policy's order.
+    pub(crate) hits: &'a [Hit<'a>],
+    pub(crate) descriptors: &'a [Descriptor],
+    pub(crate) delta: u64,
+    pub(crate) action: Action,
+    pub(crate) clock: &'a C,
+}
+
+impl<C: Clock> Call<'_, C> {
+    /// The hits a call counts on a counter: its descriptor's own `hits_addend`, if it sets one,
+    /// else the request's.
+    pub(crate) fn hits_on(&self, hit: &Hit<'_>) -> u64 {
+        self.descriptors.get(hit.descriptor).map_or(self.delta, |d| d.hits_or(self.delta))
+    }
+}
+
+/// Where the counters live. Every method answers for the limits in `loaded`.
+pub(crate) trait Store<C: Clock>: Send + Sync {
+    /// What `--storage` calls it.
+    fn kind(&self) -> StorageKind;
+
+    /// How a call's counters are decided together.
+    fn mode(&self) -> Mode;
+
+    /// Whether this store can count every limit of `policy`; the error names the first it cannot.
+    fn accepts(&self, policy: &Policy) -> Result<(), StorageError>;
+
+    /// Decides one call: each counter's status, in the order of `call.hits`. A limited call takes
+    /// nothing from any counter. An error means the storage could not answer.
+    fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>>;
+
+    /// Up to `max` live counters of `namespace`.
+    fn list<'a>(
+        &'a self,
+        loaded: std::sync::Arc<Loaded<C>>,
+        namespace: &'a str,
+        max: usize,
+        clock: &'a C,
+    ) -> Later<'a, Result<CounterList<C>, BackendError>>;
+
+    /// Forgets the counters of `namespace` that `filter` chooses; returns how many held hits.
+    fn reset<'a>(
+        &'a self,
+        loaded: &'a Loaded<C>,
+        namespace: &'a str,
+        filter: &'a CounterFilter,
+        clock: &'a C,
+    ) -> Later<'a, Result<u64, BackendError>>;
+
+    /// Sends what is held back (redis-cached); returns the counters sent.
+    fn flush<'a>(&'a self, _clock: &'a C) -> Later<'a, Result<usize, BackendError>> {
+        Box::pin(std::future::ready(Ok(0)))
+    }
+}
+
+/// Whose clock times the windows of counters kept in Redis (with in-memory storage the server's
+/// clock always does).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeSource {
+    /// Redis `TIME`: every replica agrees, whatever its own clock says. The default.
+    #[default]
+    Redis,
+    /// The engine's clock (tests on a [`tollgate::ManualClock`]; replicas with different clocks
+    /// would disagree).
+    Server,
+}
+
+/// Counters in Redis instead of in memory: the connection, the key prefix, and whose clock times
+/// the windows.
+#[derive(Debug)]
+pub struct RedisStore {
+    /// The connection.
+    pub redis: tollgate_redis::Redis,
+    /// Prefix of every key.
+    pub prefix: String,
+    /// Whose clock times the windows.
+    pub time: TimeSource,
+}
+
+impl RedisStore {
+    /// The time to pass Redis, in µs on the engine's clock; `None` to let Redis use `TIME`.
+    pub(crate) fn now_us<C: Clock>(&self, clock: &C) -> Option<u64> {
+        (self.time == TimeSource::Server).then(|| clock.now() / 1000)
+    }
+
+    /// A calendar limit's current window in µs on the clock Redis decides with: the engine's,
+    /// else Redis `TIME`, taken to agree with this host's wall clock.
+    pub(crate) fn calendar_us<C: Clock>(&self, calendar: &tollgate::Calendar, clock: &C) -> (u64, u64) {
+        if self.time == TimeSource::Server {
+            let origin = clock.unix_origin_ns();
+            let (start, end) = calendar.window_at(origin.saturating_add(clock.now()));
+            (start.saturating_sub(origin) / 1000, end.saturating_sub(origin) / 1000)
+        } else {
+            let unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            let (start, end) = calendar.window_at(unix);
+            (start / 1000, end / 1000)
+        }
+    }
+}
+
+/// The first limit of `policy` a Redis store cannot count, as the error that names it: Redis counts
+/// fixed windows only, and a `cached` one no calendar windows.
+pub(crate) fn redis_accepts(policy: &Policy, storage: StorageKind) -> Result<(), StorageError> {
+    let cached = storage == StorageKind::RedisCached;
+    let refused = policy.limits().iter().find_map(|l| {
+        if l.algorithm() != tollgate_policy::AlgorithmKind::FixedWindow {
+            Some((l, false))
+        } else if cached && l.calendar().is_some() {
+            Some((l, true))
+        } else {
+            None
+        }
+    });
+    match refused {
+        Some((limit, calendar)) => Err(StorageError {
+            source_name: limit.source_name().to_owned(),
+            position: limit.position(),
+            namespace: limit.namespace().to_owned(),
+            name: limit.name().map(str::to_owned),
+            algorithm: limit.algorithm(),
+            calendar,
+            storage,
+        }),
+        None => Ok(()),
+    }
+}
