@@ -1,0 +1,439 @@
+//! [`LeasedLimiter`]: a hot key's shared budget spent at in-process speed, with no over-admission.
+//!
+//! A process takes a lease on a slice of a key's fixed-window budget in one script call — the
+//! tokens leave the shared budget atomically, as any grant does — and spends it locally until the
+//! window ends. Every admission spends a token some process took from Redis in that window, so
+//! the sum of admissions across processes never exceeds the limit. The cost is under-admission:
+//! tokens parked in a lease that its process does not spend before the window ends. It is bounded
+//! by the leases outstanding, and kept small by sizing each lease from the process's own recent
+//! rate (what it will spend in the next [`horizon`](LeasedLimiterBuilder::horizon)), capped at a
+//! quarter of what the budget has left, so leases shrink to single permits near exhaustion.
+//! [`LeasedLimiter::release`] gives the unspent part back (on shutdown).
+//!
+//! A lease ends no later than its window: its end is measured on this process's clock from the
+//! moment the request left, so the round trip can only shorten it.
+//!
+//! Fixed windows only. A token bucket's tokens cannot be leased this way without breaking its
+//! bound: a token taken now and spent later is spent in a later interval than the one that paid
+//! for it, so an interval could see the burst plus every lease held at its start.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tollgate::{
+    Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected, SystemClock,
+};
+
+use crate::backend::Redis;
+use crate::error::BackendError;
+use crate::failure::FailurePolicy;
+use crate::key::RedisKey;
+use crate::limiter::{RedisAlgorithm, RedisLimiter};
+
+/// The largest share of what a budget has left that one lease takes.
+const SHARE: u64 = 4;
+
+/// Builds a [`LeasedLimiter`].
+#[must_use = "a builder does nothing until .build()"]
+pub struct LeasedLimiterBuilder<C: Clock = SystemClock> {
+    redis: Redis,
+    prefix: String,
+    quota: Quota,
+    clock: C,
+    test_clock: bool,
+    horizon: Duration,
+    failure: FailurePolicy,
+}
+
+impl<C: Clock> LeasedLimiterBuilder<C> {
+    /// How far ahead a lease is sized: what this process spent per second recently, times this
+    /// (default 100 ms). Longer: fewer round trips, more tokens parked when traffic moves.
+    pub fn horizon(mut self, horizon: Duration) -> Self {
+        self.horizon = horizon;
+        self
+    }
+
+    /// What to answer when Redis fails to grant a lease (default [`FailurePolicy::Deny`]). A lease
+    /// already held keeps being spent; none is renewed until Redis answers.
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure = policy;
+        self
+    }
+
+    /// Times leases on `clock`, and passes its time to Redis instead of `TIME` — for tests on a
+    /// [`tollgate::ManualClock`] only: processes with different clocks would disagree.
+    pub fn clock<D: Clock>(self, clock: D) -> LeasedLimiterBuilder<D> {
+        LeasedLimiterBuilder {
+            redis: self.redis,
+            prefix: self.prefix,
+            quota: self.quota,
+            clock,
+            test_clock: true,
+            horizon: self.horizon,
+            failure: self.failure,
+        }
+    }
+
+    /// The limiter.
+    pub fn build(self) -> Result<LeasedLimiter<C>, crate::ConfigError> {
+        let builder = RedisLimiter::builder(&self.redis, &self.prefix, RedisAlgorithm::FixedWindow)
+            .limit("leased", self.quota)
+            .failure_policy(self.failure);
+        let builder = if self.test_clock { builder.clock(self.clock.clone()) } else { builder };
+        Ok(LeasedLimiter {
+            inner: Arc::new(Inner {
+                budget: builder.build()?,
+                limit: self.quota.limit(),
+                window: self.quota.period(),
+                clock: self.clock,
+                horizon_ns: u64::try_from(self.horizon.as_nanos()).unwrap_or(u64::MAX),
+                slices: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+/// A fixed-window limit shared through Redis, spent from local leases: the decisions of
+/// [`RedisLimiter`] (fixed window) at in-process speed while a lease lasts, never admitting more
+/// than the limit across processes (see the [module docs](self)).
+///
+/// ```no_run
+/// use tollgate::Quota;
+/// use tollgate_redis::{LeasedLimiter, Redis};
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = Redis::connect("redis://127.0.0.1/").await?;
+/// let tenant = LeasedLimiter::builder(&redis, "quota", Quota::per_second(10_000)?).build()?;
+/// let lease = tenant.try_acquire("acme", 1).await?; // the first call leases from Redis
+/// let again = tenant.try_acquire("acme", 1).await?; // later ones spend locally while it lasts
+/// # let _ = (lease, again);
+/// tenant.release().await?; // on shutdown: what was leased and not spent goes back
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LeasedLimiter<C: Clock = SystemClock> {
+    inner: Arc<Inner<C>>,
+}
+
+struct Inner<C: Clock> {
+    budget: RedisLimiter,
+    limit: u64,
+    window: Duration,
+    clock: C,
+    horizon_ns: u64,
+    slices: Mutex<HashMap<String, Slice>>,
+}
+
+/// What this process holds of one key's budget.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slice {
+    /// Leased and not yet spent.
+    left: u64,
+    /// When the lease's window ends, on this process's clock (ns); spent only before.
+    ends: u64,
+    /// When the first lease of that window was asked for (this process's clock, ns): leases
+    /// granted here since belong to it.
+    opened: u64,
+    /// The budget as Redis reported it at the last grant (its `remaining` excludes what was leased).
+    meta: Meta,
+    /// When Redis granted the last lease (Redis's clock, ns): what a refund names.
+    granted_at: u64,
+    /// Until when (this process's clock, ns) Redis said the budget has less than was asked: requests
+    /// larger than what it had left, plus what is held here, are rejected here until then.
+    spent_until: u64,
+    /// Permits asked for since `since`, and the rate they made (per second) before.
+    asked: u64,
+    since: u64,
+    rate: f64,
+}
+
+impl Slice {
+    fn live(&self, now: u64) -> u64 {
+        if now < self.ends { self.left } else { 0 }
+    }
+
+    /// The state a caller is told: the budget's remaining at the last grant plus what is held here.
+    fn meta(&self, now: u64, limit: u64) -> Meta {
+        let remaining = self.meta.remaining.saturating_add(self.live(now)).min(limit);
+        let reset_ns = self.ends.saturating_sub(now);
+        Meta { limit, remaining, reset_ns, retry_ns: Some(if remaining > 0 { 0 } else { reset_ns }) }
+    }
+}
+
+impl LeasedLimiter<SystemClock> {
+    /// A limiter of `quota` (a fixed window) per key, its budgets under `prefix` in `redis`.
+    pub fn builder(redis: &Redis, prefix: &str, quota: Quota) -> LeasedLimiterBuilder {
+        LeasedLimiterBuilder {
+            redis: redis.clone(),
+            prefix: prefix.to_owned(),
+            quota,
+            clock: SystemClock::new(),
+            test_clock: false,
+            horizon: Duration::from_millis(100),
+            failure: FailurePolicy::Deny,
+        }
+    }
+}
+
+impl<C: Clock> LeasedLimiter<C> {
+    /// Spends `n` permits of `key` from the lease this process holds, if it holds enough; never
+    /// waits, never asks Redis.
+    pub fn try_local(&self, key: &str, n: u64) -> Option<Lease> {
+        self.try_local_or_reject(key, n)?.ok()
+    }
+
+    /// A decision without Redis: from the lease held, or a rejection while Redis has said the
+    /// window's budget is spent; `None` when Redis must be asked.
+    fn try_local_or_reject(&self, key: &str, n: u64) -> Option<Result<Lease, Rejected>> {
+        let now = self.inner.clock.now();
+        let mut slices = self.inner.slices.lock().unwrap_or_else(|e| e.into_inner());
+        let slice = slices.get_mut(key)?;
+        slice.asked = slice.asked.saturating_add(n);
+        let limit = self.inner.limit;
+        if slice.live(now) >= n && n > 0 {
+            slice.left -= n;
+            return Some(Ok(Lease::new(slice.meta(now, limit), n, now)));
+        }
+        // Redis's `remaining` only falls within a window (but for releases): a request larger
+        // than what it last said, plus what is held here, would be refused.
+        if now < slice.spent_until && n <= limit && n > slice.meta.remaining.saturating_add(slice.live(now)) {
+            let mut meta = slice.meta(now, limit);
+            meta.reset_ns = slice.spent_until - now;
+            meta.retry_ns = Some(meta.reset_ns);
+            return Some(Err(Rejected::new(meta, n, Reason::Exhausted)));
+        }
+        None
+    }
+
+    /// Takes `n` permits for `key`: from this process's lease, or from a new lease taken from
+    /// Redis (one round trip) sized to what this process will spend next. Once Redis has refused a
+    /// request, requests larger than what it said is left (plus what is held here) are rejected
+    /// here, without a round trip, until that window ends (permits another process releases
+    /// meanwhile are seen at the next refusal's round trip, or the next window).
+    pub async fn try_acquire(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
+        if let Some(decided) = self.try_local_or_reject(key, n) {
+            return decided;
+        }
+        let i = &*self.inner;
+        if n > i.limit || n == 0 {
+            // Never grantable, or a probe: the budget answers as it is.
+            return i.budget.try_acquire(key, n).await;
+        }
+        let sent = i.clock.now();
+        let (held, size) = self.plan(key, n, sent);
+        let need = n - held;
+        let mut asked = size;
+        loop {
+            match i.budget.try_acquire_or_error(key, asked).await {
+                Ok(Ok(grant)) => return Ok(self.spend(key, n, need, sent, grant)),
+                Ok(Err(no)) if no.reason() == Reason::Exhausted && no.remaining() >= need && asked > no.remaining() => {
+                    // Less than the lease wanted is left, enough for this request: take what is.
+                    asked = no.remaining();
+                }
+                Ok(Err(no)) => {
+                    if no.reason() == Reason::Exhausted {
+                        let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some(slice) = slices.get_mut(key) {
+                            slice.spent_until = sent.saturating_add(no.meta().reset_ns);
+                            slice.meta = no.meta();
+                        }
+                    }
+                    // What is held here counts as remaining too (it was not enough).
+                    let mut meta = no.meta();
+                    meta.remaining = meta.remaining.saturating_add(held).min(i.limit);
+                    return Err(Rejected::new(meta, n, no.reason()));
+                }
+                Err(error) => {
+                    tracing::debug!(%error, key, "lease from redis failed; the failure policy decides");
+                    return i.budget.try_acquire(key, n).await;
+                }
+            }
+        }
+    }
+
+    /// What this process holds of `key` that is live, and how many permits to lease next: what it
+    /// asked for per second recently times the horizon, at most a share of what the budget had
+    /// left at the last grant, at least what this request lacks.
+    fn plan(&self, key: &str, n: u64, now: u64) -> (u64, u64) {
+        let i = &*self.inner;
+        let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
+        let slice = slices.entry(key.to_owned()).or_insert_with(|| Slice {
+            since: now,
+            meta: Meta { limit: i.limit, remaining: i.limit, reset_ns: 0, retry_ns: None },
+            ..Slice::default()
+        });
+        let elapsed = now.saturating_sub(slice.since);
+        if elapsed > 0 {
+            let observed = slice.asked as f64 * 1e9 / elapsed as f64;
+            slice.rate = if slice.rate == 0.0 { observed } else { (slice.rate + observed) / 2.0 };
+            slice.asked = 0;
+            slice.since = now;
+        }
+        let held = slice.live(now);
+        let need = n.saturating_sub(held);
+        let want = (slice.rate * i.horizon_ns as f64 / 1e9).ceil() as u64;
+        // After its window, the budget starts full again.
+        let left = if now < slice.ends { slice.meta.remaining } else { i.limit };
+        let cap = (left / SHARE).max(1);
+        (held, want.min(cap).max(need).min(i.limit))
+    }
+
+    /// A grant of `grant.permits()` arrived for a request of `n` that lacked `need`: the request
+    /// spends `n`, the rest is held until the window ends.
+    fn spend(&self, key: &str, n: u64, need: u64, sent: u64, grant: Lease) -> Lease {
+        let i = &*self.inner;
+        if grant.reason() != Reason::Granted {
+            // The failure policy's answer for this request alone: nothing to hold.
+            return grant;
+        }
+        let now = i.clock.now();
+        let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
+        let slice = slices.entry(key.to_owned()).or_default();
+        let ends = sent.saturating_add(grant.meta().reset_ns);
+        let held = slice.live(now);
+        // What the request did not find here comes from the grant; the rest of the grant is held.
+        let from_held = n - need;
+        slice.left = held.saturating_sub(from_held) + (grant.permits() - need);
+        if held > 0 {
+            // Tokens of this window were still held: they all end with the earlier estimate.
+            slice.ends = slice.ends.min(ends);
+        } else {
+            slice.ends = ends;
+            slice.opened = sent;
+        }
+        slice.meta = grant.meta();
+        slice.granted_at = grant.granted_at();
+        Lease::new(slice.meta(now, i.limit), n, now)
+    }
+
+    /// Gives a lease this limiter granted for `key` back: to this process's slice of the budget
+    /// while its window lasts (spent again here, or returned by [`LeasedLimiter::release`]); a
+    /// lease of an ended window restores nothing. A lease the failure policy granted goes back
+    /// where it came from ([`RedisLimiter::give_back`]).
+    pub async fn give_back(&self, key: &str, lease: Lease) -> Result<(), BackendError> {
+        if lease.reason() != Reason::Granted {
+            return self.inner.budget.give_back(key, lease).await;
+        }
+        let now = self.inner.clock.now();
+        let mut slices = self.inner.slices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slice) = slices.get_mut(key) {
+            if now < slice.ends && lease.granted_at() >= slice.opened {
+                slice.left = slice.left.saturating_add(lease.permits());
+            }
+        }
+        Ok(())
+    }
+
+    /// Permits of `key` this process holds and has not spent (0 once the window ended).
+    pub fn held(&self, key: &str) -> u64 {
+        let now = self.inner.clock.now();
+        let slices = self.inner.slices.lock().unwrap_or_else(|e| e.into_inner());
+        slices.get(key).map_or(0, |s| s.live(now))
+    }
+
+    /// Returns every live lease's unspent permits to Redis (call it on shutdown); returns how many
+    /// went back. A lease whose return fails stays taken until its window ends (the safe side).
+    pub async fn release(&self) -> Result<u64, BackendError> {
+        let i = &*self.inner;
+        let now = i.clock.now();
+        let held: Vec<(String, Slice)> = {
+            let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
+            slices
+                .iter_mut()
+                .filter(|(_, s)| s.live(now) > 0)
+                .map(|(k, s)| {
+                    let slice = *s;
+                    s.left = 0;
+                    (k.clone(), slice)
+                })
+                .collect()
+        };
+        let mut returned = 0;
+        for (key, slice) in held {
+            let lease = Lease::new(slice.meta, slice.left, slice.granted_at);
+            i.budget.give_back(&key, lease).await?;
+            returned += slice.left;
+        }
+        Ok(returned)
+    }
+
+    /// Most permits one request can be granted: the limit.
+    pub fn capacity(&self) -> u64 {
+        self.inner.limit
+    }
+}
+
+/// A leased limiter is a [`RateLimiter`] for any key with a text form: a decision from a held lease
+/// is [`Answer::Ready`] (no allocation, no I/O); one that needs a new lease is
+/// [`Answer::Pending`]. `acquire` waits as [`RedisLimiter::acquire`] does when no lease has room.
+impl<K: RedisKey + ?Sized, C: Clock> RateLimiter<K> for LeasedLimiter<C> {
+    fn decide(&self, key: &K, n: u64) -> Decision {
+        let key = key.redis_key();
+        if let Some(lease) = self.try_local(&key, n) {
+            return Answer::Ready(Ok(lease));
+        }
+        let (limiter, key) = (self.clone(), key.into_owned());
+        Answer::Pending(Box::pin(async move { limiter.try_acquire(&key, n).await }))
+    }
+
+    fn check(&self, key: &K, n: u64) -> Check {
+        let key = key.redis_key();
+        let now = self.inner.clock.now();
+        {
+            let slices = self.inner.slices.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(slice) = slices.get(&*key).filter(|s| s.live(now) >= n) {
+                return Answer::Ready(Ok(slice.meta(now, self.inner.limit)));
+            }
+        }
+        let (limiter, key) = (self.clone(), key.into_owned());
+        Answer::Pending(Box::pin(async move { limiter.inner.budget.check(&key, n).await }))
+    }
+
+    fn acquire(&self, key: &K, n: u64) -> impl std::future::Future<Output = Result<Lease, Rejected>> + Send {
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        async move {
+            match limiter.try_acquire(&key, n).await {
+                Err(no) if no.reason() == Reason::Exhausted => limiter.inner.budget.acquire(&key, n).await,
+                decided => decided,
+            }
+        }
+    }
+
+    fn give_back(&self, key: &K, lease: Lease) -> Refund {
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        Answer::Pending(Box::pin(async move {
+            if let Err(error) = limiter.give_back(&key, lease).await {
+                tracing::warn!(%error, %key, "refund to redis failed; the permits stay taken");
+            }
+        }))
+    }
+
+    fn capacity(&self) -> u64 {
+        self.inner.limit
+    }
+
+    fn window(&self) -> Option<Duration> {
+        Some(self.inner.window)
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for LeasedLimiter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &*self.inner;
+        f.debug_struct("LeasedLimiter")
+            .field("budget", &i.budget)
+            .field("limit", &i.limit)
+            .field("horizon", &Duration::from_nanos(i.horizon_ns))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for LeasedLimiterBuilder<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeasedLimiterBuilder")
+            .field("prefix", &self.prefix)
+            .field("quota", &self.quota)
+            .field("horizon", &self.horizon)
+            .finish_non_exhaustive()
+    }
+}

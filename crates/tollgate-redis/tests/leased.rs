@@ -1,0 +1,214 @@
+//! `LeasedLimiter`: local leases of a shared fixed-window budget. One process makes the same
+//! decisions as the plain `RedisLimiter`; several never admit more than the limit in a window,
+//! and leave unspent at most what their leases held; unspent leases go back on release; a held
+//! lease keeps being spent while Redis is down.
+
+use std::time::Duration;
+
+use tollgate::{ManualClock, Quota, RateLimiter, Reason};
+use tollgate_redis::{FailurePolicy, LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+use tollgate_testkit::RedisServer;
+
+const LIMIT: u64 = 100;
+
+async fn connect(server: &RedisServer) -> Redis {
+    let options = RedisOptions { deadline: Duration::from_secs(2), ..Default::default() };
+    Redis::connect_with(&server.url(), options).await.unwrap()
+}
+
+fn leased(redis: &Redis, prefix: &str, clock: &ManualClock) -> LeasedLimiter<ManualClock> {
+    LeasedLimiter::builder(redis, prefix, Quota::per_second(LIMIT).unwrap()).clock(clock.clone()).build().unwrap()
+}
+
+/// The plain limiter on the same budget (the leased limiter's limit is named `leased`).
+fn plain(redis: &Redis, prefix: &str, clock: &ManualClock) -> RedisLimiter {
+    RedisLimiter::builder(redis, prefix, RedisAlgorithm::FixedWindow)
+        .limit("leased", Quota::per_second(LIMIT).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// Scripts Redis has run (EVALSHA and EVAL calls).
+fn script_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A small deterministic generator.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, bound: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % bound
+    }
+}
+
+#[tokio::test]
+async fn one_process_decides_as_the_plain_limiter_on_a_seeded_trace() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let (fast, slow) = (leased(&redis, "lease", &clock), plain(&redis, "plain", &clock));
+    let mut rng = Lcg(7);
+    let mut admitted = 0;
+    let scripts_before = script_calls(&server);
+    for step in 0..3_000 {
+        clock.advance(Duration::from_micros(rng.next(2_000)));
+        let n = 1 + rng.next(3);
+        let a = fast.try_acquire("k", n).await;
+        let b = slow.try_acquire("k", n).await;
+        assert_eq!(a.is_ok(), b.is_ok(), "step {step}: n {n}: leased {a:?}, plain {b:?}");
+        if let (Err(a), Err(b)) = (&a, &b) {
+            assert_eq!((a.reason(), a.remaining()), (b.reason(), b.remaining()), "step {step}");
+        }
+        admitted += a.map_or(0, |l| l.permits());
+    }
+    assert!(admitted >= 300, "the trace spans windows that fill: {admitted} permits");
+    // Every decision that found a live lease here stayed local.
+    // The plain limiter asks Redis once per decision; the leased one only for a new lease (or to
+    // learn the window is spent): the rest stays here.
+    let round_trips = script_calls(&server) - scripts_before - 3_000;
+    assert!(round_trips < 300, "{round_trips} of 3000 decisions asked Redis");
+}
+
+#[tokio::test]
+async fn processes_sharing_a_budget_never_admit_more_than_the_limit_per_window() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let processes: Vec<_> = (0..4).map(|_| leased(&redis, "shared", &clock)).collect();
+    let mut rng = Lcg(11);
+    // Windows open at the first grant: one per second from the first request on.
+    let mut window_start = None;
+    let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+    let mut unspent_at_end = std::collections::BTreeMap::<u64, u64>::new();
+    let mut t = 0u64;
+    while t < 5_000_000 {
+        let step = rng.next(400);
+        let before = t / 1_000_000;
+        t += step;
+        clock.advance(Duration::from_micros(step));
+        if t / 1_000_000 != before {
+            unspent_at_end.insert(before, processes.iter().map(|p| p.held("tenant")).sum());
+        }
+        let p = &processes[rng.next(4) as usize];
+        if let Ok(lease) = p.try_acquire("tenant", 1).await {
+            let start = *window_start.get_or_insert(t);
+            *per_window.entry((t - start) / 1_000_000).or_default() += lease.permits();
+        }
+    }
+    assert!(per_window.len() >= 4, "{per_window:?}");
+    for (window, admitted) in &per_window {
+        assert!(*admitted <= LIMIT, "window {window}: {admitted} admitted, limit {LIMIT}");
+    }
+    // Demand is ~5000/s against a limit of 100: each full window leaves unspent at most what the
+    // leases held (shrunk to single permits near exhaustion).
+    for (window, admitted) in per_window.iter().take(per_window.len() - 1) {
+        assert!(*admitted >= LIMIT - 4, "window {window}: only {admitted} admitted ({unspent_at_end:?})");
+    }
+}
+
+#[tokio::test]
+async fn a_lease_ends_with_its_window() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let limiter = leased(&redis, "ends", &clock);
+    // Below the limit for most of a window: the lease still holds permits when it ends.
+    for _ in 0..45 {
+        clock.advance(Duration::from_millis(20));
+        let _ = limiter.try_acquire("k", 1).await.unwrap();
+    }
+    assert!(limiter.held("k") > 0, "permits held near the window's end");
+    clock.advance(Duration::from_millis(200));
+    assert_eq!(limiter.held("k"), 0, "the window is over, and so is its lease");
+    // The next window admits its limit, not its limit plus the last window's lease.
+    let mut admitted = 0;
+    for _ in 0..LIMIT + 20 {
+        admitted += limiter.try_acquire("k", 1).await.map_or(0, |l| l.permits());
+    }
+    assert_eq!(admitted, LIMIT);
+}
+
+#[tokio::test]
+async fn unspent_leases_go_back_to_the_budget_on_release() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let limiter = leased(&redis, "release", &clock);
+    // A steady rate makes the next lease larger than one permit.
+    for _ in 0..40 {
+        clock.advance(Duration::from_millis(1));
+        let _ = limiter.try_acquire("k", 1).await.unwrap();
+    }
+    let held = limiter.held("k");
+    assert!(held > 1, "a lease sized from the rate holds more than one permit: {held}");
+    let budget = plain(&redis, "release", &clock);
+    let before = budget.check("k", 0).await.unwrap().remaining;
+    assert_eq!(limiter.release().await.unwrap(), held);
+    assert_eq!(limiter.held("k"), 0);
+    assert_eq!(budget.check("k", 0).await.unwrap().remaining, before + held, "back in Redis");
+    // A lease given back locally is spent again here.
+    let lease = limiter.try_acquire("k", 3).await.unwrap();
+    let held = limiter.held("k");
+    limiter.give_back("k", lease).await.unwrap();
+    assert_eq!(limiter.held("k"), held + 3);
+}
+
+#[tokio::test]
+async fn a_held_lease_is_spent_while_redis_is_down_and_none_is_renewed() {
+    let mut server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let limiter = LeasedLimiter::builder(&redis, "down", Quota::per_second(LIMIT).unwrap())
+        .clock(clock.clone())
+        .failure_policy(FailurePolicy::Deny)
+        .build()
+        .unwrap();
+    for _ in 0..40 {
+        clock.advance(Duration::from_millis(1));
+        let _ = limiter.try_acquire("k", 1).await.unwrap();
+    }
+    let held = limiter.held("k");
+    assert!(held > 1, "{held}");
+    server.kill();
+    for i in 0..held {
+        let lease = limiter.try_acquire("k", 1).await.unwrap_or_else(|r| panic!("held permit {i}: {r}"));
+        assert_eq!(lease.reason(), Reason::Granted);
+    }
+    let no = limiter.try_acquire("k", 1).await.unwrap_err();
+    assert_ne!(no.reason(), Reason::Exhausted, "Redis did not answer: the failure policy did ({no})");
+}
+
+#[tokio::test]
+async fn it_is_a_rate_limiter_that_answers_at_once_from_a_held_lease() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let limiter = leased(&redis, "trait", &clock);
+    assert!(matches!(RateLimiter::<str>::decide(&limiter, "k", 1), tollgate::Answer::Pending(_)), "nothing held yet");
+    for _ in 0..40 {
+        clock.advance(Duration::from_millis(1));
+        let _ = RateLimiter::<str>::decide(&limiter, "k", 1).await.unwrap();
+    }
+    assert!(limiter.held("k") > 0);
+    match RateLimiter::<str>::decide(&limiter, "k", 1) {
+        tollgate::Answer::Ready(Ok(lease)) => assert_eq!(lease.permits(), 1),
+        other => panic!("a held lease answers at once: {other:?}"),
+    }
+    assert_eq!(
+        (RateLimiter::<str>::capacity(&limiter), RateLimiter::<str>::window(&limiter)),
+        (LIMIT, Some(Duration::from_secs(1)))
+    );
+}
