@@ -11,7 +11,9 @@
 //! [`LeasedLimiter::release`] gives the unspent part back (on shutdown).
 //!
 //! A lease ends no later than its window: its end is measured on this process's clock from the
-//! moment the request left, so the round trip can only shorten it.
+//! moment the request left, so the round trip can only shorten it. A grant whose answer does not
+//! arrive within the deadline is lost until its window ends (the safe side: under-admission), and
+//! the failure policy decides that request.
 //!
 //! Fixed windows only. A token bucket's tokens cannot be leased this way without breaking its
 //! bound: a token taken now and spent later is spent in a later interval than the one that paid
