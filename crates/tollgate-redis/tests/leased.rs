@@ -11,9 +11,22 @@ use tollgate_testkit::RedisServer;
 
 const LIMIT: u64 = 100;
 
-async fn connect(server: &RedisServer) -> Redis {
+/// A redis-server of the test's own, a connection to it, and a manual clock well past 0.
+async fn setup() -> (RedisServer, Redis, ManualClock) {
+    let server = RedisServer::start();
     let options = RedisOptions { deadline: Duration::from_secs(2), ..Default::default() };
-    Redis::connect_with(&server.url(), options).await.unwrap()
+    let redis = Redis::connect_with(&server.url(), options).await.unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    (server, redis, clock)
+}
+
+/// Takes one permit a millisecond for 40 ms: a steady rate, so the next lease is larger than one.
+async fn warm(limiter: &LeasedLimiter<ManualClock>, clock: &ManualClock) {
+    for _ in 0..40 {
+        clock.advance(Duration::from_millis(1));
+        let _ = limiter.try_acquire("k", 1).await.unwrap();
+    }
 }
 
 fn leased(redis: &Redis, prefix: &str, clock: &ManualClock) -> LeasedLimiter<ManualClock> {
@@ -50,10 +63,7 @@ impl Lcg {
 
 #[tokio::test]
 async fn one_process_decides_as_the_plain_limiter_on_a_seeded_trace() {
-    let server = RedisServer::start();
-    let redis = connect(&server).await;
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (server, redis, clock) = setup().await;
     let (fast, slow) = (leased(&redis, "lease", &clock), plain(&redis, "plain", &clock));
     let mut rng = Lcg(7);
     let mut admitted = 0;
@@ -79,10 +89,7 @@ async fn one_process_decides_as_the_plain_limiter_on_a_seeded_trace() {
 
 #[tokio::test]
 async fn processes_sharing_a_budget_never_admit_more_than_the_limit_per_window() {
-    let server = RedisServer::start();
-    let redis = connect(&server).await;
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (_server, redis, clock) = setup().await;
     let processes: Vec<_> = (0..4).map(|_| leased(&redis, "shared", &clock)).collect();
     let mut rng = Lcg(11);
     // Windows open at the first grant: one per second from the first request on.
@@ -117,10 +124,7 @@ async fn processes_sharing_a_budget_never_admit_more_than_the_limit_per_window()
 
 #[tokio::test]
 async fn a_lease_ends_with_its_window() {
-    let server = RedisServer::start();
-    let redis = connect(&server).await;
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (_server, redis, clock) = setup().await;
     let limiter = leased(&redis, "ends", &clock);
     // Below the limit for most of a window: the lease still holds permits when it ends.
     for _ in 0..45 {
@@ -140,16 +144,9 @@ async fn a_lease_ends_with_its_window() {
 
 #[tokio::test]
 async fn unspent_leases_go_back_to_the_budget_on_release() {
-    let server = RedisServer::start();
-    let redis = connect(&server).await;
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (_server, redis, clock) = setup().await;
     let limiter = leased(&redis, "release", &clock);
-    // A steady rate makes the next lease larger than one permit.
-    for _ in 0..40 {
-        clock.advance(Duration::from_millis(1));
-        let _ = limiter.try_acquire("k", 1).await.unwrap();
-    }
+    warm(&limiter, &clock).await;
     let held = limiter.held("k");
     assert!(held > 1, "a lease sized from the rate holds more than one permit: {held}");
     let budget = plain(&redis, "release", &clock);
@@ -166,19 +163,13 @@ async fn unspent_leases_go_back_to_the_budget_on_release() {
 
 #[tokio::test]
 async fn a_held_lease_is_spent_while_redis_is_down_and_none_is_renewed() {
-    let mut server = RedisServer::start();
-    let redis = connect(&server).await;
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (mut server, redis, clock) = setup().await;
     let limiter = LeasedLimiter::builder(&redis, "down", Quota::per_second(LIMIT).unwrap())
         .clock(clock.clone())
         .failure_policy(FailurePolicy::Deny)
         .build()
         .unwrap();
-    for _ in 0..40 {
-        clock.advance(Duration::from_millis(1));
-        let _ = limiter.try_acquire("k", 1).await.unwrap();
-    }
+    warm(&limiter, &clock).await;
     let held = limiter.held("k");
     assert!(held > 1, "{held}");
     server.kill();
@@ -192,10 +183,7 @@ async fn a_held_lease_is_spent_while_redis_is_down_and_none_is_renewed() {
 
 #[tokio::test]
 async fn it_is_a_rate_limiter_that_answers_at_once_from_a_held_lease() {
-    let server = RedisServer::start();
-    let redis = connect(&server).await;
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (_server, redis, clock) = setup().await;
     let limiter = leased(&redis, "trait", &clock);
     assert!(matches!(RateLimiter::<str>::decide(&limiter, "k", 1), tollgate::Answer::Pending(_)), "nothing held yet");
     for _ in 0..40 {
