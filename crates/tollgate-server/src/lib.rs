@@ -1,8 +1,5 @@
 //! The library behind the `tollgate` binary.
 //!
-//! - [`simulate`]: run the same request arrivals through each of the core crate's rate-limiting
-//!   algorithms on a manual clock and compare them, as a table and a plot (`tollgate simulate`).
-//!
 //! - [`serve`]: the rate-limit server (`tollgate serve`): Envoy RLS over gRPC, an HTTP API
 //!   compatible with Limitador's, Prometheus metrics, hot reload.
 //!
@@ -15,4 +12,3 @@
 pub mod bench;
 pub mod pump;
 pub mod serve;
-pub mod simulate;
