@@ -2,10 +2,7 @@
 //!
 //! - [`serve`]: the rate-limit server (`tollgate serve`): Envoy RLS over gRPC, an HTTP API
 //!   compatible with Limitador's, Prometheus metrics, hot reload.
-//!
-//! - [`pump`]: work items for `tollgate pump` and the HTTP worker that sends them.
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub, missing_debug_implementations)]
 
-pub mod pump;
 pub mod serve;
