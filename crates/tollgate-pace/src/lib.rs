@@ -11,7 +11,9 @@
 //!   when their lease lapses;
 //! - [`RedisStreams`] (a [`Queue`]) and [`pump`]: a durable queue in front of the workers, drained
 //!   under the pacer, acknowledged only after success, reclaimed from dead workers, dead-lettered
-//!   after repeated failures.
+//!   after repeated failures;
+//! - the `http` module (feature `http`): work items as JSON Lines and the worker that sends each to an HTTP
+//!   API, classifying the answer as done, throttled or failed (what `tollgate pump` runs).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tollgate_pace::PaceError> {
@@ -30,6 +32,8 @@
 
 mod budget;
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 mod pacer;
 mod partitions;
 mod pump;

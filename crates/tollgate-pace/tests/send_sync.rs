@@ -1,4 +1,4 @@
-//! Compile-time check: the pacer, the partitions and the queue can be shared across threads and
+//! Compile-time check: the pacer, the partitions, the queue and the HTTP worker can be shared across threads and
 //! tasks (workers hold them in `Arc`s and the pump spawns handlers).
 
 use tollgate::ManualClock;
@@ -25,4 +25,14 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<QueueError>();
     assert_send_sync::<Handled>();
     assert_send_sync::<HandlerError>();
+    #[cfg(feature = "http")]
+    {
+        use tollgate_pace::http::{HttpWorker, Job, LineError, Parsed, SendError, WorkerUrlError};
+        assert_send_sync::<HttpWorker>();
+        assert_send_sync::<Job>();
+        assert_send_sync::<Parsed>();
+        assert_send_sync::<LineError>();
+        assert_send_sync::<SendError>();
+        assert_send_sync::<WorkerUrlError>();
+    }
 }

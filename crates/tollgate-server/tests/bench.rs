@@ -1,11 +1,12 @@
-//! `tollgate bench` against an in-process server, through the library and through the binary.
+//! `tollgate bench` against an in-process `tollgate serve`, through the library (tollgate-load)
+//! and through the binary.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use tollgate::SystemClock;
-use tollgate_server::bench::{self, BenchConfig, BenchReport, Protocol};
+use tollgate_load::{BenchConfig, BenchReport, Protocol, run};
 use tollgate_server::serve::{Running, ServeConfig, start};
 
 const NAMESPACE: &str = "bench.test";
@@ -60,7 +61,7 @@ fn assert_limit_held(report: &BenchReport) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_over_grpc_sees_the_limit_exactly() {
     let running = server("grpc").await;
-    let report = bench::run(config(Protocol::Grpc, running.grpc.to_string())).await.expect("the bench runs");
+    let report = run(config(Protocol::Grpc, running.grpc.to_string())).await.expect("the bench runs");
     assert_limit_held(&report);
     running.shutdown().await;
 }
@@ -68,7 +69,7 @@ async fn closed_loop_over_grpc_sees_the_limit_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_over_http_sees_the_limit_exactly() {
     let running = server("http").await;
-    let report = bench::run(config(Protocol::Http, running.http.to_string())).await.expect("the bench runs");
+    let report = run(config(Protocol::Http, running.http.to_string())).await.expect("the bench runs");
     assert_limit_held(&report);
     running.shutdown().await;
 }
@@ -87,7 +88,7 @@ async fn open_loop_sends_the_rate_and_the_warmup_is_not_counted() {
         config.rate = Some(1000.0);
         config.warmup = Duration::from_millis(100);
         config.duration = Duration::from_millis(200);
-        let report = bench::run(config).await.expect("the bench runs");
+        let report = run(config).await.expect("the bench runs");
         assert_eq!(report.errors, 0, "{protocol}: {report:?}");
         assert!((199..=201).contains(&report.requests), "{protocol}: {report:?}");
         assert_eq!(report.allowed, 0, "{protocol}: {report:?}");
@@ -103,27 +104,6 @@ fn closed_port() -> String {
     let addr = listener.local_addr().expect("addr");
     drop(listener);
     addr.to_string()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_listening_is_an_error_naming_the_target() {
-    for protocol in [Protocol::Grpc, Protocol::Http] {
-        let target = closed_port();
-        let error = bench::run(config(protocol, target.clone())).await.expect_err("nothing listens");
-        assert!(!error.is_usage(), "{protocol}: {error}");
-        let message = error.to_string();
-        assert!(message.contains(&target), "{protocol}: {message}");
-        assert!(message.contains(protocol.name()), "{protocol}: {message}");
-    }
-}
-
-#[tokio::test]
-async fn bad_settings_fail_before_connecting() {
-    let mut bad = config(Protocol::Http, closed_port());
-    bad.concurrency = 4;
-    let error = bench::run(bad).await.expect_err("http/1.1 has one request in flight");
-    assert!(error.is_usage(), "{error}");
-    assert!(error.to_string().contains("--concurrency"), "{error}");
 }
 
 fn tollgate(args: Vec<String>) -> Output {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_server::bench::{BenchConfig, BenchReport, Protocol, run};
+use tollgate_load::{BenchConfig, BenchReport, Protocol, run};
 
 /// The most runtime threads accepted.
 const MAX_THREADS: usize = 1024;
@@ -17,7 +17,7 @@ const MAX_THREADS: usize = 1024;
 pub(crate) struct BenchArgs {
     /// grpc: Envoy's RLS `ShouldRateLimit`; http: `POST /check_and_report`.
     #[arg(long, value_enum, default_value = "grpc")]
-    protocol: Protocol,
+    protocol: ProtocolArg,
 
     /// The server [default: 127.0.0.1:8081 for grpc, 127.0.0.1:8080 for http, as `tollgate serve`].
     #[arg(long, value_name = "HOST:PORT")]
@@ -71,6 +71,24 @@ pub(crate) struct BenchArgs {
     json: bool,
 }
 
+/// `--protocol`: the library's [`Protocol`], spelled for the command line.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ProtocolArg {
+    /// Envoy's rate limit service v3 (`ShouldRateLimit`) over gRPC.
+    Grpc,
+    /// The HTTP API's `POST /check_and_report`.
+    Http,
+}
+
+impl From<ProtocolArg> for Protocol {
+    fn from(protocol: ProtocolArg) -> Protocol {
+        match protocol {
+            ProtocolArg::Grpc => Protocol::Grpc,
+            ProtocolArg::Http => Protocol::Http,
+        }
+    }
+}
+
 const AFTER_HELP: &str = "\
 Request i has req.method POST when i % 3 == 0 (GET otherwise) and user_id user-{i % keys}, and
 counts 1 hit. Counted: the requests sent (with --rate: due) after the warmup and before the end of
@@ -91,7 +109,7 @@ pub(crate) fn main(args: BenchArgs) -> ExitCode {
         }
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let protocol = args.protocol;
+    let protocol = Protocol::from(args.protocol);
     let default_target = match protocol {
         Protocol::Grpc => "127.0.0.1:8081",
         Protocol::Http => "127.0.0.1:8080",

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use tollgate::parse_duration;
+use tollgate_pace::http::{HttpWorker, parse_line};
 use tollgate_pace::{Budget, Pacer, Partitions, Progress, PumpOptions, Queue, RedisStreams, pump};
-use tollgate_server::pump::{HttpWorker, parse_line};
 
 /// Arguments of `tollgate pump`.
 #[derive(Debug, Args)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tollgate::{Quota, parse_duration};
-use tollgate_server::simulate::{AlgorithmKind, DEFAULT_DURATION, Mode, Scenario, SimError, Traffic, plot, simulate};
+use tollgate_sim::{AlgorithmKind, DEFAULT_DURATION, Mode, Scenario, SimError, Traffic, plot, simulate};
 
 /// Arguments of `tollgate simulate`.
 #[derive(Debug, Args)]
@@ -41,11 +41,11 @@ pub(crate) struct SimulateArgs {
     duration: Option<Duration>,
 
     /// Segments of the sliding window.
-    #[arg(long, default_value_t = tollgate_server::simulate::DEFAULT_SEGMENTS)]
+    #[arg(long, default_value_t = tollgate_sim::DEFAULT_SEGMENTS)]
     segments: u64,
 
     /// Seed of the random patterns (poisson): the same seed gives the same output.
-    #[arg(long, default_value_t = tollgate_server::simulate::DEFAULT_SEED)]
+    #[arg(long, default_value_t = tollgate_sim::DEFAULT_SEED)]
     seed: u64,
 
     /// Requests wait in the limiter's FIFO queue (acquire) instead of being rejected (try_acquire).

@@ -21,10 +21,10 @@ use tollgate::{
     SlidingWindow, TokenBucket, WeightedWindow,
 };
 
-use super::algorithm::AlgorithmKind;
-use super::error::SimError;
-use super::units::nanos;
-use super::window::{Worst, worst_window};
+use crate::algorithm::AlgorithmKind;
+use crate::error::SimError;
+use crate::units::nanos;
+use crate::window::{Worst, worst_window};
 
 /// How requests meet the limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

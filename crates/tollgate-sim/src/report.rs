@@ -3,9 +3,9 @@
 
 use std::fmt;
 
-use super::Simulation;
-use super::run::{AlgorithmRun, Memory, Mode, Waits};
-use super::units::Span;
+use crate::Simulation;
+use crate::run::{AlgorithmRun, Memory, Mode, Waits};
+use crate::units::Span;
 
 /// A [`Simulation`] as a plain-text table (its `Display`); deterministic, so the same run prints
 /// the same bytes.

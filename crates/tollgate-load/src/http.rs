@@ -10,7 +10,7 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::{CallError, Shape, Verdict, error_chain};
+use crate::{CallError, Shape, Verdict, error_chain};
 
 /// One task's connection, reopened after it fails.
 pub(super) struct Client {

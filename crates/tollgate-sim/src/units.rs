@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::error::SimError;
+use crate::error::SimError;
 
 /// `count` events per `per`: the shape of a traffic rate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,11 +22,11 @@ impl Rate {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate_server::simulate::Rate;
+    /// use tollgate_sim::Rate;
     /// let r = Rate::parse("--traffic", "10/100ms")?;
     /// assert_eq!((r.count, r.per), (10, Duration::from_millis(100)));
     /// assert!(Rate::parse("--traffic", "10/fortnight").unwrap_err().to_string().contains("10/fortnight"));
-    /// # Ok::<(), tollgate_server::simulate::SimError>(())
+    /// # Ok::<(), tollgate_sim::SimError>(())
     /// ```
     pub fn parse(what: &'static str, s: &str) -> Result<Rate, SimError> {
         let (count, per) = tollgate::parse_rate(s).map_err(|source| SimError::Parse { what, source })?;

@@ -1,5 +1,42 @@
-//! `tollgate bench`: load a rate-limit server (`tollgate serve`, or anything speaking Envoy's RLS
-//! v3 or Limitador's HTTP API) and measure its throughput, latency and decisions.
+//! # tollgate-load: load a rate-limit server and measure it
+//!
+//! The library behind `tollgate bench`: load a rate-limit server (`tollgate serve`, or anything
+//! speaking Envoy's RLS v3 or Limitador's HTTP API) and measure its throughput, latency and
+//! decisions.
+//!
+//! ```
+//! # // A stand-in for `tollgate serve`: POST /check_and_report allows the first 50, then 429.
+//! # async fn server(allowed: u64) -> String {
+//! #     use std::sync::{Arc, atomic::{AtomicU64, Ordering}};
+//! #     use axum::http::StatusCode;
+//! #     let hits = Arc::new(AtomicU64::new(0));
+//! #     let check = move || {
+//! #         let first = hits.fetch_add(1, Ordering::Relaxed) < allowed;
+//! #         async move { if first { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS } }
+//! #     };
+//! #     let app = axum::Router::new().route("/check_and_report", axum::routing::post(check));
+//! #     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! #     let target = listener.local_addr().unwrap().to_string();
+//! #     tokio::spawn(async move { axum::serve(listener, app).await });
+//! #     target
+//! # }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tollgate_load::BenchError> {
+//! # let target = server(50).await;
+//! use std::time::Duration;
+//! use tollgate_load::{BenchConfig, Protocol, run};
+//!
+//! let mut config = BenchConfig::new(Protocol::Http, target); // e.g. "127.0.0.1:8080"
+//! config.connections = 2;
+//! config.duration = Duration::from_millis(100);
+//! config.warmup = Duration::ZERO;
+//! let report = run(config).await?;
+//!
+//! assert_eq!(report.allowed, 50);
+//! assert_eq!(report.requests, report.allowed + report.limited + report.errors);
+//! println!("{:.0} req/s, p99 {} µs", report.rps, report.p99_us);
+//! # Ok(()) }
+//! ```
 //!
 //! [`run`] opens [`BenchConfig::connections`] connections to the target, runs
 //! [`BenchConfig::concurrency`] tasks on each (the requests in flight per connection), and sends
@@ -30,6 +67,9 @@
 //! the server decided in the measured window. `seconds` runs from the end of the warmup to the
 //! later of the end of the duration and the last answer. Latencies are those of the answered
 //! requests (allowed or limited), not of the errors.
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub, missing_debug_implementations)]
+#![forbid(unsafe_code)]
 
 mod grpc;
 mod http;
@@ -52,7 +92,7 @@ const MAX_DESCRIPTORS: usize = 64;
 const BACKOFF: Duration = Duration::from_millis(10);
 
 /// Which API to load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     /// Envoy's rate limit service v3 (`ShouldRateLimit`) over gRPC.
@@ -142,7 +182,7 @@ impl BenchConfig {
     }
 }
 
-/// What a run measured (see the [module docs](self) for what counts).
+/// What a run measured (see the [crate docs](crate) for what counts).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct BenchReport {
     /// Requests in the measured window: `allowed + limited + errors`.
@@ -178,12 +218,87 @@ impl BenchReport {
     }
 }
 
-/// Why a run could not happen.
+/// Why a run could not happen. A setting is named as its [`BenchConfig`] field, which is also
+/// its `tollgate bench` flag, and the error carries the value refused.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use tollgate_load::{BenchConfig, BenchError, Protocol, run};
+///
+/// let mut config = BenchConfig::new(Protocol::Grpc, "127.0.0.1:8081");
+/// config.connections = 0;
+/// let error = run(config).await.unwrap_err();      // refused before connecting
+/// assert!(matches!(error, BenchError::OutOfRange { setting: "connections", value: 0, .. }));
+/// assert_eq!(error.to_string(), "--connections must be between 1 and 10000, not 0");
+/// assert!(error.is_usage());
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BenchError {
-    /// The configuration is invalid; the message names the setting.
-    #[error("{0}")]
-    Config(String),
+    /// [`BenchConfig::target`] is not `HOST:PORT` (an `http://` in front is accepted).
+    #[error("invalid --target `{target}`: expected HOST:PORT, e.g. 127.0.0.1:8081")]
+    Target {
+        /// The target as given (trimmed).
+        target: String,
+    },
+    /// A count out of its range: `connections`, `concurrency` or `descriptors`.
+    #[error("--{setting} must be between {min} and {max}, not {value}")]
+    OutOfRange {
+        /// The setting.
+        setting: &'static str,
+        /// The value given.
+        value: usize,
+        /// The least accepted.
+        min: usize,
+        /// The most accepted.
+        max: usize,
+    },
+    /// [`Protocol::Http`] with more than one request in flight per connection.
+    #[error(
+        "--concurrency must be 1 for http, not {concurrency}: HTTP/1.1 carries one request at a time; \
+         open more --connections instead"
+    )]
+    HttpConcurrency {
+        /// The concurrency given.
+        concurrency: usize,
+    },
+    /// More tasks (`connections * concurrency`) than one run accepts.
+    #[error("--connections times --concurrency must be at most {max}, not {connections} x {concurrency}")]
+    TooManyTasks {
+        /// The connections given.
+        connections: usize,
+        /// The concurrency given.
+        concurrency: usize,
+        /// The most tasks accepted.
+        max: usize,
+    },
+    /// A duration that must not be zero is: `duration` or `timeout`.
+    #[error("--{setting} must be longer than zero")]
+    ZeroDuration {
+        /// The setting.
+        setting: &'static str,
+    },
+    /// `warmup + duration` from now is past any time the clock can represent.
+    #[error("--warmup plus --duration is too long: {warmup:?} + {duration:?}")]
+    TooLong {
+        /// The warmup given.
+        warmup: Duration,
+        /// The duration given.
+        duration: Duration,
+    },
+    /// [`BenchConfig::namespace`] is empty.
+    #[error("--namespace must not be empty")]
+    EmptyNamespace,
+    /// [`BenchConfig::keys`] is 0.
+    #[error("--keys must be at least 1")]
+    ZeroKeys,
+    /// [`BenchConfig::rate`] is not a positive, finite number.
+    #[error("--rate must be a positive number of requests per second, not {rate}")]
+    Rate {
+        /// The rate given.
+        rate: f64,
+    },
     /// A connection to the target could not be opened.
     #[error("cannot connect to {target} over {protocol}: {message}")]
     Connect {
@@ -194,15 +309,32 @@ pub enum BenchError {
         /// Why.
         message: String,
     },
-    /// Something failed in the tool itself.
-    #[error("{0}")]
-    Internal(String),
+    /// A task of the run (connecting or sending) panicked or was cancelled.
+    #[error("a bench task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+    /// A latency histogram could not be created.
+    #[error("latency histogram: {0}")]
+    Histogram(#[source] hdrhistogram::CreationError),
+    /// The tasks' latency histograms could not be merged.
+    #[error("latency histogram: {0}")]
+    Merge(#[source] hdrhistogram::AdditionError),
 }
 
 impl BenchError {
     /// True for a bad configuration (the user's to fix; exit code 2).
     pub fn is_usage(&self) -> bool {
-        matches!(self, BenchError::Config(_))
+        match self {
+            BenchError::Target { .. }
+            | BenchError::OutOfRange { .. }
+            | BenchError::HttpConcurrency { .. }
+            | BenchError::TooManyTasks { .. }
+            | BenchError::ZeroDuration { .. }
+            | BenchError::TooLong { .. }
+            | BenchError::EmptyNamespace
+            | BenchError::ZeroKeys
+            | BenchError::Rate { .. } => true,
+            BenchError::Connect { .. } | BenchError::Task(_) | BenchError::Histogram(_) | BenchError::Merge(_) => false,
+        }
     }
 }
 
@@ -221,7 +353,7 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, BenchError> {
         histograms.push(histogram()?);
     }
     let start = Instant::now();
-    let too_long = || BenchError::Config("--warmup plus --duration is too long".to_string());
+    let too_long = || BenchError::TooLong { warmup: config.warmup, duration: config.duration };
     let measure_start = start.checked_add(config.warmup).ok_or_else(too_long)?;
     let deadline = measure_start.checked_add(config.duration).ok_or_else(too_long)?;
     let plan = Arc::new(Plan {
@@ -240,11 +372,11 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, BenchError> {
     let mut total = Stats::new(histogram()?);
     let mut end = deadline;
     while let Some(joined) = running.join_next().await {
-        let stats = joined.map_err(|e| BenchError::Internal(format!("a bench task failed: {e}")))?;
+        let stats = joined.map_err(BenchError::Task)?;
         if let Some(last) = stats.last_answer {
             end = end.max(last);
         }
-        total.latency.add(&stats.latency).map_err(|e| BenchError::Internal(format!("latency histogram: {e:?}")))?;
+        total.latency.add(&stats.latency).map_err(BenchError::Merge)?;
         total.allowed += stats.allowed;
         total.limited += stats.limited;
         total.errors += stats.errors;
@@ -257,7 +389,6 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, BenchError> {
 
 /// Checks everything before connecting; returns the target as `host:port`.
 fn validate(config: &BenchConfig) -> Result<String, BenchError> {
-    let invalid = |message: String| Err(BenchError::Config(message));
     let target = config.target.trim();
     let authority = target.strip_prefix("http://").unwrap_or(target).trim_end_matches('/');
     let valid_authority =
@@ -265,46 +396,40 @@ fn validate(config: &BenchConfig) -> Result<String, BenchError> {
             |a| a.as_str() == authority && a.port_u16().is_some() && !a.host().is_empty() && !authority.contains('@'),
         );
     if !valid_authority {
-        return invalid(format!("invalid --target `{target}`: expected HOST:PORT, e.g. 127.0.0.1:8081"));
+        return Err(BenchError::Target { target: target.to_string() });
     }
-    if !(1..=MAX_CONNECTIONS).contains(&config.connections) {
-        return invalid(format!("--connections must be between 1 and {MAX_CONNECTIONS}, not {}", config.connections));
-    }
-    if !(1..=MAX_CONNECTIONS).contains(&config.concurrency) {
-        return invalid(format!("--concurrency must be between 1 and {MAX_CONNECTIONS}, not {}", config.concurrency));
-    }
+    let in_range = |setting: &'static str, value: usize, max: usize| {
+        if (1..=max).contains(&value) { Ok(()) } else { Err(BenchError::OutOfRange { setting, value, min: 1, max }) }
+    };
+    in_range("connections", config.connections, MAX_CONNECTIONS)?;
+    in_range("concurrency", config.concurrency, MAX_CONNECTIONS)?;
     if config.protocol == Protocol::Http && config.concurrency != 1 {
-        return invalid(format!(
-            "--concurrency must be 1 for http, not {}: HTTP/1.1 carries one request at a time; \
-             open more --connections instead",
-            config.concurrency
-        ));
+        return Err(BenchError::HttpConcurrency { concurrency: config.concurrency });
     }
     if config.connections * config.concurrency > MAX_TASKS {
-        return invalid(format!("--connections times --concurrency must be at most {MAX_TASKS}"));
+        return Err(BenchError::TooManyTasks {
+            connections: config.connections,
+            concurrency: config.concurrency,
+            max: MAX_TASKS,
+        });
     }
     if config.duration.is_zero() {
-        return invalid("--duration must be longer than zero".to_string());
+        return Err(BenchError::ZeroDuration { setting: "duration" });
     }
     if config.timeout.is_zero() {
-        return invalid("--timeout must be longer than zero".to_string());
+        return Err(BenchError::ZeroDuration { setting: "timeout" });
     }
     if config.namespace.is_empty() {
-        return invalid("--namespace must not be empty".to_string());
+        return Err(BenchError::EmptyNamespace);
     }
-    if !(1..=MAX_DESCRIPTORS).contains(&config.descriptors) {
-        return invalid(format!("--descriptors must be between 1 and {MAX_DESCRIPTORS}, not {}", config.descriptors));
-    }
+    in_range("descriptors", config.descriptors, MAX_DESCRIPTORS)?;
     if config.keys == 0 {
-        return invalid("--keys must be at least 1".to_string());
+        return Err(BenchError::ZeroKeys);
     }
     match config.rate {
-        Some(rate) if !(rate.is_finite() && rate > 0.0) => {
-            return invalid(format!("--rate must be a positive number of requests per second, not {rate}"));
-        }
-        _ => {}
+        Some(rate) if !(rate.is_finite() && rate > 0.0) => Err(BenchError::Rate { rate }),
+        _ => Ok(authority.to_string()),
     }
-    Ok(authority.to_string())
 }
 
 /// What every request shares.
@@ -333,7 +458,7 @@ async fn connect(config: &BenchConfig, authority: &str, shape: &Arc<Shape>) -> R
                 connecting.spawn(grpc::Client::connect(authority.to_string(), shape.clone(), config.timeout));
             }
             while let Some(joined) = connecting.join_next().await {
-                let client = joined.map_err(|e| BenchError::Internal(e.to_string()))?.map_err(connect_error)?;
+                let client = joined.map_err(BenchError::Task)?.map_err(connect_error)?;
                 // The tasks of one connection share its channel: each clone is a stream on it.
                 for _ in 0..config.concurrency {
                     clients.push(Client::Grpc(client.clone()));
@@ -342,16 +467,14 @@ async fn connect(config: &BenchConfig, authority: &str, shape: &Arc<Shape>) -> R
         }
         Protocol::Http => {
             let host = hyper::header::HeaderValue::from_str(authority)
-                .map_err(|_| BenchError::Config(format!("invalid --target `{authority}`")))?;
+                .map_err(|_| BenchError::Target { target: authority.to_string() })?;
             let mut connecting = JoinSet::new();
             for _ in 0..config.connections * config.concurrency {
                 let mut client = http::Client::new(authority.to_string(), host.clone(), shape, config.timeout);
                 connecting.spawn(async move { client.connect().await.map(|()| client) });
             }
             while let Some(joined) = connecting.join_next().await {
-                clients.push(Client::Http(
-                    joined.map_err(|e| BenchError::Internal(e.to_string()))?.map_err(connect_error)?,
-                ));
+                clients.push(Client::Http(joined.map_err(BenchError::Task)?.map_err(connect_error)?));
             }
         }
     }
@@ -490,7 +613,7 @@ async fn worker(mut client: Client, index: u64, plan: Arc<Plan>, latency: Histog
 /// A latency histogram in nanoseconds, 3 significant digits, growing as values need (`record`
 /// resizes; `saturating_record` would clamp to the current range).
 fn histogram() -> Result<Histogram<u64>, BenchError> {
-    Histogram::new(3).map_err(|e| BenchError::Internal(format!("latency histogram: {e:?}")))
+    Histogram::new(3).map_err(BenchError::Histogram)
 }
 
 /// What one task (or all of them, merged) measured.
@@ -562,25 +685,40 @@ mod tests {
     }
 
     #[test]
-    fn bad_settings_are_usage_errors() {
+    fn bad_settings_are_usage_errors_naming_the_setting_and_value() {
         let base = BenchConfig::new(Protocol::Http, "127.0.0.1:8080");
-        let cases: [fn(&mut BenchConfig); 10] = [
-            |c| c.connections = 0,
-            |c| c.concurrency = 2,
-            |c| c.duration = Duration::ZERO,
-            |c| c.timeout = Duration::ZERO,
-            |c| c.namespace.clear(),
-            |c| c.descriptors = 0,
-            |c| c.keys = 0,
-            |c| c.rate = Some(0.0),
-            |c| c.rate = Some(f64::NAN),
-            |c| c.rate = Some(f64::INFINITY),
+        // A change to the base configuration, and what the error says.
+        type Case = (fn(&mut BenchConfig), &'static str);
+        let cases: [Case; 12] = [
+            (|c| c.target = "nowhere".into(), "invalid --target `nowhere`: expected HOST:PORT"),
+            (|c| c.connections = 0, "--connections must be between 1 and 10000, not 0"),
+            (|c| c.concurrency = 2, "--concurrency must be 1 for http, not 2"),
+            (|c| c.duration = Duration::ZERO, "--duration must be longer than zero"),
+            (|c| c.timeout = Duration::ZERO, "--timeout must be longer than zero"),
+            (|c| c.namespace.clear(), "--namespace must not be empty"),
+            (|c| c.descriptors = 65, "--descriptors must be between 1 and 64, not 65"),
+            (|c| c.keys = 0, "--keys must be at least 1"),
+            (|c| c.rate = Some(0.0), "--rate must be a positive number of requests per second, not 0"),
+            (|c| c.rate = Some(f64::NAN), "not NaN"),
+            (|c| c.rate = Some(f64::INFINITY), "not inf"),
+            (
+                |c| (c.protocol, c.connections, c.concurrency) = (Protocol::Grpc, 1000, 1000),
+                "--connections times --concurrency must be at most 100000, not 1000 x 1000",
+            ),
         ];
-        for (n, case) in cases.iter().enumerate() {
+        for (n, (case, message)) in cases.iter().enumerate() {
             let mut config = base.clone();
             case(&mut config);
-            assert!(validate(&config).is_err_and(|e| e.is_usage()), "case {n}: {config:?}");
+            let error = validate(&config).expect_err("refused");
+            assert!(error.is_usage(), "case {n}: {config:?}");
+            assert!(error.to_string().contains(message), "case {n}: {error}");
         }
         assert!(validate(&base).is_ok());
+        let mut config = base.clone();
+        config.descriptors = 0;
+        assert!(matches!(
+            validate(&config),
+            Err(BenchError::OutOfRange { setting: "descriptors", value: 0, min: 1, max: MAX_DESCRIPTORS })
+        ));
     }
 }

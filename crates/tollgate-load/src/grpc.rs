@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
-use super::{CallError, Shape, Verdict, error_chain};
+use crate::{CallError, Shape, Verdict, error_chain};
 
 /// A client on one channel; clones share the channel's connection.
 #[derive(Clone)]

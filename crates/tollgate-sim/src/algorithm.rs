@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::error::SimError;
+use crate::error::SimError;
 
 /// One of the core crate's rate-limiting algorithms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -50,14 +50,14 @@ impl AlgorithmKind {
     /// dropped, the order given is kept.
     ///
     /// ```
-    /// use tollgate_server::simulate::AlgorithmKind;
+    /// use tollgate_sim::AlgorithmKind;
     /// assert_eq!(AlgorithmKind::parse_list("all")?.len(), 6);
     /// assert_eq!(
     ///     AlgorithmKind::parse_list("sliding-log,fixed_window")?,
     ///     [AlgorithmKind::SlidingLog, AlgorithmKind::FixedWindow]
     /// );
     /// assert!(AlgorithmKind::parse_list("leaky_bucket").is_err());
-    /// # Ok::<(), tollgate_server::simulate::SimError>(())
+    /// # Ok::<(), tollgate_sim::SimError>(())
     /// ```
     pub fn parse_list(s: &str) -> Result<Vec<AlgorithmKind>, SimError> {
         if s.trim().eq_ignore_ascii_case("all") {

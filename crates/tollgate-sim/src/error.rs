@@ -69,7 +69,7 @@ pub enum SimError {
         path: PathBuf,
         /// What failed.
         #[source]
-        source: super::plot::RenderError,
+        source: crate::plot::RenderError,
     },
     /// The plot file could not be written.
     #[error("cannot write plot file {}: {source}", path.display())]

@@ -1,21 +1,45 @@
-//! `tollgate pump`: work items as JSON Lines into a durable queue, and a ready-made worker that
-//! sends each item as an HTTP request to a throttled API under a pacer.
+//! The work pump's HTTP worker (feature `http`): work items as JSON Lines, validated before they
+//! are queued, and a ready-made handler that sends each item as an HTTP request to a throttled
+//! API (what `tollgate pump` runs).
 //!
 //! An item is one JSON object: `{"key": "order-17", "cost": 1, "method": "POST", "path":
 //! "/orders", "headers": {"content-type": "application/json"}, "body": {...}}`; every field is
 //! optional (`method` POST, `path` "", `cost` 1, `key` derived from the line's content and
 //! number). The worker sends it to the base URL + `path` with an `Idempotency-Key` header; a 2xx is
 //! done, a 429 or 503 is throttled (its `Retry-After` honoured), anything else is a failure.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate_pace::http::{HttpWorker, parse_line};
+//!
+//! // Enqueue side: one line, checked, becomes the queue's key, cost and payload.
+//! let item = parse_line(r#"{"key": "order-17", "path": "/orders", "body": {"sku": 42}}"#, 1)?;
+//! assert_eq!((item.key.as_str(), item.cost), ("order-17", 1));
+//! // queue.enqueue(&item.key, &item.payload, item.cost).await?;
+//!
+//! // Worker side: the pump's handler.
+//! let worker = HttpWorker::new("http://127.0.0.1:3000", Duration::from_secs(10))?;
+//! let handler = move |item| {
+//!     let worker = worker.clone();
+//!     async move { worker.send(&item).await }
+//! };
+//! // tollgate_pace::pump(queue, pacer, options, progress, handler).await?;
+//! # let _ = handler;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+// The `http` crate as hyper re-exports it: one dependency fewer, and no clash with this module's name.
+use hyper::http;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde::Deserialize;
-use tollgate_pace::{Handled, Item};
+
+use crate::{Handled, Item};
 
 /// One line of the input, as written.
 #[derive(Debug, Deserialize, PartialEq)]

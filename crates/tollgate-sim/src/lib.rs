@@ -1,15 +1,12 @@
-//! `tollgate simulate`: run one request-arrival sequence through each rate-limiting algorithm on
-//! a manual clock and compare what they admit, as numbers and as a plot.
+//! # tollgate-sim: how each rate-limiting algorithm treats a traffic pattern
 //!
-//! Data flows one way: user input is parsed ([`tollgate::Quota::parse`], [`Traffic::parse`],
-//! [`AlgorithmKind::parse_list`]) into a [`Scenario`]; [`simulate`] turns its traffic into
-//! arrival times (seeded, so the same seed gives the same run) and runs them through a
-//! [`tollgate::Limiter`] per algorithm, each on its own [`tollgate::ManualClock`]; the resulting
-//! [`Simulation`] prints as a table ([`Simulation::report`]) and draws as a plot ([`plot`]).
+//! Run one request-arrival sequence through each of the core crate's algorithms on a manual clock
+//! (a simulated minute takes milliseconds) and compare what they admit, as a table and as a plot.
+//! This is the library behind `tollgate simulate`.
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate_server::simulate::{AlgorithmKind, Scenario, Traffic, simulate};
+//! use tollgate_sim::{AlgorithmKind, Scenario, Traffic, simulate};
 //!
 //! let quota: tollgate::Quota = "100/s".parse()?;
 //! let mut scenario = Scenario::new(quota, Traffic::parse("boundary", &quota)?);
@@ -23,6 +20,18 @@
 //! println!("{}", sim.report());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Data flows one way: user input is parsed ([`tollgate::Quota::parse`], [`Traffic::parse`],
+//! [`AlgorithmKind::parse_list`]) into a [`Scenario`]; [`simulate`] turns its traffic into
+//! arrival times (seeded, so the same seed gives the same run) and runs them through a
+//! [`tollgate::Limiter`] per algorithm, each on its own [`tollgate::ManualClock`]; the resulting
+//! [`Simulation`] prints as a table ([`Simulation::report`]) and draws as a plot ([`plot`]).
+//!
+//! Errors ([`SimError`]) name the value at fault by the `tollgate simulate` option it comes from
+//! (e.g. `--segments`), since that is where a user typed it.
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub, missing_debug_implementations)]
+#![forbid(unsafe_code)]
 
 mod algorithm;
 mod error;

@@ -18,11 +18,11 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use super::Simulation;
-use super::algorithm::AlgorithmKind;
-use super::error::SimError;
-use super::units::{Span, nanos};
-use super::window::{Worst, bucket_counts, trailing_counts};
+use crate::Simulation;
+use crate::algorithm::AlgorithmKind;
+use crate::error::SimError;
+use crate::units::{Span, nanos};
+use crate::window::{Worst, bucket_counts, trailing_counts};
 
 /// Plot width in pixels.
 pub const WIDTH: u32 = 1200;

@@ -14,7 +14,7 @@ pub struct Worst {
 /// every event (a window holding the most events can always be slid to start at one of them).
 ///
 /// ```
-/// use tollgate_server::simulate::{Worst, worst_window};
+/// use tollgate_sim::{Worst, worst_window};
 /// // 10 ns windows: [5, 15) holds 5, 9, 12 and 14.
 /// assert_eq!(worst_window(&[0, 5, 9, 12, 14, 30], 10), Worst { count: 4, start_ns: 5 });
 /// ```

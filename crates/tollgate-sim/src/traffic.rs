@@ -10,8 +10,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tollgate::Quota;
 
-use super::error::SimError;
-use super::units::{Rate, Span, nanos};
+use crate::error::SimError;
+use crate::units::{Rate, Span, nanos};
 
 /// Most requests one simulation offers: each algorithm keeps every admission time, so this bounds
 /// memory (a few hundred MB at worst) and time (about a second per algorithm).
@@ -87,7 +87,7 @@ impl Traffic {
     /// ```
     /// use std::time::Duration;
     /// use tollgate::Quota;
-    /// use tollgate_server::simulate::Traffic;
+    /// use tollgate_sim::Traffic;
     /// let quota = Quota::per_second(100)?;
     /// let t = Traffic::parse("boundary", &quota)?;
     /// assert_eq!(
@@ -336,12 +336,12 @@ pub fn read_replay(path: &Path) -> Result<Vec<u64>, SimError> {
 ///
 /// ```
 /// use std::path::Path;
-/// use tollgate_server::simulate::parse_replay;
+/// use tollgate_sim::parse_replay;
 /// let t = parse_replay("# arrivals\n2024-05-01T12:00:01Z\n2024-05-01T12:00:00.5Z\n", Path::new("a.txt"))?;
 /// assert_eq!(t, [0, 500_000_000]);
 /// let e = parse_replay("0.5\n1\nlater\n", Path::new("a.txt")).unwrap_err();
 /// assert!(e.to_string().contains("a.txt, line 3"));
-/// # Ok::<(), tollgate_server::simulate::SimError>(())
+/// # Ok::<(), tollgate_sim::SimError>(())
 /// ```
 pub fn parse_replay(text: &str, path: &Path) -> Result<Vec<u64>, SimError> {
     #[derive(Clone, Copy, PartialEq)]
