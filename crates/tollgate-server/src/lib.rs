@@ -30,5 +30,6 @@
 //! worker), `check-config` and `convert` over `tollgate-policy`.
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub, missing_debug_implementations)]
+#![forbid(unsafe_code)]
 
 pub mod serve;
