@@ -1,4 +1,4 @@
-//! What can go wrong pacing, each error naming the setting, value, stream or URL it is about.
+//! What can go wrong pacing, each error naming the setting, value, stream or name it is about.
 
 use std::time::Duration;
 
@@ -76,59 +76,47 @@ impl PaceError {
 }
 
 /// The Redis stream behind a [`RedisStreams`](crate::RedisStreams) queue could not be used.
-/// URLs are shown without credentials ([`tollgate_redis::redact_url`]).
+/// (Connecting is [`tollgate_redis::Redis`]'s: its errors show URLs without credentials.)
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum QueueError {
-    /// The Redis URL does not parse.
-    #[error("invalid Redis URL {url}: {source}")]
-    InvalidUrl {
-        /// The URL, without credentials.
-        url: String,
-        /// Why it does not parse.
-        #[source]
-        source: redis::RedisError,
-    },
-    /// No connection within the connect timeout.
-    #[error("cannot connect to {url}: timed out after {after:?}")]
-    ConnectTimeout {
-        /// The URL, without credentials.
-        url: String,
-        /// How long it waited.
-        after: Duration,
-    },
-    /// The connection failed.
-    #[error("cannot connect to {url}: {source}")]
-    Connect {
-        /// The URL, without credentials.
-        url: String,
-        /// The client's error.
-        #[source]
-        source: redis::RedisError,
+    /// The queue's name is the hash tag of its keys: it must be non-empty and free of braces.
+    ///
+    /// ```
+    /// # async fn f(redis: tollgate_redis::Redis) {
+    /// use std::time::Duration;
+    /// use tollgate_pace::{PaceError, QueueError, RedisStreams};
+    /// let err = RedisStreams::open(&redis, "{orders}", Duration::from_secs(30), 5).await.unwrap_err();
+    /// assert!(matches!(&err, PaceError::Queue(QueueError::BadName { name }) if name == "{orders}"));
+    /// assert!(!err.is_transient());
+    /// # }
+    /// ```
+    #[error("queue name {name:?} must be non-empty and contain no '{{' or '}}' (it is the keys' hash tag)")]
+    BadName {
+        /// The name as given.
+        name: String,
     },
     /// A command on the stream failed.
     #[error("cannot {action} on stream {stream:?}: {source}")]
     Command {
-        /// What was being done (e.g. `create the consumer group`, `take items`).
+        /// What was being done (e.g. `create the consumer group`, `read new items`).
         action: &'static str,
-        /// The stream's name.
+        /// The stream's key (`{name}`).
         stream: String,
-        /// The server's or the connection's error.
+        /// Redis's error: an outage, a timeout, a refusal.
         #[source]
-        source: redis::RedisError,
+        source: tollgate_redis::BackendError,
     },
 }
 
 impl QueueError {
-    /// True when the failure may pass by itself (no connection, a dropped one, a timeout, a
-    /// server loading or failing over); false for a bad URL or a command Redis refuses.
+    /// True when the failure may pass by itself (no connection, a dropped one, a timeout, Redis
+    /// backing off, loading or failing over: see [`tollgate_redis::BackendError::is_transient`]);
+    /// false for a bad name or a command Redis refuses.
     pub fn is_transient(&self) -> bool {
         match self {
-            QueueError::InvalidUrl { .. } => false,
-            QueueError::ConnectTimeout { .. } => true,
-            QueueError::Connect { source, .. } | QueueError::Command { source, .. } => {
-                tollgate_redis::BackendError::Redis(source.clone()).is_transient()
-            }
+            QueueError::BadName { .. } => false,
+            QueueError::Command { source, .. } => source.is_transient(),
         }
     }
 }

@@ -8,9 +8,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+use tollgate_redis::{BackendError, Redis};
 
 use crate::{PaceError, QueueError};
 
@@ -43,11 +42,25 @@ pub trait Queue: Send + Sync + 'static {
     fn outstanding(&self) -> impl Future<Output = Result<u64, PaceError>> + Send;
 }
 
-/// [`Queue`] on a Redis stream with one consumer group.
+/// [`Queue`] on a Redis stream with one consumer group, through a shared [`Redis`] connection
+/// (one server or a Cluster; its back-off and error classification apply to every call).
+///
+/// Keys: the stream `{NAME}`, its failed-attempt counts `{NAME}:attempts` and its dead letters
+/// `{NAME}:dead`. The name in braces is their Redis Cluster hash tag: acknowledging and
+/// dead-lettering touch several of them in one atomic pipeline, which a Cluster runs only on
+/// keys of one slot.
+///
+/// [`Queue::take`] never blocks in Redis (no `XREADGROUP ... BLOCK`): the connection is shared
+/// with every other user of the [`Redis`] handle (rate-limit decisions, partitions), and a
+/// blocking read would hold their commands up behind it. An empty queue is asked again after a
+/// pause instead ([`PumpOptions::empty_poll`](crate::PumpOptions::empty_poll)).
 #[derive(Clone)]
 pub struct RedisStreams {
-    conn: MultiplexedConnection,
+    /// The connection, with the queue's own deadline per call.
+    redis: Redis,
     stream: String,
+    attempts: String,
+    dead: String,
     group: String,
     idle: Duration,
     max_attempts: u64,
@@ -60,173 +73,181 @@ impl std::fmt::Debug for RedisStreams {
             .field("group", &self.group)
             .field("idle", &self.idle)
             .field("max_attempts", &self.max_attempts)
+            .field("deadline", &self.redis.deadline())
+            .field("redis", &self.redis.url())
             .finish_non_exhaustive()
     }
 }
 
 impl RedisStreams {
-    /// Opens (creating if needed) the stream `name` and its consumer group `workers`. Items idle
-    /// for `idle` are reclaimed; an item failing `max_attempts` times goes to `{name}:dead`.
+    /// Longest one queue command waits for Redis unless [`RedisStreams::with_deadline`] says
+    /// otherwise: longer than a rate-limit decision's deadline (a batch of items is read at
+    /// once, and a worker that gives up ends its pump), shorter than `idle`.
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
+
+    /// Opens (creating if needed) the stream of the queue `name` and its consumer group
+    /// `workers`, on `redis`. Items idle for `idle` are reclaimed; an item failing
+    /// `max_attempts` times goes to the dead-letter stream `{name}:dead`. Each call waits at
+    /// most [`RedisStreams::DEFAULT_DEADLINE`], whatever `redis`'s own deadline.
     ///
     /// `idle` must be longer than an item can take from delivery to acknowledgement (its wait for
-    /// the budget — the pump takes about half a second of work at a time — plus the handler's time): an item still being worked on after `idle` is
-    /// delivered again (at least once), and the handler then sees its idempotency key twice.
+    /// the budget — the pump takes about half a second of work at a time — plus the handler's
+    /// time): an item still being worked on after `idle` is delivered again (at least once), and
+    /// the handler then sees its idempotency key twice.
     ///
-    /// Errors show the URL without credentials.
-    pub async fn open(url: &str, name: &str, idle: Duration, max_attempts: u64) -> Result<RedisStreams, PaceError> {
-        let shown = || tollgate_redis::redact_url(url);
-        let client = redis::Client::open(url).map_err(|source| QueueError::InvalidUrl { url: shown(), source })?;
-        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, client.get_multiplexed_async_connection())
-            .await
-            .map_err(|_| QueueError::ConnectTimeout { url: shown(), after: CONNECT_TIMEOUT })?
-            .map_err(|source| QueueError::Connect { url: shown(), source })?;
-        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(name)
-            .arg("workers")
-            .arg("0")
-            .arg("MKSTREAM")
-            .query_async(&mut conn)
-            .await;
-        match created {
-            Ok(()) => {}
-            Err(e) if e.code() == Some("BUSYGROUP") => {}
-            Err(source) => {
-                let action = "create the consumer group";
-                return Err(QueueError::Command { action, stream: name.to_owned(), source }.into());
-            }
+    /// `name` is the keys' hash tag: non-empty, without `{` or `}` ([`QueueError::BadName`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use tollgate_pace::{Queue, RedisStreams};
+    /// let redis = tollgate_redis::Redis::connect("redis://127.0.0.1:6379/").await?;
+    /// let queue = RedisStreams::open(&redis, "orders", Duration::from_secs(30), 5).await?;
+    /// queue.enqueue("order-1", r#"{"sku":42}"#, 1).await?;
+    /// assert_eq!(queue.stream(), "{orders}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn open(redis: &Redis, name: &str, idle: Duration, max_attempts: u64) -> Result<RedisStreams, PaceError> {
+        if name.is_empty() || name.contains(['{', '}']) {
+            return Err(QueueError::BadName { name: name.to_owned() }.into());
         }
-        Ok(RedisStreams {
-            conn,
-            stream: name.to_string(),
+        let stream = format!("{{{name}}}");
+        let queue = RedisStreams {
+            redis: redis.with_deadline(Self::DEFAULT_DEADLINE),
+            attempts: format!("{stream}:attempts"),
+            dead: format!("{stream}:dead"),
+            stream,
             group: "workers".into(),
             idle,
             max_attempts: max_attempts.max(1),
-        })
+        };
+        let mut create = redis::cmd("XGROUP");
+        create.arg("CREATE").arg(&queue.stream).arg(&queue.group).arg("0").arg("MKSTREAM");
+        match queue.redis.query::<()>(&create).await {
+            Ok(()) => {}
+            Err(BackendError::Redis(e)) if e.code() == Some("BUSYGROUP") => {}
+            Err(source) => return Err(queue.err("create the consumer group")(source)),
+        }
+        Ok(queue)
     }
 
-    /// The dead-letter stream's name.
-    pub fn dead_letter_stream(&self) -> String {
-        format!("{}:dead", self.stream)
+    /// The same queue, each of its calls waiting at most `deadline` for Redis (instead of
+    /// [`RedisStreams::DEFAULT_DEADLINE`]); the connection and its back-off stay shared.
+    ///
+    /// ```no_run
+    /// # async fn f(queue: tollgate_pace::RedisStreams) {
+    /// let queue = queue.with_deadline(std::time::Duration::from_secs(5));
+    /// # }
+    /// ```
+    pub fn with_deadline(mut self, deadline: Duration) -> RedisStreams {
+        self.redis = self.redis.with_deadline(deadline);
+        self
     }
 
-    fn attempts_key(&self) -> String {
-        format!("{}:attempts", self.stream)
+    /// The stream's key (`{name}`).
+    pub fn stream(&self) -> &str {
+        &self.stream
     }
 
+    /// The dead-letter stream's key (`{name}:dead`).
+    pub fn dead_letter_stream(&self) -> &str {
+        &self.dead
+    }
+
+    /// `entries` as items, with their failed attempts (one round trip for all of them).
     async fn attempts(&self, entries: Vec<StreamId>) -> Result<Vec<Item>, PaceError> {
-        let mut conn = self.conn.clone();
-        let mut items = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let attempts: Option<u64> =
-                conn.hget(self.attempts_key(), &entry.id).await.map_err(self.err("read an item's attempts"))?;
-            items.push(Item {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut read = redis::cmd("HMGET");
+        read.arg(&self.attempts);
+        for entry in &entries {
+            read.arg(&entry.id);
+        }
+        let attempts: Vec<Option<u64>> = self.redis.query(&read).await.map_err(self.err("read the items' attempts"))?;
+        Ok(entries
+            .into_iter()
+            .zip(attempts)
+            .map(|(entry, attempts)| Item {
                 key: entry.get("key").unwrap_or_else(|| entry.id.clone()),
                 payload: entry.get("payload").unwrap_or_default(),
                 cost: entry.get("cost").unwrap_or(1),
                 attempts: attempts.unwrap_or(0),
                 id: entry.id,
-            });
-        }
-        Ok(items)
+            })
+            .collect())
     }
-}
 
-/// Longest [`RedisStreams::open`] waits for a connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// Adds to `pipe` what takes `item` out of the queue for good: acknowledged, deleted, its
+    /// attempts forgotten.
+    fn finish(&self, pipe: &mut redis::Pipeline, item: &Item) {
+        pipe.cmd("XACK").arg(&self.stream).arg(&self.group).arg(&item.id).ignore();
+        pipe.cmd("XDEL").arg(&self.stream).arg(&item.id).ignore();
+        pipe.cmd("HDEL").arg(&self.attempts).arg(&item.id).ignore();
+    }
 
-impl RedisStreams {
     /// A failed command on this stream, as a [`PaceError::Queue`].
-    fn err(&self, action: &'static str) -> impl FnOnce(redis::RedisError) -> PaceError + '_ {
+    fn err(&self, action: &'static str) -> impl FnOnce(BackendError) -> PaceError + '_ {
         move |source| QueueError::Command { action, stream: self.stream.clone(), source }.into()
     }
 }
 
 impl Queue for RedisStreams {
     async fn enqueue(&self, key: &str, payload: &str, cost: u64) -> Result<String, PaceError> {
-        let mut conn = self.conn.clone();
-        let fields = [("key", key.to_string()), ("payload", payload.to_string()), ("cost", cost.to_string())];
-        conn.xadd(&self.stream, "*", &fields).await.map_err(self.err("add an item"))
+        let mut add = redis::cmd("XADD");
+        add.arg(&self.stream).arg("*").arg("key").arg(key).arg("payload").arg(payload).arg("cost").arg(cost);
+        self.redis.query(&add).await.map_err(self.err("add an item"))
     }
 
     async fn take(&self, consumer: &str, max: usize) -> Result<Vec<Item>, PaceError> {
-        let mut conn = self.conn.clone();
-        let idle_ms = self.idle.as_millis() as u64;
-        let claimed: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
-            .arg(&self.stream)
-            .arg(&self.group)
-            .arg(consumer)
-            .arg(idle_ms)
-            .arg("0-0")
-            .arg("COUNT")
-            .arg(max)
-            .query_async(&mut conn)
-            .await
-            .map_err(self.err("reclaim idle items"))?;
+        let idle_ms = u64::try_from(self.idle.as_millis()).unwrap_or(u64::MAX);
+        let mut reclaim = redis::cmd("XAUTOCLAIM");
+        reclaim.arg(&self.stream).arg(&self.group).arg(consumer).arg(idle_ms).arg("0-0").arg("COUNT").arg(max);
+        let claimed: StreamAutoClaimReply = self.redis.query(&reclaim).await.map_err(self.err("reclaim idle items"))?;
         if !claimed.claimed.is_empty() {
             return self.attempts(claimed.claimed).await;
         }
-        let read: Option<StreamReadReply> = redis::cmd("XREADGROUP")
-            .arg("GROUP")
+        // No BLOCK: see the type's docs.
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg("GROUP")
             .arg(&self.group)
             .arg(consumer)
             .arg("COUNT")
             .arg(max)
             .arg("STREAMS")
             .arg(&self.stream)
-            .arg(">")
-            .query_async(&mut conn)
-            .await
-            .map_err(self.err("read new items"))?;
+            .arg(">");
+        let read: Option<StreamReadReply> = self.redis.query(&read).await.map_err(self.err("read new items"))?;
         let entries = read.map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect()).unwrap_or_default();
         self.attempts(entries).await
     }
 
     async fn ack(&self, item: &Item) -> Result<(), PaceError> {
-        let mut conn = self.conn.clone();
-        redis::pipe()
-            .atomic()
-            .cmd("XACK")
-            .arg(&self.stream)
-            .arg(&self.group)
-            .arg(&item.id)
-            .ignore()
-            .cmd("XDEL")
-            .arg(&self.stream)
-            .arg(&item.id)
-            .ignore()
-            .cmd("HDEL")
-            .arg(self.attempts_key())
-            .arg(&item.id)
-            .ignore()
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(self.err("acknowledge an item"))
+        let mut pipe = redis::pipe();
+        self.finish(pipe.atomic(), item);
+        self.redis.pipeline(&pipe).await.map_err(self.err("acknowledge an item"))
     }
 
     async fn fail(&self, item: &Item, error: &str) -> Result<bool, PaceError> {
-        let mut conn = self.conn.clone();
-        let attempts: u64 =
-            conn.hincr(self.attempts_key(), &item.id, 1).await.map_err(self.err("count a failed attempt"))?;
+        let mut count = redis::cmd("HINCRBY");
+        count.arg(&self.attempts).arg(&item.id).arg(1);
+        let attempts: u64 = self.redis.query(&count).await.map_err(self.err("count a failed attempt"))?;
         if attempts < self.max_attempts {
             // Left pending: reclaimed after `idle` by whichever consumer asks first.
             return Ok(false);
         }
-        let fields = [
-            ("key", item.key.clone()),
-            ("payload", item.payload.clone()),
-            ("cost", item.cost.to_string()),
-            ("attempts", attempts.to_string()),
-            ("error", error.to_string()),
-        ];
-        let _: String =
-            conn.xadd(self.dead_letter_stream(), "*", &fields).await.map_err(self.err("dead-letter an item"))?;
-        self.ack(item).await?;
+        // In one transaction with the acknowledgement: an item is dead-lettered once, never both
+        // dead-lettered and delivered again.
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("XADD").arg(&self.dead).arg("*");
+        pipe.arg("key").arg(&item.key).arg("payload").arg(&item.payload).arg("cost").arg(item.cost);
+        pipe.arg("attempts").arg(attempts).arg("error").arg(error).ignore();
+        self.finish(&mut pipe, item);
+        self.redis.pipeline::<()>(&pipe).await.map_err(self.err("dead-letter an item"))?;
         Ok(true)
     }
 
     async fn outstanding(&self) -> Result<u64, PaceError> {
-        let mut conn = self.conn.clone();
-        conn.xlen(&self.stream).await.map_err(self.err("count the items"))
+        self.redis.query(redis::cmd("XLEN").arg(&self.stream)).await.map_err(self.err("count the items"))
     }
 }

@@ -1,6 +1,7 @@
 //! The pump against a throttled service, through a real redis-server: three workers sharing
 //! partitions drain the queue with nothing lost, nothing done twice, few throttled calls; failures
-//! and panics are retried then dead-lettered, never lost.
+//! and panics are retried then dead-lettered, never lost; the queue's errors say whether they
+//! pass; the queue works on a Redis Cluster.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -9,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Limiter, Quota, TokenBucket};
 use tollgate_pace::{
-    Budget, Handled, HandlerError, Item, Pacer, Partitions, Progress, PumpOptions, Queue, RedisStreams, pump,
+    Budget, Handled, HandlerError, Item, PaceError, Pacer, Partitions, Progress, PumpOptions, Queue, QueueError,
+    RedisStreams, pump,
 };
-use tollgate_redis::Redis;
-use tollgate_testkit::RedisServer;
+use tollgate_redis::{BackendError, Redis, RedisOptions};
+use tollgate_testkit::{RedisCluster, RedisServer};
 
 /// A service that throttles above `rate`/s (burst 1/10 s) with 429 + Retry-After, and records
 /// each completed idempotency key.
@@ -42,8 +44,8 @@ impl Service {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_drain_the_queue_exactly_under_the_limit() {
     let server = RedisServer::start();
-    let url = server.url();
-    let queue = Arc::new(RedisStreams::open(&url, "jobs", Duration::from_secs(2), 3).await.unwrap());
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let queue = Arc::new(RedisStreams::open(&redis, "jobs", Duration::from_secs(2), 3).await.unwrap());
     let items = 2000;
     for i in 0..items {
         queue.enqueue(&format!("item-{i}"), &format!("{{\"n\":{i}}}"), 1).await.unwrap();
@@ -51,7 +53,6 @@ async fn three_workers_drain_the_queue_exactly_under_the_limit() {
     let rate = 1000;
     let service = Service::new(rate);
     let budget = Budget::per_second(rate).unwrap();
-    let redis = Redis::connect(&url).await.unwrap();
     let started = Instant::now();
     let mut workers = Vec::new();
     let mut progresses = Vec::new();
@@ -102,7 +103,8 @@ async fn three_workers_drain_the_queue_exactly_under_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_and_panics_are_retried_then_dead_lettered() {
     let server = RedisServer::start();
-    let queue = Arc::new(RedisStreams::open(&server.url(), "jobs", Duration::from_millis(500), 2).await.unwrap());
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let queue = Arc::new(RedisStreams::open(&redis, "jobs", Duration::from_millis(500), 2).await.unwrap());
     for key in ["ok", "fails", "panics"] {
         queue.enqueue(key, "{}", 1).await.unwrap();
     }
@@ -122,32 +124,92 @@ async fn failures_and_panics_are_retried_then_dead_lettered() {
     assert_eq!(progress.done.load(Ordering::Relaxed), 1);
     assert_eq!(progress.failed.load(Ordering::Relaxed), 4, "two attempts each");
     assert_eq!(progress.dead.load(Ordering::Relaxed), 2);
-    let dead = server.cli(&["XRANGE", "jobs:dead", "-", "+"]);
+    assert_eq!(queue.dead_letter_stream(), "{jobs}:dead");
+    let dead = server.cli(&["XRANGE", "{jobs}:dead", "-", "+"]);
     assert!(dead.contains("attempt 2 refused"), "the last error is kept: {dead}");
     assert!(dead.contains("the handler panicked"), "{dead}");
     assert_eq!(queue.outstanding().await.unwrap(), 0, "nothing lost, nothing left");
 }
 
-#[tokio::test]
-async fn unreachable_redis_is_a_clear_error() {
-    let port = tollgate_testkit::free_port();
-    let url = format!("redis://127.0.0.1:{port}");
-    let error = RedisStreams::open(&url, "jobs", Duration::from_secs(1), 3).await.err().unwrap();
-    assert!(error.to_string().starts_with(&format!("queue: cannot connect to {url}")), "{error}");
-    assert!(error.is_transient(), "nobody listening may be a restart: {error}");
+/// The queue's errors name the stream and what was being done, and tell an outage (transient)
+/// from a fault that needs someone to act; none shows the password of the Redis URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_errors_name_the_stream_and_say_whether_they_pass() {
+    let mut server = RedisServer::start_with(&["--requirepass", "hunter2"]);
+    let url = server.url().replace("redis://", "redis://:hunter2@");
+    let redis = Redis::connect(&url).await.unwrap();
 
-    // With credentials in the URL: the error names the address, never the password.
-    let secret = format!("redis://app:hunter2@127.0.0.1:{port}/0");
-    let error = RedisStreams::open(&secret, "jobs", Duration::from_secs(1), 3).await.err().unwrap();
-    assert!(error.to_string().contains(&format!("redis://***@127.0.0.1:{port}/0")), "{error}");
-    for shown in [error.to_string(), format!("{error:?}")] {
+    for bad in ["", "{jobs}", "jo}bs"] {
+        let error = RedisStreams::open(&redis, bad, Duration::from_secs(1), 3).await.unwrap_err();
+        assert!(matches!(&error, PaceError::Queue(QueueError::BadName { name }) if name == bad), "{error}");
+        assert!(!error.is_transient(), "{error}");
+    }
+
+    let queue = RedisStreams::open(&redis, "jobs", Duration::from_secs(1), 3).await.unwrap();
+    assert_eq!(queue.stream(), "{jobs}");
+    queue.enqueue("a", "{}", 1).await.unwrap();
+    // Another program's value where the queue keeps its attempts: Redis refuses, for good.
+    server.cli(&["-a", "hunter2", "--no-auth-warning", "SET", "{jobs}:attempts", "x"]);
+    let error = queue.take("w", 8).await.unwrap_err();
+    let PaceError::Queue(QueueError::Command { action, stream, source }) = &error else { panic!("{error:?}") };
+    assert_eq!((*action, stream.as_str()), ("read the items' attempts", "{jobs}"));
+    assert!(matches!(source, BackendError::WrongType { key, .. } if key == "{jobs}:attempts"), "{source}");
+    assert!(!error.is_transient(), "{error}");
+    assert_eq!(queue.outstanding().await.unwrap(), 1, "a refused command opens no back-off");
+
+    server.kill();
+    let error = queue.enqueue("b", "{}", 1).await.unwrap_err();
+    assert!(error.to_string().starts_with("queue: cannot add an item on stream \"{jobs}\""), "{error}");
+    assert!(error.is_transient(), "nobody listening may be a restart: {error}");
+    let error = queue.outstanding().await.unwrap_err();
+    assert!(error.is_transient(), "backing off is transient: {error}");
+    for shown in [error.to_string(), format!("{error:?}"), format!("{queue:?}")] {
         assert!(!shown.contains("hunter2"), "shows the password: {shown}");
     }
-    let error = RedisStreams::open("redis://app:hunter2@127.0.0.1:notaport/", "jobs", Duration::from_secs(1), 3)
-        .await
-        .err()
-        .unwrap();
-    assert!(matches!(error, tollgate_pace::PaceError::Queue(tollgate_pace::QueueError::InvalidUrl { .. })), "{error}");
-    assert!(!error.is_transient());
-    assert!(!format!("{error} {error:?}").contains("hunter2"), "{error:?}");
+}
+
+/// A hung Redis costs a queue call its deadline, not more; the decisions' shorter deadline on the
+/// same connection is not the queue's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_call_waits_for_its_own_deadline() {
+    let server = RedisServer::start();
+    let options = RedisOptions { deadline: Duration::from_millis(1), ..Default::default() };
+    let redis = Redis::connect_with(&server.url(), options).await.unwrap();
+    let queue = RedisStreams::open(&redis, "jobs", Duration::from_secs(1), 3).await.unwrap();
+    assert!(format!("{queue:?}").contains(&format!("deadline: {:?}", RedisStreams::DEFAULT_DEADLINE)), "{queue:?}");
+    queue.enqueue("a", "{}", 1).await.unwrap();
+    let queue = queue.with_deadline(Duration::from_millis(300));
+    server.pause();
+    let started = Instant::now();
+    let error = queue.take("w", 8).await.unwrap_err();
+    let took = started.elapsed();
+    server.resume();
+    let PaceError::Queue(QueueError::Command { source, .. }) = &error else { panic!("{error:?}") };
+    assert!(matches!(source, BackendError::Timeout(d) if *d == Duration::from_millis(300)), "{source}");
+    assert!(error.is_transient());
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(2), "took {took:?}");
+}
+
+/// On a Redis Cluster, queues whose keys live on different nodes take, fail, dead-letter and
+/// acknowledge: every pipeline stays on its queue's hash tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_work_on_a_redis_cluster() {
+    let cluster = RedisCluster::start(3);
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let redis = Redis::connect_cluster(&urls, RedisOptions::default()).await.unwrap();
+    for q in 0..6 {
+        let queue = RedisStreams::open(&redis, &format!("jobs{q}"), Duration::from_secs(30), 1).await.unwrap();
+        for key in ["ok", "bad"] {
+            queue.enqueue(key, "{}", 1).await.unwrap();
+        }
+        let items = queue.take("w", 8).await.unwrap();
+        assert_eq!(items.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(), ["ok", "bad"]);
+        queue.ack(&items[0]).await.unwrap();
+        assert!(queue.fail(&items[1], "refused").await.unwrap(), "dead-lettered at the first failure");
+        assert_eq!(queue.outstanding().await.unwrap(), 0);
+        assert!(queue.take("w", 8).await.unwrap().is_empty());
+    }
+    let per_node: Vec<u64> = cluster.nodes().iter().map(|n| n.cli(&["DBSIZE"]).parse().unwrap()).collect();
+    assert!(per_node.iter().filter(|&&k| k > 0).count() >= 2, "queues on one node only: {per_node:?}");
 }

@@ -1,5 +1,7 @@
 //! `Decision`: the answer of a `try_acquire`, allowed or not, as data.
 
+use std::time::Duration;
+
 use pyo3::prelude::*;
 use tollgate::{Lease, Reason, Rejected};
 
@@ -16,24 +18,18 @@ pub struct Decision {
 
 impl From<Result<Lease, Rejected>> for Decision {
     fn from(decision: Result<Lease, Rejected>) -> Decision {
-        let secs = |d: std::time::Duration| d.as_secs_f64();
-        match decision {
-            Ok(lease) => Decision {
-                allowed: true,
-                limit: lease.limit(),
-                remaining: lease.remaining(),
-                retry_after: lease.retry_after().map(secs),
-                reset_after: secs(lease.reset_after()),
-                reason: code(lease.reason()),
-            },
-            Err(no) => Decision {
-                allowed: false,
-                limit: no.limit(),
-                remaining: no.remaining(),
-                retry_after: no.retry_after().map(secs),
-                reset_after: secs(no.reset_after()),
-                reason: code(no.reason()),
-            },
+        let (allowed, meta, reason) = match decision {
+            Ok(lease) => (true, lease.meta(), lease.reason()),
+            Err(no) => (false, no.meta(), no.reason()),
+        };
+        let secs = |ns: u64| Duration::from_nanos(ns).as_secs_f64();
+        Decision {
+            allowed,
+            limit: meta.limit,
+            remaining: meta.remaining,
+            retry_after: meta.retry_ns.map(secs),
+            reset_after: secs(meta.reset_ns),
+            reason: code(reason),
         }
     }
 }

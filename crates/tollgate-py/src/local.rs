@@ -35,193 +35,110 @@ fn at_max_keys(name: &str) -> PyResult<AtKeyLimit> {
         .ok_or_else(|| PyValueError::new_err(format!("at_max_keys must be 'reject', 'evict' or 'admit', got {name:?}")))
 }
 
-/// An in-process token bucket (GCRA): `capacity` tokens, `refill_amount` more every
-/// `refill_frequency` seconds, spread evenly.
-///
-/// >>> bucket = LocalTokenBucket(capacity=2, refill_frequency=1.0, refill_amount=2)
-/// >>> bool(bucket.try_acquire()), bool(bucket.try_acquire()), bool(bucket.try_acquire())
-/// (True, True, False)
-#[pyclass(module = "tollgate._tollgate", name = "LocalTokenBucket")]
-pub struct LocalTokenBucket(Limiter<TokenBucket, AnyClock>);
+/// For one algorithm, its two classes: `Local*` (one limiter, a [`Limiter`]) and `Keyed*` (one
+/// limiter per key, a [`Keyed`] with `max_keys`, `at_max_keys` and its `__len__`). The arguments
+/// that build the algorithm come first in both constructors, `clock` and the keyed settings
+/// after them; `try_acquire` is the same call but for the key.
+macro_rules! limiter_classes {
+    (
+        $algo:ident($($arg:ident: $ty:ty $(= $default:tt)?),*) => $build:expr;
+        $(#[$local_meta:meta])* local $local:ident: $local_take:literal;
+        $(#[$keyed_meta:meta])* keyed $keyed:ident: $keyed_take:literal;
+    ) => {
+        $(#[$local_meta])*
+        #[pyclass(module = "tollgate._tollgate")]
+        pub struct $local(Limiter<$algo, AnyClock>);
 
-#[pymethods]
-impl LocalTokenBucket {
-    #[new]
-    #[pyo3(signature = (capacity, refill_frequency, refill_amount, clock=None))]
-    fn new(
-        capacity: i64,
-        refill_frequency: Seconds,
-        refill_amount: i64,
-        clock: Option<PyRef<'_, ManualClock>>,
-    ) -> PyResult<Self> {
-        let quota = args::bucket_quota(capacity, &refill_frequency, refill_amount)?;
-        Ok(Self(Limiter::builder(TokenBucket::new(quota)).clock(AnyClock::from_arg(clock)).build()))
-    }
+        #[pymethods]
+        impl $local {
+            #[new]
+            #[pyo3(signature = ($($arg $(= $default)?,)* clock=None))]
+            fn new($($arg: $ty,)* clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
+                Ok(Self(Limiter::builder($build).clock(AnyClock::from_arg(clock)).build()))
+            }
 
-    /// Takes `n` tokens if there are that many now.
-    #[pyo3(signature = (n=1))]
-    fn try_acquire(&self, n: i64) -> PyResult<Decision> {
-        Ok(Decision::from(self.0.try_acquire(args::count("n", n)?)))
-    }
+            #[doc = $local_take]
+            #[pyo3(signature = (n=1))]
+            fn try_acquire(&self, n: i64) -> PyResult<Decision> {
+                Ok(Decision::from(self.0.try_acquire(args::count("n", n)?)))
+            }
+        }
+
+        $(#[$keyed_meta])*
+        #[pyclass(module = "tollgate._tollgate")]
+        pub struct $keyed(Keyed<String, $algo, AnyClock>);
+
+        #[pymethods]
+        impl $keyed {
+            #[new]
+            #[pyo3(signature = ($($arg $(= $default)?,)* max_keys=DEFAULT_MAX_KEYS, clock=None, at_max_keys="reject"))]
+            fn new(
+                $($arg: $ty,)*
+                max_keys: i64,
+                clock: Option<PyRef<'_, ManualClock>>,
+                at_max_keys: &str,
+            ) -> PyResult<Self> {
+                let keyed = Keyed::builder($build)
+                    .max_keys(self::max_keys(max_keys)?)
+                    .at_key_limit(self::at_max_keys(at_max_keys)?)
+                    .clock(AnyClock::from_arg(clock))
+                    .build();
+                Ok(Self(keyed))
+            }
+
+            #[doc = $keyed_take]
+            #[pyo3(signature = (key, n=1))]
+            fn try_acquire(&self, key: &str, n: i64) -> PyResult<Decision> {
+                Ok(Decision::from(self.0.try_acquire(key, args::count("n", n)?)))
+            }
+
+            fn __len__(&self) -> usize {
+                self.0.len()
+            }
+        }
+    };
 }
 
-/// An in-process sliding window: at most about `limit` permits in any `window` seconds (counted
-/// in `segments` slices; the error is at most `limit / segments`).
-#[pyclass(module = "tollgate._tollgate", name = "LocalSlidingWindow")]
-pub struct LocalSlidingWindow(Limiter<SlidingWindow, AnyClock>);
-
-#[pymethods]
-impl LocalSlidingWindow {
-    #[new]
-    #[pyo3(signature = (limit, window, segments=DEFAULT_SEGMENTS, clock=None))]
-    fn new(limit: i64, window: Seconds, segments: i64, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
-        let algo = sliding_window(limit, &window, segments)?;
-        Ok(Self(Limiter::builder(algo).clock(AnyClock::from_arg(clock)).build()))
-    }
-
-    /// Takes `n` permits if the window has room for them now.
-    #[pyo3(signature = (n=1))]
-    fn try_acquire(&self, n: i64) -> PyResult<Decision> {
-        Ok(Decision::from(self.0.try_acquire(args::count("n", n)?)))
-    }
+limiter_classes! {
+    TokenBucket(capacity: i64, refill_frequency: Seconds, refill_amount: i64)
+        => TokenBucket::new(args::bucket_quota(capacity, &refill_frequency, refill_amount)?);
+    /// An in-process token bucket (GCRA): `capacity` tokens, `refill_amount` more every
+    /// `refill_frequency` seconds, spread evenly.
+    ///
+    /// >>> bucket = LocalTokenBucket(capacity=2, refill_frequency=1.0, refill_amount=2)
+    /// >>> bool(bucket.try_acquire()), bool(bucket.try_acquire()), bool(bucket.try_acquire())
+    /// (True, True, False)
+    local LocalTokenBucket: "Takes `n` tokens if there are that many now.";
+    /// One in-process token bucket per key (e.g. per user), at most `max_keys` keys in memory (idle
+    /// ones are evicted first). When that many are stored and none is idle, a new key is rejected
+    /// with the time one goes idle (`at_max_keys="reject"`, the default), evicts the key nearest to
+    /// idle (`"evict"`: that key may get its burst again) or is allowed without being stored
+    /// (`"admit"`: fail open).
+    keyed KeyedTokenBucket: "Takes `n` tokens from `key`'s bucket if it has them now.";
 }
 
-/// One in-process token bucket per key (e.g. per user), at most `max_keys` keys in memory (idle
-/// ones are evicted first). When that many are stored and none is idle, a new key is rejected
-/// with the time one goes idle (`at_max_keys="reject"`, the default), evicts the key nearest to
-/// idle (`"evict"`: that key may get its burst again) or is allowed without being stored
-/// (`"admit"`: fail open).
-#[pyclass(module = "tollgate._tollgate", name = "KeyedTokenBucket")]
-pub struct KeyedTokenBucket(Keyed<String, TokenBucket, AnyClock>);
-
-#[pymethods]
-impl KeyedTokenBucket {
-    #[new]
-    #[pyo3(signature = (capacity, refill_frequency, refill_amount, max_keys=DEFAULT_MAX_KEYS, clock=None, at_max_keys="reject"))]
-    fn new(
-        capacity: i64,
-        refill_frequency: Seconds,
-        refill_amount: i64,
-        max_keys: i64,
-        clock: Option<PyRef<'_, ManualClock>>,
-        at_max_keys: &str,
-    ) -> PyResult<Self> {
-        let quota = args::bucket_quota(capacity, &refill_frequency, refill_amount)?;
-        let keyed = Keyed::builder(TokenBucket::new(quota))
-            .max_keys(self::max_keys(max_keys)?)
-            .at_key_limit(self::at_max_keys(at_max_keys)?)
-            .clock(AnyClock::from_arg(clock))
-            .build();
-        Ok(Self(keyed))
-    }
-
-    /// Takes `n` tokens from `key`'s bucket if it has them now.
-    #[pyo3(signature = (key, n=1))]
-    fn try_acquire(&self, key: &str, n: i64) -> PyResult<Decision> {
-        Ok(Decision::from(self.0.try_acquire(key, args::count("n", n)?)))
-    }
-
-    fn __len__(&self) -> usize {
-        self.0.len()
-    }
+limiter_classes! {
+    SlidingWindow(limit: i64, window: Seconds, segments: i64 = DEFAULT_SEGMENTS) => sliding_window(limit, &window, segments)?;
+    /// An in-process sliding window: at most about `limit` permits in any `window` seconds (counted
+    /// in `segments` slices; the error is at most `limit / segments`).
+    local LocalSlidingWindow: "Takes `n` permits if the window has room for them now.";
+    /// One in-process sliding window per key, at most `max_keys` keys in memory (`at_max_keys` as
+    /// for [`KeyedTokenBucket`]).
+    keyed KeyedSlidingWindow: "Takes `n` permits from `key`'s window if it has room for them now.";
 }
 
-/// One in-process sliding window per key, at most `max_keys` keys in memory (`at_max_keys` as
-/// for [`KeyedTokenBucket`]).
-#[pyclass(module = "tollgate._tollgate", name = "KeyedSlidingWindow")]
-pub struct KeyedSlidingWindow(Keyed<String, SlidingWindow, AnyClock>);
-
-#[pymethods]
-impl KeyedSlidingWindow {
-    #[new]
-    #[pyo3(signature = (limit, window, segments=DEFAULT_SEGMENTS, max_keys=DEFAULT_MAX_KEYS, clock=None, at_max_keys="reject"))]
-    fn new(
-        limit: i64,
-        window: Seconds,
-        segments: i64,
-        max_keys: i64,
-        clock: Option<PyRef<'_, ManualClock>>,
-        at_max_keys: &str,
-    ) -> PyResult<Self> {
-        let algo = sliding_window(limit, &window, segments)?;
-        let keyed = Keyed::builder(algo)
-            .max_keys(self::max_keys(max_keys)?)
-            .at_key_limit(self::at_max_keys(at_max_keys)?)
-            .clock(AnyClock::from_arg(clock))
-            .build();
-        Ok(Self(keyed))
-    }
-
-    /// Takes `n` permits from `key`'s window if it has room for them now.
-    #[pyo3(signature = (key, n=1))]
-    fn try_acquire(&self, key: &str, n: i64) -> PyResult<Decision> {
-        Ok(Decision::from(self.0.try_acquire(key, args::count("n", n)?)))
-    }
-
-    fn __len__(&self) -> usize {
-        self.0.len()
-    }
-}
-
-/// An in-process weighted window (the two-window approximation of a sliding window, Cloudflare's):
-/// the previous window's count weighted by how much of it still overlaps the last `window`
-/// seconds, plus the current window's. Two counters, smooth, approximate.
-///
-/// >>> clock = ManualClock()
-/// >>> w = LocalWeightedWindow(limit=10, window=1.0, clock=clock)
-/// >>> bool(w.try_acquire(10)), bool(w.try_acquire())
-/// (True, False)
-#[pyclass(module = "tollgate._tollgate", name = "LocalWeightedWindow")]
-pub struct LocalWeightedWindow(Limiter<WeightedWindow, AnyClock>);
-
-#[pymethods]
-impl LocalWeightedWindow {
-    #[new]
-    #[pyo3(signature = (limit, window, clock=None))]
-    fn new(limit: i64, window: Seconds, clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
-        let algo = WeightedWindow::new(args::window_quota(limit, &window)?);
-        Ok(Self(Limiter::builder(algo).clock(AnyClock::from_arg(clock)).build()))
-    }
-
-    /// Takes `n` permits if the window has room for them now.
-    #[pyo3(signature = (n=1))]
-    fn try_acquire(&self, n: i64) -> PyResult<Decision> {
-        Ok(Decision::from(self.0.try_acquire(args::count("n", n)?)))
-    }
-}
-
-/// One in-process weighted window per key, at most `max_keys` keys in memory (`at_max_keys` as
-/// for [`KeyedTokenBucket`]).
-#[pyclass(module = "tollgate._tollgate", name = "KeyedWeightedWindow")]
-pub struct KeyedWeightedWindow(Keyed<String, WeightedWindow, AnyClock>);
-
-#[pymethods]
-impl KeyedWeightedWindow {
-    #[new]
-    #[pyo3(signature = (limit, window, max_keys=DEFAULT_MAX_KEYS, clock=None, at_max_keys="reject"))]
-    fn new(
-        limit: i64,
-        window: Seconds,
-        max_keys: i64,
-        clock: Option<PyRef<'_, ManualClock>>,
-        at_max_keys: &str,
-    ) -> PyResult<Self> {
-        let algo = WeightedWindow::new(args::window_quota(limit, &window)?);
-        let keyed = Keyed::builder(algo)
-            .max_keys(self::max_keys(max_keys)?)
-            .at_key_limit(self::at_max_keys(at_max_keys)?)
-            .clock(AnyClock::from_arg(clock))
-            .build();
-        Ok(Self(keyed))
-    }
-
-    /// Takes `n` permits from `key`'s window if it has room for them now.
-    #[pyo3(signature = (key, n=1))]
-    fn try_acquire(&self, key: &str, n: i64) -> PyResult<Decision> {
-        Ok(Decision::from(self.0.try_acquire(key, args::count("n", n)?)))
-    }
-
-    fn __len__(&self) -> usize {
-        self.0.len()
-    }
+limiter_classes! {
+    WeightedWindow(limit: i64, window: Seconds) => WeightedWindow::new(args::window_quota(limit, &window)?);
+    /// An in-process weighted window (the two-window approximation of a sliding window, Cloudflare's):
+    /// the previous window's count weighted by how much of it still overlaps the last `window`
+    /// seconds, plus the current window's. Two counters, smooth, approximate.
+    ///
+    /// >>> clock = ManualClock()
+    /// >>> w = LocalWeightedWindow(limit=10, window=1.0, clock=clock)
+    /// >>> bool(w.try_acquire(10)), bool(w.try_acquire())
+    /// (True, False)
+    local LocalWeightedWindow: "Takes `n` permits if the window has room for them now.";
+    /// One in-process weighted window per key, at most `max_keys` keys in memory (`at_max_keys` as
+    /// for [`KeyedTokenBucket`]).
+    keyed KeyedWeightedWindow: "Takes `n` permits from `key`'s window if it has room for them now.";
 }

@@ -1,19 +1,21 @@
 //! [`Redis`]: the connection every distributed limiter shares, with a deadline on every call and a
 //! back-off after failures so a dead server is not asked again on every request.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Script, Value};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, Value};
 
-use crate::error::BackendError;
+use crate::error::{BackendError, failed_command};
 
 /// Connection settings.
 #[derive(Clone, Debug)]
 pub struct RedisOptions {
-    /// Longest a decision may wait for Redis before the failure policy decides (default 50 ms).
+    /// Longest a decision may wait for Redis before the failure policy decides (default 50 ms):
+    /// the deadline of every call, unless a handle from [`Redis::with_deadline`] sets its own.
     pub deadline: Duration,
     /// Longest `connect` may take (default 2 s).
     pub connect_timeout: Duration,
@@ -40,7 +42,42 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
+/// One type for scripts, commands and pipelines on either kind of connection; a cluster routes
+/// each by its key's slot.
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// A shared Redis connection (single server or cluster). Cheap to clone.
+///
+/// Every call ([`Redis::invoke`] for scripts, [`Redis::query`] for commands,
+/// [`Redis::pipeline`] for pipelines) has a deadline and shares one back-off: after a failure
+/// the calls fail at once ([`BackendError::BackingOff`]) until the back-off has passed, so a dead
+/// server is not asked again by every caller.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
@@ -50,6 +87,9 @@ enum Conn {
 #[derive(Clone)]
 pub struct Redis {
     inner: Arc<Inner>,
+    /// This handle's deadline per call: [`RedisOptions::deadline`] unless set by
+    /// [`Redis::with_deadline`].
+    deadline: Duration,
 }
 
 struct Inner {
@@ -129,21 +169,19 @@ impl Redis {
     }
 
     fn from_parts(conn: Conn, client: Option<redis::Client>, shown: String, options: RedisOptions) -> Redis {
-        Redis { inner: Arc::new(Inner { conn, client, shown, options, health: Mutex::new(Health::default()) }) }
+        let deadline = options.deadline;
+        Redis {
+            inner: Arc::new(Inner { conn, client, shown, options, health: Mutex::new(Health::default()) }),
+            deadline,
+        }
     }
 
     async fn ping(&self) -> Result<(), BackendError> {
-        let mut cmd = redis::cmd("PING");
         let url = &self.inner.shown;
         let timeout = self.inner.options.connect_timeout;
         let fut = async {
-            match self.inner.conn.clone() {
-                Conn::Single(mut c) => cmd.query_async::<Value>(&mut c).await,
-                Conn::Cluster(mut c) => {
-                    cmd = redis::cmd("PING");
-                    cmd.query_async::<Value>(&mut c).await
-                }
-            }
+            let mut conn = self.inner.conn.clone();
+            redis::cmd("PING").query_async::<Value>(&mut conn).await
         };
         match tokio::time::timeout(timeout, fut).await {
             Err(_) => Err(BackendError::Timeout(timeout)),
@@ -173,6 +211,33 @@ impl Redis {
         &self.inner.options
     }
 
+    /// The same connection, with `deadline` for each call made through the returned handle
+    /// instead of [`RedisOptions::deadline`]. The connection, and the back-off after failures,
+    /// stay shared with every other handle: only how long a call may wait changes.
+    ///
+    /// For commands that legitimately take longer than a rate-limit decision (reading a batch
+    /// from a queue, scanning), without giving the decisions on the same connection a longer
+    /// deadline. A call that misses it counts as a failure of Redis like any other timeout.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+    /// use std::time::Duration;
+    /// use tollgate_redis::{Redis, redis};
+    /// let redis = Redis::connect("redis://127.0.0.1:6379/").await?;
+    /// let patient = redis.with_deadline(Duration::from_secs(2));
+    /// assert_eq!((redis.deadline(), patient.deadline()), (Duration::from_millis(50), Duration::from_secs(2)));
+    /// let pending: u64 = patient.query(redis::cmd("XLEN").arg("orders")).await?;
+    /// # let _ = pending; Ok(()) }
+    /// ```
+    pub fn with_deadline(&self, deadline: Duration) -> Redis {
+        Redis { inner: self.inner.clone(), deadline }
+    }
+
+    /// Longest a call through this handle waits for Redis (see [`Redis::with_deadline`]).
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
     /// The client of a single-server connection (for dedicated blocking connections); `None` on
     /// a cluster.
     pub fn client(&self) -> Option<&redis::Client> {
@@ -187,18 +252,14 @@ impl Redis {
 
     /// Runs `script` with `keys` and `args` (EVALSHA; the script is loaded only on NOSCRIPT, then
     /// retried once) within the deadline. While backing off after failures, fails at once.
-    pub async fn invoke<T: redis::FromRedisValue>(
+    ///
+    /// On a cluster, `keys` must share one hash tag (they go to one slot).
+    pub async fn invoke<T: FromRedisValue>(
         &self,
         script: &Script,
         keys: &[String],
         args: &[String],
     ) -> Result<T, BackendError> {
-        if let Err(backing_off) = self.check_backoff() {
-            // Failing at once never yields: a caller looping on decisions would hold its worker
-            // thread (and the timers and reconnection that would end the outage) forever.
-            tokio::task::consume_budget().await;
-            return Err(backing_off);
-        }
         let mut invocation = script.prepare_invoke();
         for k in keys {
             invocation.key(k);
@@ -206,17 +267,87 @@ impl Redis {
         for a in args {
             invocation.arg(a);
         }
-        let deadline = self.inner.options.deadline;
-        let started = Instant::now();
         let call = async {
-            match self.inner.conn.clone() {
-                Conn::Single(mut c) => invocation.invoke_async::<T>(&mut c).await,
-                Conn::Cluster(mut c) => invocation.invoke_async::<T>(&mut c).await,
-            }
+            let mut conn = self.inner.conn.clone();
+            invocation.invoke_async::<T>(&mut conn).await
         };
-        let outcome = match tokio::time::timeout(deadline, call).await {
+        self.call(call, |_| keys.first().cloned()).await
+    }
+
+    /// Runs one command within the deadline, as [`Redis::invoke`] runs a script: the same deadline,
+    /// back-off and error classification ([`BackendError::is_transient`]), on one server or a
+    /// cluster (which routes the command by its key). A refusal of the command itself (a wrong
+    /// type, `BUSYGROUP`, a reply of another type than `T`) is returned as an error but says
+    /// nothing about the server's health: it opens no back-off.
+    ///
+    /// Never send a blocking command (`BLPOP`, `XREADGROUP ... BLOCK`) through it: the connection
+    /// is shared, and every other caller's commands would wait behind it. Open a dedicated
+    /// connection from [`Redis::client`] for those.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+    /// use tollgate_redis::{Redis, redis};
+    /// let redis = Redis::connect("redis://127.0.0.1:6379/").await?;
+    /// let id: String = redis.query(redis::cmd("XADD").arg("orders").arg("*").arg("sku").arg(42)).await?;
+    /// let length: u64 = redis.query(redis::cmd("XLEN").arg("orders")).await?;
+    /// # let _ = (id, length); Ok(()) }
+    /// ```
+    pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, BackendError> {
+        let call = async {
+            let mut conn = self.inner.conn.clone();
+            cmd.query_async::<T>(&mut conn).await
+        };
+        self.call(call, |_| command_key(cmd)).await
+    }
+
+    /// Runs a pipeline (one round trip; `MULTI`/`EXEC` around it if it is
+    /// [atomic](Pipeline::atomic)) within the deadline, as [`Redis::query`] runs one command.
+    /// `T` reads the replies of the commands not marked [ignored](Pipeline::ignore), as a tuple
+    /// or a `Vec`.
+    ///
+    /// On a cluster, every key of the pipeline must share one hash tag (`{orders}:items`,
+    /// `{orders}:attempts`): the pipeline goes to one node, and a pipeline over several slots is
+    /// refused (`CROSSSLOT`, not transient).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+    /// use tollgate_redis::{Redis, redis};
+    /// let redis = Redis::connect("redis://127.0.0.1:6379/").await?;
+    /// let mut pipe = redis::pipe();
+    /// pipe.atomic().cmd("INCR").arg("{orders}:sent").cmd("HINCRBY").arg("{orders}:by-sku").arg(42).arg(1);
+    /// let (sent, of_sku): (u64, u64) = redis.pipeline(&pipe).await?;
+    /// # let _ = (sent, of_sku); Ok(()) }
+    /// ```
+    pub async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> Result<T, BackendError> {
+        let call = async {
+            let mut conn = self.inner.conn.clone();
+            pipe.query_async::<T>(&mut conn).await
+        };
+        self.call(call, |failed| pipe.cmd_iter().nth(failed.unwrap_or(0)).and_then(command_key)).await
+    }
+
+    /// One call: fails at once while backing off, else waits for `request` within this handle's
+    /// deadline, classifies its error and records the outcome for the back-off. `key` names the
+    /// key of the command that failed (given its index in a pipeline), computed only on error.
+    async fn call<T>(
+        &self,
+        request: impl Future<Output = RedisResult<T>>,
+        key: impl FnOnce(Option<usize>) -> Option<String>,
+    ) -> Result<T, BackendError> {
+        if let Err(backing_off) = self.check_backoff() {
+            // Failing at once never yields: a caller looping on decisions would hold its worker
+            // thread (and the timers and reconnection that would end the outage) forever.
+            tokio::task::consume_budget().await;
+            return Err(backing_off);
+        }
+        let deadline = self.deadline;
+        let started = Instant::now();
+        let outcome = match tokio::time::timeout(deadline, request).await {
             Err(_) => Err(BackendError::Timeout(deadline)),
-            Ok(Err(e)) => Err(BackendError::classify(e, &self.inner.shown, keys.first().map(String::as_str))),
+            Ok(Err(e)) => {
+                let key = key(failed_command(&e));
+                Err(BackendError::classify(e, &self.inner.shown, key.as_deref()))
+            }
             Ok(Ok(v)) => Ok(v),
         };
         self.record(&outcome, started);
@@ -243,8 +374,9 @@ impl Redis {
                 h.failures = 0;
                 h.failed_at = None;
             }
-            // A wrong key type is the caller's data, not the server's health.
-            Err(BackendError::WrongType { .. }) => {}
+            // An answer that refuses this one request (a key of another type, a script error,
+            // BUSYGROUP, a reply of an unexpected type) says nothing about the server's health.
+            Err(e) if !e.is_outage() => {}
             Err(_) if h.failed_at.is_some_and(|at| started < at) => {}
             Err(e) => {
                 h.failures = h.failures.saturating_add(1);
@@ -267,9 +399,26 @@ impl std::fmt::Debug for Redis {
         f.debug_struct("Redis")
             .field("url", &i.shown)
             .field("cluster", &matches!(i.conn, Conn::Cluster(_)))
+            .field("deadline", &self.deadline)
             .field("options", &i.options)
             .finish_non_exhaustive()
     }
+}
+
+/// The key a command is about, for [`BackendError::WrongType`]: its first argument after the
+/// name, or the first stream after `STREAMS` for `XREAD`/`XREADGROUP`; `None` for a bare command.
+fn command_key(cmd: &Cmd) -> Option<String> {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    let name = args.next()?;
+    let key = if name.eq_ignore_ascii_case(b"XREAD") || name.eq_ignore_ascii_case(b"XREADGROUP") {
+        args.skip_while(|arg| !arg.eq_ignore_ascii_case(b"STREAMS")).nth(1)
+    } else {
+        args.next()
+    }?;
+    Some(String::from_utf8_lossy(key).into_owned())
 }
 
 /// `url` (or a comma-separated list of them) with what may hold a secret left out: the user info

@@ -45,7 +45,9 @@ pub enum BackendError {
         "redis key {key:?} holds a value of another type (WRONGTYPE); is another program using the prefix? {source}"
     )]
     WrongType {
-        /// The key (the first one of the decision).
+        /// The key: the first one of the decision; for a command, its first key (the first
+        /// argument after its name, or the first stream after `STREAMS`); for a pipeline, the
+        /// failing command's.
         key: String,
         /// The server's answer.
         #[source]
@@ -87,6 +89,12 @@ impl BackendError {
         }
     }
 
+    /// True when the failure says Redis cannot serve anyone right now (an outage, or credentials
+    /// it refuses), as opposed to refusing one request: what opens the back-off.
+    pub(crate) fn is_outage(&self) -> bool {
+        self.is_transient() || matches!(self, BackendError::Auth { .. })
+    }
+
     /// True when Redis did not answer within a deadline (a kind of transient failure).
     pub fn is_timeout(&self) -> bool {
         match self {
@@ -98,18 +106,32 @@ impl BackendError {
 
     /// `url` is shown as is: callers pass it through [`redact_url`](crate::redact_url) first.
     pub(crate) fn classify(err: RedisError, url: &str, key: Option<&str>) -> BackendError {
+        let code = server_code(&err);
         match err.kind() {
             ErrorKind::AuthenticationFailed => BackendError::Auth { url: url.to_owned(), source: err },
             ErrorKind::Server(ServerErrorKind::NoPerm) => BackendError::Auth { url: url.to_owned(), source: err },
-            _ if err.code() == Some("WRONGTYPE") => {
+            _ if code.as_deref() == Some("WRONGTYPE") => {
                 BackendError::WrongType { key: key.unwrap_or_default().to_owned(), source: err }
             }
-            _ if err.code() == Some("NOAUTH") || err.code() == Some("WRONGPASS") => {
+            _ if matches!(code.as_deref(), Some("NOAUTH" | "WRONGPASS")) => {
                 BackendError::Auth { url: url.to_owned(), source: err }
             }
             _ => BackendError::Redis(err),
         }
     }
+}
+
+/// The first server error of a pipeline (or transaction) that failed, with its command's index;
+/// `None` for any other error.
+pub(crate) fn failed_command(err: &RedisError) -> Option<usize> {
+    err.clone().into_server_errors().and_then(|errors| errors.first().map(|(index, _)| *index))
+}
+
+/// The server's error code (`WRONGTYPE`, `BUSY`): the error's own, or a failed pipeline's first.
+fn server_code(err: &RedisError) -> Option<String> {
+    err.code().map(str::to_owned).or_else(|| {
+        err.clone().into_server_errors().and_then(|errors| errors.first().map(|(_, e)| e.code().to_owned()))
+    })
 }
 
 /// A client error that a later call may not see: I/O (refused, reset, timed out), a cluster in
@@ -126,7 +148,7 @@ fn redis_error_is_transient(e: &RedisError) -> bool {
             ErrorKind::ClusterConnectionNotFound
                 | ErrorKind::Server(S::BusyLoading | S::MasterDown | S::ReadOnly | S::TryAgain | S::ClusterDown)
         )
-        || e.code() == Some("BUSY")
+        || server_code(e).as_deref() == Some("BUSY")
 }
 
 #[cfg(test)]

@@ -49,6 +49,9 @@ pub use failure::{FailurePolicy, LocalFallback};
 pub use key::RedisKey;
 pub use leased::{LeasedLimiter, LeasedLimiterBuilder};
 pub use limiter::{KeyCountError, RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
+/// The Redis client underneath, re-exported so that commands for [`Redis::query`] and
+/// [`Redis::pipeline`] are built with the same version (`tollgate_redis::redis::cmd("XLEN")`).
+pub use redis;
 pub use scan::{StoredWindow, WindowKey, WindowPage, delete_windows, glob_escape, scan_windows};
 pub use semaphore::{RedisSemaphore, RedisSemaphoreBuilder, SemaphoreConfigError, SemaphoreGuard, SemaphoreState};
 

@@ -1,12 +1,14 @@
 //! Redis-specific behaviour: multi-limit atomicity, key expiry, exactness under contention, one
-//! round trip per decision, failures (outage, bad URL, auth, WRONGTYPE), and a real cluster.
+//! round trip per decision, failures (outage, bad URL, auth, WRONGTYPE), commands and pipelines
+//! under the same deadline and back-off, and a real cluster.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tollgate::{ManualClock, Quota, Reason};
-use tollgate_redis::{BackendError, FailurePolicy, LocalFallback, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
-use tollgate_testkit::{RedisServer, free_port};
+use tollgate_redis::{
+    BackendError, FailurePolicy, LocalFallback, Redis, RedisAlgorithm, RedisLimiter, RedisOptions, redis,
+};
+use tollgate_testkit::{RedisCluster, RedisServer, free_port};
 
 /// Behaviour on a manual clock: a loaded CI machine must not turn a slow answer into an outage.
 async fn connect(server: &RedisServer) -> Redis {
@@ -275,6 +277,77 @@ async fn bad_urls_auth_and_wrong_types_are_clear_errors() {
 }
 
 #[tokio::test]
+async fn commands_and_pipelines_answer_and_name_the_key_of_a_wrong_type() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let id: String = redis.query(redis::cmd("XADD").arg("orders").arg("*").arg("sku").arg(42)).await.unwrap();
+    assert!(id.contains('-'), "a stream entry id: {id}");
+    assert_eq!(redis.query::<u64>(redis::cmd("XLEN").arg("orders")).await.unwrap(), 1);
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("INCR").arg("{t}a").cmd("SET").arg("{t}b").arg(7).ignore().cmd("INCRBY").arg("{t}b").arg(2);
+    assert_eq!(redis.pipeline::<(u64, u64)>(&pipe).await.unwrap(), (1, 9));
+
+    server.cli(&["LPUSH", "listed", "x"]);
+    let err = redis.query::<Option<String>>(redis::cmd("GET").arg("listed")).await.unwrap_err();
+    assert!(matches!(&err, BackendError::WrongType { key, .. } if key == "listed"), "{err}");
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("INCR").arg("counted").cmd("HINCRBY").arg("listed").arg("f").arg(1);
+    let err = redis.pipeline::<(u64, u64)>(&pipe).await.unwrap_err();
+    assert!(matches!(&err, BackendError::WrongType { key, .. } if key == "listed"), "{err}");
+    let read = redis::cmd("XREADGROUP").arg("GROUP").arg("g").arg("c").arg("STREAMS").arg("listed").arg(">").clone();
+    let err = redis.query::<redis::Value>(&read).await.unwrap_err();
+    assert!(matches!(&err, BackendError::WrongType { key, .. } if key == "listed"), "{err}");
+    assert!(!err.is_transient());
+}
+
+/// A command Redis refuses is an error of that command, not an outage: no back-off for the rest.
+#[tokio::test]
+async fn a_refused_command_opens_no_back_off() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let mut create = redis::cmd("XGROUP");
+    create.arg("CREATE").arg("jobs").arg("workers").arg("0").arg("MKSTREAM");
+    redis.query::<()>(&create).await.unwrap();
+    let err = redis.query::<()>(&create).await.unwrap_err();
+    assert!(matches!(&err, BackendError::Redis(e) if e.code() == Some("BUSYGROUP")), "{err}");
+    assert!(!err.is_transient(), "{err}");
+    let err = redis.query::<u64>(redis::cmd("GET").arg("jobs-missing")).await.unwrap_err();
+    assert!(!err.is_transient(), "nil is not a number: {err}");
+    assert_eq!(redis.query::<u64>(redis::cmd("XLEN").arg("jobs")).await.unwrap(), 0);
+    assert!(redis.last_error().is_none());
+}
+
+/// A handle with a longer deadline shares the connection and the back-off: a hung server costs it
+/// its own deadline, and every handle then backs off until Redis answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_s_own_deadline_bounds_its_calls_and_shares_the_back_off() {
+    let server = RedisServer::start();
+    let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
+    let redis = Redis::connect_with(&server.url(), options).await.unwrap();
+    let patient = redis.with_deadline(Duration::from_millis(400));
+    assert_eq!((redis.deadline(), patient.deadline()), (Duration::from_millis(50), Duration::from_millis(400)));
+    assert_eq!(patient.query::<String>(&redis::cmd("PING")).await.unwrap(), "PONG");
+
+    server.pause();
+    let started = Instant::now();
+    let err = patient.query::<String>(&redis::cmd("PING")).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, BackendError::Timeout(d) if d == Duration::from_millis(400)), "{err}");
+    assert!(took >= Duration::from_millis(400) && took < Duration::from_secs(2), "took {took:?}");
+    let err = redis.query::<String>(&redis::cmd("PING")).await.unwrap_err();
+    assert!(matches!(err, BackendError::BackingOff { .. }), "the back-off is shared: {err}");
+    assert!(err.is_transient());
+
+    server.resume();
+    let resumed = Instant::now();
+    while patient.query::<String>(&redis::cmd("PING")).await.is_err() {
+        assert!(resumed.elapsed() < Duration::from_secs(3), "still failing 3 s after the server resumed");
+        tokio::task::yield_now().await;
+    }
+    assert!(redis.last_error().is_none());
+}
+
+#[tokio::test]
 async fn no_error_or_accessor_shows_the_password_of_a_url() {
     const SECRET: &str = "hunter2-s3cret";
     let shows_no_secret = |what: &str, text: String| {
@@ -362,23 +435,8 @@ async fn acquire_reserves_the_earliest_slot_and_max_wait_takes_nothing() {
 /// A real 3-node cluster: decisions with several limits land on one slot through the hash tag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn works_on_a_three_node_cluster() {
-    let nodes: Vec<RedisServer> = (0..3)
-        .map(|_| RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]))
-        .collect();
-    let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-    let out = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addrs)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !nodes.iter().all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")) {
-        assert!(Instant::now() < deadline, "cluster did not become ready");
-        tokio::task::yield_now().await;
-    }
-    let urls: Vec<String> = addrs.iter().map(|a| format!("redis://{a}/")).collect();
+    let cluster = RedisCluster::start(3);
+    let urls = cluster.urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let redis = Redis::connect_cluster(&urls, RedisOptions { deadline: Duration::from_secs(2), ..Default::default() })
         .await
@@ -396,8 +454,21 @@ async fn works_on_a_three_node_cluster() {
         assert_eq!(no.reason(), Reason::Exhausted, "{tenant}");
         let _ = l.try_acquire_keys(&tenant, &["u2", &tenant], 2).await.unwrap().unwrap();
     }
-    let per_node: Vec<u64> = nodes.iter().map(|n| n.cli(&["DBSIZE"]).parse().unwrap()).collect();
+    let per_node: Vec<u64> = cluster.nodes().iter().map(|n| n.cli(&["DBSIZE"]).parse().unwrap()).collect();
     assert!(per_node.iter().filter(|&&k| k > 0).count() >= 2, "keys on one node only: {per_node:?}");
+
+    // Commands go to their key's node; a pipeline goes to one node, so its keys share a hash tag.
+    for t in 0..30 {
+        let mut pipe = redis::pipe();
+        pipe.atomic().cmd("INCR").arg(format!("{{q{t}}}:a")).cmd("INCRBY").arg(format!("{{q{t}}}:b")).arg(t);
+        assert_eq!(redis.pipeline::<(u64, u64)>(&pipe).await.unwrap(), (1, t));
+        assert_eq!(redis.query::<u64>(redis::cmd("GET").arg(format!("{{q{t}}}:b"))).await.unwrap(), t);
+    }
+    let mut across = redis::pipe();
+    across.cmd("INCR").arg("{q0}:a").cmd("INCR").arg("{q1}:a");
+    let err = redis.pipeline::<(u64, u64)>(&across).await.unwrap_err();
+    assert!(!err.is_transient(), "keys of two slots in one pipeline is the caller's fault: {err}");
+    assert_eq!(redis.query::<u64>(redis::cmd("GET").arg("{q0}:a")).await.unwrap(), 1, "nothing ran, no back-off");
 }
 
 /// What a local fallback granted during an outage is counted in Redis by the first decision Redis

@@ -1,7 +1,8 @@
 //! Test support for Tollgate's crates: the parts a fault test is made of.
 //!
 //! - [`RedisServer`]: a real `redis-server` per test on a free port, that the test can kill,
-//!   restart, pause (SIGSTOP, a hung server) and resume.
+//!   restart, pause (SIGSTOP, a hung server) and resume; [`RedisCluster`]: several of them as
+//!   a Redis Cluster.
 //! - [`FaultProxy`]: a TCP proxy between clients and a server that adds latency, blackholes,
 //!   resets connections and heals, switched while the test runs.
 //! - [`History`] and [`Bound`]: every decision recorded on the authority's clock and checked
@@ -25,9 +26,11 @@
 mod history;
 mod process;
 mod proxy;
+mod redis_cluster;
 mod redis_server;
 
 pub use history::{Bound, Decision, History, Hold, Violation, max_holders};
 pub use process::{Signal, free_port, signal};
 pub use proxy::{Fault, FaultProxy};
+pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;

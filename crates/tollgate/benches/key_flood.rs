@@ -22,24 +22,11 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tollgate::{AtKeyLimit, Keyed, ManualClock, Quota, TokenBucket};
 
+#[path = "../tests/support/rng.rs"]
+mod rng;
+use rng::Rng;
+
 type Table = Keyed<u64, TokenBucket, ManualClock>;
-
-/// splitmix64, as in `limiters.rs`.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-}
 
 /// New keys never collide with stored ones: stored keys are below 2^40.
 const NEW_KEYS: u64 = 1 << 40;

@@ -25,6 +25,10 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, RateLimiter};
 use tollgate::{Clock, Concurrency, Keyed, Limiter, Quota, SystemClock, TokenBucket};
 
+#[path = "../tests/support/rng.rs"]
+mod rng;
+use rng::Rng;
+
 /// Keys in the keyed benchmarks.
 const KEYS: u64 = 1_000_000;
 /// Keys in the in-cache keyed benchmark.
@@ -32,24 +36,6 @@ const SMALL_KEYS: u64 = 1_000;
 
 fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).expect("non-zero")
-}
-
-/// splitmix64: a few nanoseconds per key, the same cost on both sides of every comparison.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (multiply-shift, no division).
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
 }
 
 /// Context for the rest: what one read of each library's clock costs (both read the TSC through

@@ -71,6 +71,60 @@ pub struct Meta {
     pub retry_ns: Option<u64>,
 }
 
+/// The accessors and `Debug` of [`Lease`] and [`Rejected`], which hold the same three things (the
+/// limiter's state as the decision saw it, the permits, the reason); the docs that differ
+/// between an admission and a rejection are given per type.
+macro_rules! decision_accessors {
+    (
+        $decision:ident;
+        $(#[$permits:meta])* permits;
+        $(#[$remaining:meta])* remaining;
+        $(#[$retry_after:meta])* retry_after;
+        $(#[$reason:meta])* reason;
+    ) => {
+        impl $decision {
+            $(#[$permits])*
+            pub fn permits(&self) -> u64 {
+                self.permits
+            }
+            /// Most permits the limiter grants at once.
+            pub fn limit(&self) -> u64 {
+                self.meta.limit()
+            }
+            $(#[$remaining])*
+            pub fn remaining(&self) -> u64 {
+                self.meta.meta().remaining
+            }
+            /// Time until the limiter is back to full capacity.
+            pub fn reset_after(&self) -> Duration {
+                Duration::from_nanos(self.meta.meta().reset_ns)
+            }
+            $(#[$retry_after])*
+            pub fn retry_after(&self) -> Option<Duration> {
+                self.meta.meta().retry_ns.map(Duration::from_nanos)
+            }
+            $(#[$reason])*
+            pub fn reason(&self) -> Reason {
+                self.reason
+            }
+            /// All metadata at once (computed now from what the decision saw).
+            pub fn meta(&self) -> Meta {
+                self.meta.meta()
+            }
+        }
+
+        impl fmt::Debug for $decision {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($decision))
+                    .field("permits", &self.permits)
+                    .field("reason", &self.reason)
+                    .field("meta", &self.meta)
+                    .finish()
+            }
+        }
+    };
+}
+
 /// Returns permits to the limiter they came from (concurrency limits).
 pub(crate) trait PermitPool: Send + Sync {
     fn release(self: Arc<Self>, n: u64);
@@ -145,35 +199,6 @@ impl Lease {
     pub fn granted_at(&self) -> u64 {
         self.acquired_at
     }
-    /// Permits this lease holds (0 for a probe).
-    pub fn permits(&self) -> u64 {
-        self.permits
-    }
-    /// Most permits the limiter grants at once.
-    pub fn limit(&self) -> u64 {
-        self.meta.limit()
-    }
-    /// Permits still available right after this lease was granted.
-    pub fn remaining(&self) -> u64 {
-        self.meta.meta().remaining
-    }
-    /// Time until the limiter is back to full capacity.
-    pub fn reset_after(&self) -> Duration {
-        Duration::from_nanos(self.meta.meta().reset_ns)
-    }
-    /// Time until one more permit is available (zero while `remaining > 0`); `None` when only a
-    /// release can free one (concurrency limits).
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.meta.meta().retry_ns.map(Duration::from_nanos)
-    }
-    /// [`Reason::Granted`], or [`Reason::Probe`] for `n == 0`.
-    pub fn reason(&self) -> Reason {
-        self.reason
-    }
-    /// All metadata at once (computed now from what the decision saw).
-    pub fn meta(&self) -> Meta {
-        self.meta.meta()
-    }
     /// True when dropping this lease gives permits back (a concurrency limit, or a chain with one),
     /// so it must be kept for as long as the work runs.
     pub fn releases_on_drop(&self) -> bool {
@@ -208,14 +233,17 @@ impl Drop for Lease {
     }
 }
 
-impl fmt::Debug for Lease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lease")
-            .field("permits", &self.permits)
-            .field("reason", &self.reason)
-            .field("meta", &self.meta)
-            .finish()
-    }
+decision_accessors! {
+    Lease;
+    /// Permits this lease holds (0 for a probe).
+    permits;
+    /// Permits still available right after this lease was granted.
+    remaining;
+    /// Time until one more permit is available (zero while `remaining > 0`); `None` when only a
+    /// release can free one (concurrency limits).
+    retry_after;
+    /// [`Reason::Granted`], or [`Reason::Probe`] for `n == 0`.
+    reason;
 }
 
 /// A request the limiter did not admit. Nothing was taken.
@@ -268,44 +296,17 @@ impl Rejected {
         self.meta = meta.into();
         self
     }
-
-    /// Permits that were asked for.
-    pub fn permits(&self) -> u64 {
-        self.permits
-    }
-    /// Most permits the limiter grants at once.
-    pub fn limit(&self) -> u64 {
-        self.meta.limit()
-    }
-    /// Permits available now (fewer than were asked for).
-    pub fn remaining(&self) -> u64 {
-        self.meta.meta().remaining
-    }
-    /// Time until the limiter is back to full capacity.
-    pub fn reset_after(&self) -> Duration {
-        Duration::from_nanos(self.meta.meta().reset_ns)
-    }
-    /// Time until the same request can succeed, exact to the nanosecond; `None` when waiting
-    /// alone cannot make it succeed (see [`Rejected::reason`]).
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.meta.meta().retry_ns.map(Duration::from_nanos)
-    }
-    /// Why the request was rejected.
-    pub fn reason(&self) -> Reason {
-        self.reason
-    }
-    /// All metadata at once (computed now from what the decision saw).
-    pub fn meta(&self) -> Meta {
-        self.meta.meta()
-    }
 }
 
-impl fmt::Debug for Rejected {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Rejected")
-            .field("permits", &self.permits)
-            .field("reason", &self.reason)
-            .field("meta", &self.meta)
-            .finish()
-    }
+decision_accessors! {
+    Rejected;
+    /// Permits that were asked for.
+    permits;
+    /// Permits available now (fewer than were asked for).
+    remaining;
+    /// Time until the same request can succeed, exact to the nanosecond; `None` when waiting
+    /// alone cannot make it succeed (see [`Rejected::reason`]).
+    retry_after;
+    /// Why the request was rejected.
+    reason;
 }

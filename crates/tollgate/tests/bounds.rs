@@ -29,26 +29,14 @@ use tollgate::{
     RateLimiter, Reason, SlidingLog, SlidingWindow, TokenBucket, WeightedWindow,
 };
 
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
+
 const THREADS: usize = 3;
 const ROUNDS: usize = 1000;
 /// Random-size requests per worker per round, before the drain.
 const ATTEMPTS: usize = 6;
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-}
 
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).expect("fits")

@@ -1,6 +1,6 @@
 """Type stubs of the native module ``tollgate._tollgate`` (re-exported by ``tollgate``)."""
 
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union, type_check_only
 
 __version__: str
 
@@ -106,29 +106,39 @@ class ManualClock:
     @property
     def now(self) -> float: ...
 
-class LocalTokenBucket:
+@type_check_only
+class _LocalLimiter:
+    """What every in-process limiter answers (for the stubs only: no such class at run time)."""
+
+    def try_acquire(self, n: int = 1) -> Decision: ...
+
+@type_check_only
+class _KeyedLimiter:
+    """What every keyed in-process limiter answers (for the stubs only: no such class at run time)."""
+
+    def try_acquire(self, key: str, n: int = 1) -> Decision: ...
+    def __len__(self) -> int: ...
+
+class LocalTokenBucket(_LocalLimiter):
     """An in-process token bucket."""
 
     def __init__(
         self, capacity: int, refill_frequency: Seconds, refill_amount: int, clock: Optional[ManualClock] = None
     ) -> None: ...
-    def try_acquire(self, n: int = 1) -> Decision: ...
 
-class LocalSlidingWindow:
+class LocalSlidingWindow(_LocalLimiter):
     """An in-process sliding window: about ``limit`` permits in any ``window`` seconds."""
 
     def __init__(
         self, limit: int, window: Seconds, segments: int = 10, clock: Optional[ManualClock] = None
     ) -> None: ...
-    def try_acquire(self, n: int = 1) -> Decision: ...
 
-class LocalWeightedWindow:
+class LocalWeightedWindow(_LocalLimiter):
     """An in-process weighted window: the previous window weighted by overlap plus the current one."""
 
     def __init__(self, limit: int, window: Seconds, clock: Optional[ManualClock] = None) -> None: ...
-    def try_acquire(self, n: int = 1) -> Decision: ...
 
-class KeyedTokenBucket:
+class KeyedTokenBucket(_KeyedLimiter):
     """One in-process token bucket per key."""
 
     def __init__(
@@ -140,10 +150,8 @@ class KeyedTokenBucket:
         clock: Optional[ManualClock] = None,
         at_max_keys: str = "reject",
     ) -> None: ...
-    def try_acquire(self, key: str, n: int = 1) -> Decision: ...
-    def __len__(self) -> int: ...
 
-class KeyedSlidingWindow:
+class KeyedSlidingWindow(_KeyedLimiter):
     """One in-process sliding window per key."""
 
     def __init__(
@@ -155,10 +163,8 @@ class KeyedSlidingWindow:
         clock: Optional[ManualClock] = None,
         at_max_keys: str = "reject",
     ) -> None: ...
-    def try_acquire(self, key: str, n: int = 1) -> Decision: ...
-    def __len__(self) -> int: ...
 
-class KeyedWeightedWindow:
+class KeyedWeightedWindow(_KeyedLimiter):
     """One in-process weighted window per key."""
 
     def __init__(
@@ -169,5 +175,3 @@ class KeyedWeightedWindow:
         clock: Optional[ManualClock] = None,
         at_max_keys: str = "reject",
     ) -> None: ...
-    def try_acquire(self, key: str, n: int = 1) -> Decision: ...
-    def __len__(self) -> int: ...

@@ -32,7 +32,7 @@ struct QueueArgs {
     /// Redis holding the queue (and the partitions).
     #[arg(long, default_value = "redis://127.0.0.1:6379", value_name = "URL")]
     redis_url: String,
-    /// The queue's name (a Redis stream; dead letters go to NAME:dead).
+    /// The queue's name (the Redis stream {NAME}; dead letters go to {NAME}:dead).
     #[arg(long, default_value = "tollgate:pump", value_name = "NAME")]
     queue: String,
     /// An item not acknowledged this long after delivery is delivered again (its worker died);
@@ -123,9 +123,8 @@ enum Failure {
 }
 
 async fn open(args: &QueueArgs) -> Result<RedisStreams, Failure> {
-    RedisStreams::open(&args.redis_url, &args.queue, args.idle, args.max_attempts)
-        .await
-        .map_err(|e| Failure::Run(e.to_string()))
+    let redis = tollgate_redis::Redis::connect(&args.redis_url).await.map_err(|e| Failure::Run(e.to_string()))?;
+    RedisStreams::open(&redis, &args.queue, args.idle, args.max_attempts).await.map_err(|e| Failure::Run(e.to_string()))
 }
 
 async fn enqueue(args: EnqueueArgs) -> Result<ExitCode, Failure> {
