@@ -2,8 +2,10 @@
 //! `RedisLimiter` (one round trip per decision), in one run, rounds interleaved; then the leased
 //! limiter on a budget it exhausts, with each window's admissions against the limit.
 //!
-//! `cargo run --release -p tollgate-redis --example hot_key [-- SECONDS_PER_ROUND]` (starts its own
-//! redis-server on a free port). README, "Hot keys", has the figures.
+//! `cargo run --release -p tollgate-redis --example hot_key [-- SECONDS_PER_ROUND [REDIS_URL]]`
+//! (starts its own redis-server on a free port unless given a URL: run several processes on one
+//! server to measure them together; windows are printed by the Unix time they end, so the
+//! processes' counts add up by window). README, "Hot keys", has the figures.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,8 +45,15 @@ async fn rate<L: RateLimiter<str> + Clone + 'static>(limiter: L, secs: f64) -> (
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let secs: f64 = std::env::args().nth(1).map_or(Ok(2.0), |s| s.parse())?;
-    let server = tollgate_testkit::RedisServer::start();
-    let redis = Redis::connect(&server.url()).await?;
+    let (_server, url) = match std::env::args().nth(2) {
+        Some(url) => (None, url),
+        None => {
+            let server = tollgate_testkit::RedisServer::start();
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let redis = Redis::connect(&url).await?;
     // A budget no task can exhaust: the cost of a decision, nothing else.
     let roomy = Quota::per_second(1_000_000_000)?;
     let plain = RedisLimiter::builder(&redis, "plain", RedisAlgorithm::FixedWindow).limit("l", roomy).build()?;
@@ -68,8 +77,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let limit = 20_000;
     let tight = LeasedLimiter::builder(&redis, "tight", Quota::per_second(limit)?).build()?;
     let windows = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<u64, u64>::new()));
-    let start = Instant::now();
-    let until = start + Duration::from_secs_f64(secs * 2.0);
+    let until = Instant::now() + Duration::from_secs_f64(secs * 2.0);
+    let unix_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let (tight, windows) = (tight.clone(), windows.clone());
@@ -77,8 +86,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 while Instant::now() < until {
                     tokio::task::consume_budget().await;
                     if let Ok(lease) = tight.try_acquire("hot", 1).await {
-                        // The window this admission counts in, by when it ends (to the ms).
-                        let end = (start.elapsed() + lease.reset_after()).as_millis() as u64;
+                        // The window this admission counts in, by when it ends (Unix ms).
+                        let end = unix_ms() + lease.reset_after().as_millis() as u64;
                         *windows.lock().unwrap().entry(end).or_default() += 1;
                     }
                 }
@@ -96,11 +105,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             _ => merged.push((*end, *n)),
         }
     }
-    let full = &merged[..merged.len().saturating_sub(1)];
-    for (i, (_, admitted)) in full.iter().enumerate() {
+    // The last window was cut short by the end of the run (and, with several processes, so may
+    // be the first for the processes that joined it late): add windows up across processes.
+    for (end, admitted) in &merged {
         let over = admitted.saturating_sub(limit);
         let under = limit.saturating_sub(*admitted) as f64 / limit as f64 * 100.0;
-        println!("window {i}: admitted {admitted} of {limit}: over {over}, under {under:.2} %");
+        println!("window ending {end}: admitted {admitted} of {limit}: over {over}, under {under:.2} %");
     }
     Ok(())
 }
