@@ -12,6 +12,8 @@
 //!   limit and a local one is all-or-nothing (`RedisLimiter` is a [`tollgate::RateLimiter`]);
 //! - a deadline on every call, and a [`FailurePolicy`] (deny, allow, or a local limiter) that
 //!   decides when Redis cannot — reported with its own [`tollgate::Reason`], never as "limited".
+//! - for a hot key every replica hits, [`LeasedLimiter`]: slices of a fixed window's budget leased
+//!   in one script call and spent in-process, never admitting more than the limit across processes.
 //!
 //! Going from local to distributed is one line:
 //!
