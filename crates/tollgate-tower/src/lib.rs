@@ -4,7 +4,10 @@
 //! policy's key: local, keyed, chained, or (feature `redis`) `tollgate_redis::RedisLimiter` — in
 //! front of tower services and axum routers, with the answers clients need:
 //!
-//! - 429 by default (configurable status and body, e.g. RFC 9457 problem JSON);
+//! - 429 by default (configurable status and body, e.g. RFC 9457 problem JSON); a gRPC call
+//!   (`content-type: application/grpc*`, e.g. in front of a tonic service) gets a gRPC status
+//!   instead — `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms`, or `UNAVAILABLE` when the
+//!   backend could not decide — since gRPC clients read an HTTP error as a broken transport;
 //! - `Retry-After` in whole seconds rounded **up** — never `0` while still limited;
 //! - the IETF `RateLimit-Policy` / `RateLimit` fields, on rejections and optionally on every
 //!   response;

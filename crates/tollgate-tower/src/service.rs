@@ -213,7 +213,7 @@ where
                 admitted(&mut self.inner, req, kept)
             }
             Answer::Ready(Err(denied)) => {
-                State::Rejected { response: Some(Box::new(rejection(&shared.config, &denied))) }
+                State::Rejected { response: Some(Box::new(rejection(&shared.config, &denied, is_grpc(&req)))) }
             }
             Answer::Pending(decision) => {
                 // The ready service goes with the request; a clone stays for the next poll_ready.
@@ -255,7 +255,29 @@ where
     State::Admitted { fut: inner.call(req), permit: kept.permit, headers: kept.headers }
 }
 
-fn rejection<B>(config: &Config, denied: &Denied) -> Response<RateLimitBody<B>> {
+/// True for a gRPC call (`content-type: application/grpc`, `application/grpc+proto`, ...): its
+/// client reads the status from `grpc-status`, and takes an HTTP error status for a broken
+/// transport.
+fn is_grpc<B>(req: &Request<B>) -> bool {
+    req.headers().get(header::CONTENT_TYPE).is_some_and(|v| {
+        v.as_bytes().strip_prefix(b"application/grpc").is_some_and(|r| r.is_empty() || r[0] == b'+' || r[0] == b';')
+    })
+}
+
+/// The gRPC status code for a rejection answered with `status`: a limited call is
+/// RESOURCE_EXHAUSTED, a backend that could not decide UNAVAILABLE, a missing key by the status
+/// it was given (gRPC's own mapping of HTTP statuses).
+fn grpc_code(status: StatusCode, reason: Option<Reason>) -> u8 {
+    match (reason, status) {
+        (Some(Reason::Unavailable), _) | (_, StatusCode::SERVICE_UNAVAILABLE) => 14,
+        (Some(_), _) | (_, StatusCode::TOO_MANY_REQUESTS) => 8,
+        (None, StatusCode::UNAUTHORIZED) => 16,
+        (None, StatusCode::FORBIDDEN) => 7,
+        (None, _) => 3,
+    }
+}
+
+fn rejection<B>(config: &Config, denied: &Denied, grpc: bool) -> Response<RateLimitBody<B>> {
     let reason = denied.rejected.map(|r| r.reason());
     // A backend that could not decide is not the client's fault: by default 503, not 429.
     let status = if reason == Some(Reason::Unavailable) { config.unavailable_status } else { denied.status };
@@ -264,18 +286,58 @@ fn rejection<B>(config: &Config, denied: &Denied) -> Response<RateLimitBody<B>> 
         status = status.as_u16(),
         reason = ?reason,
         retry_after = ?denied.rejected.and_then(|r| r.retry_after()),
+        grpc,
         "request rate limited"
     );
-    let (content_type, body) = (config.body)(denied);
-    let mut res = Response::new(RateLimitBody::rejected(body));
-    *res.status_mut() = status;
+    let mut res = if grpc {
+        grpc_rejection(denied, grpc_code(status, reason))
+    } else {
+        let (content_type, body) = (config.body)(denied);
+        let mut res = Response::new(RateLimitBody::rejected(body));
+        *res.status_mut() = status;
+        res.headers_mut().insert(header::CONTENT_TYPE, content_type);
+        res
+    };
     let h = res.headers_mut();
-    h.insert(header::CONTENT_TYPE, content_type);
     if let Some(r) = &denied.rejected {
         if let Some(v) = retry_after(r.retry_after()) {
             h.insert(header::RETRY_AFTER, v);
         }
         insert_ratelimit(h, std::slice::from_ref(&denied.policy));
+    }
+    res
+}
+
+/// A gRPC "trailers-only" answer: HTTP 200, no message, the status in `grpc-status` and
+/// `grpc-message`, and when waiting helps, `grpc-retry-pushback-ms` (what gRPC's retry policy
+/// reads) beside `retry-after`.
+fn grpc_rejection<B>(denied: &Denied, code: u8) -> Response<RateLimitBody<B>> {
+    let mut res = Response::new(RateLimitBody::rejected(Bytes::new()));
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert("grpc-status", HeaderValue::from(u16::from(code)));
+    let message = match code {
+        14 => format!("rate limit {} could not decide", denied.policy.name),
+        8 => format!("rate limited by {}", denied.policy.name),
+        _ => format!("request has no key for rate limit {}", denied.policy.name),
+    };
+    // grpc-message is percent-encoded: keep the unreserved characters and spaces as they are.
+    let encoded: String = message
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b" -_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&encoded) {
+        h.insert("grpc-message", v);
+    }
+    if let Some(retry) = denied.rejected.and_then(|r| r.retry_after()) {
+        let ms = retry.as_millis().max(1).min(u128::from(u32::MAX));
+        h.insert("grpc-retry-pushback-ms", HeaderValue::from(ms as u64));
     }
     res
 }
@@ -334,7 +396,10 @@ where
                     let (mut inner, req, shared) = *pending.take().expect("polled after completion");
                     match verdict {
                         Ok(permit) => admitted(&mut inner, req, settle(&shared, permit)),
-                        Err(denied) => State::Rejected { response: Some(Box::new(rejection(&shared.config, &denied))) },
+                        Err(denied) => {
+                            let response = rejection(&shared.config, &denied, is_grpc(&req));
+                            State::Rejected { response: Some(Box::new(response)) }
+                        }
                     }
                 }
                 StateProj::Admitted { fut, permit, headers } => {
@@ -393,5 +458,35 @@ where
             State::Rejected { .. } => "rejected",
         };
         f.debug_struct("ResponseFuture").field("state", &state).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_calls_are_told_by_their_content_type() {
+        let with = |ct: &str| Request::builder().header(header::CONTENT_TYPE, ct).body(()).unwrap();
+        for grpc in ["application/grpc", "application/grpc+proto", "application/grpc;charset=utf-8"] {
+            assert!(is_grpc(&with(grpc)), "{grpc}");
+        }
+        for other in ["application/json", "application/grpc-web", "application/grpcx", "text/plain"] {
+            assert!(!is_grpc(&with(other)), "{other}");
+        }
+        assert!(!is_grpc(&Request::new(())));
+    }
+
+    #[test]
+    fn a_rejection_maps_to_the_grpc_code_a_client_expects() {
+        use StatusCode as S;
+        assert_eq!(grpc_code(S::TOO_MANY_REQUESTS, Some(Reason::Exhausted)), 8);
+        assert_eq!(grpc_code(S::TOO_MANY_REQUESTS, Some(Reason::ExceedsCapacity)), 8);
+        assert_eq!(grpc_code(S::SERVICE_UNAVAILABLE, Some(Reason::Unavailable)), 14);
+        assert_eq!(grpc_code(S::TOO_MANY_REQUESTS, Some(Reason::Unavailable)), 14);
+        assert_eq!(grpc_code(S::UNAUTHORIZED, None), 16);
+        assert_eq!(grpc_code(S::FORBIDDEN, None), 7);
+        assert_eq!(grpc_code(S::BAD_REQUEST, None), 3);
+        assert_eq!(grpc_code(S::TOO_MANY_REQUESTS, None), 8);
     }
 }
