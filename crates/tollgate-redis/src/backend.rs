@@ -10,6 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, Value};
 
 use crate::error::{BackendError, failed_command};
+use crate::tls::TlsUrl;
 
 /// Connection settings.
 #[derive(Clone, Debug)]
@@ -117,9 +118,13 @@ impl Redis {
     ///
     /// The error shows the URL without credentials.
     pub fn check_url(url: &str) -> Result<(), BackendError> {
-        redis::Client::open(url)
-            .map(drop)
-            .map_err(|e| BackendError::InvalidUrl { url: redact_url(url), reason: e.to_string() })
+        Self::open_client(url, &redact_url(url)).map(drop)
+    }
+
+    /// The client for `url`, with its TLS parameters (see [`crate::tls`]) applied.
+    fn open_client(url: &str, shown: &str) -> Result<redis::Client, BackendError> {
+        let invalid = |reason: String| BackendError::InvalidUrl { url: shown.to_owned(), reason };
+        TlsUrl::parse(url).map_err(invalid)?.client().map_err(|e| invalid(e.to_string()))
     }
 
     /// Connects to one server with the default options (50 ms deadline per decision).
@@ -128,10 +133,24 @@ impl Redis {
     }
 
     /// Connects to one server. Errors show the URL without credentials.
+    ///
+    /// `rediss://` connects with TLS, verifying the server against the system's root
+    /// certificates, or against the CA of `?tls_ca=/path/ca.pem`; `&tls_cert=…&tls_key=…` add a
+    /// client certificate (PEM files, read now). A certificate the server does not accept, or a
+    /// server certificate the CA did not sign, fails here with a [`BackendError::Connect`] that
+    /// says so.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+    /// use tollgate_redis::{Redis, RedisOptions};
+    /// let url = "rediss://app:s3cret@cache.internal:6380/0?tls_ca=/etc/ssl/redis-ca.pem";
+    /// let redis = Redis::connect_with(url, RedisOptions::default()).await?;
+    /// assert_eq!(redis.url(), "rediss://***@cache.internal:6380/0");
+    /// # Ok(()) }
+    /// ```
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Redis, BackendError> {
         let shown = redact_url(url);
-        let client = redis::Client::open(url)
-            .map_err(|e| BackendError::InvalidUrl { url: shown.clone(), reason: e.to_string() })?;
+        let client = Self::open_client(url, &shown)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.connect_timeout))
@@ -154,11 +173,17 @@ impl Redis {
     /// credentials.
     pub async fn connect_cluster(urls: &[&str], options: RedisOptions) -> Result<Redis, BackendError> {
         let joined = redact_url(&urls.join(","));
-        let client = redis::cluster::ClusterClient::builder(urls.iter().copied())
+        let invalid = |reason: String| BackendError::InvalidUrl { url: joined.clone(), reason };
+        // Each node's URL may carry TLS parameters (the same for every node: the first found win).
+        let nodes = urls.iter().map(|u| TlsUrl::parse(u)).collect::<Result<Vec<_>, _>>().map_err(invalid)?;
+        let certs = nodes.iter().find_map(|n| n.certs.clone());
+        let mut builder = redis::cluster::ClusterClient::builder(nodes.into_iter().map(|n| n.url))
             .connection_timeout(options.connect_timeout)
-            .response_timeout(options.connect_timeout)
-            .build()
-            .map_err(|e| BackendError::InvalidUrl { url: joined.clone(), reason: e.to_string() })?;
+            .response_timeout(options.connect_timeout);
+        if let Some(certs) = certs {
+            builder = builder.certs(certs);
+        }
+        let client = builder.build().map_err(|e| invalid(e.to_string()))?;
         let conn = tokio::time::timeout(options.connect_timeout, client.get_async_connection())
             .await
             .map_err(|_| BackendError::Timeout(options.connect_timeout))?

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// A failure of the Redis backend (not a rate-limit decision: being limited is a `Rejected`).
@@ -71,7 +73,8 @@ impl BackendError {
     /// True when the failure may pass by itself, so the same call can succeed later: Redis could
     /// not be reached or did not answer in time, the connection dropped, Redis is backing off,
     /// loading, failing over or resharding. False for faults that need someone to act: a bad URL,
-    /// rejected credentials, a key holding another type, or a script or protocol error.
+    /// rejected credentials, a certificate refused in the TLS handshake, a key holding another
+    /// type, or a script or protocol error.
     ///
     /// ```
     /// use std::time::Duration;
@@ -83,7 +86,9 @@ impl BackendError {
     /// ```
     pub fn is_transient(&self) -> bool {
         match self {
-            BackendError::Connect { .. } | BackendError::Timeout(_) | BackendError::BackingOff { .. } => true,
+            // A certificate refused in the TLS handshake fails the same way until someone acts.
+            BackendError::Connect { source, .. } => !is_tls_rejection(source),
+            BackendError::Timeout(_) | BackendError::BackingOff { .. } => true,
             BackendError::InvalidUrl { .. } | BackendError::Auth { .. } | BackendError::WrongType { .. } => false,
             BackendError::Redis(e) => redis_error_is_transient(e),
         }
@@ -139,7 +144,7 @@ fn server_code(err: &RedisError) -> Option<String> {
 /// loading, busy with a script, without its master or demoted to a replica during failover.
 fn redis_error_is_transient(e: &RedisError) -> bool {
     use ServerErrorKind as S;
-    e.is_io_error()
+    !is_tls_rejection(e) && e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_cluster_error()
@@ -149,6 +154,18 @@ fn redis_error_is_transient(e: &RedisError) -> bool {
                 | ErrorKind::Server(S::BusyLoading | S::MasterDown | S::ReadOnly | S::TryAgain | S::ClusterDown)
         )
         || server_code(e).as_deref() == Some("BUSY")
+}
+
+/// A TLS handshake that failed on a certificate (the server's, not signed by the CA given; or
+/// ours, refused): it fails the same way until the configuration changes.
+fn is_tls_rejection(e: &RedisError) -> bool {
+    // redis keeps an I/O error as `Arc<dyn Error>`; tokio-rustls puts rustls's error inside it.
+    let Some(source) = std::error::Error::source(e) else { return false };
+    let io = match source.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
+        Some(arc) => arc.downcast_ref::<std::io::Error>(),
+        None => source.downcast_ref::<std::io::Error>(),
+    };
+    io.and_then(std::io::Error::get_ref).is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ mod limiter;
 mod scan;
 mod scripts;
 mod semaphore;
+mod tls;
 
 pub use backend::{Redis, RedisOptions, redact_url};
 pub use counters::{CountersAnswer, CountersMode, WindowCounter, decide_windows};

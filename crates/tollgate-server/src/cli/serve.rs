@@ -41,7 +41,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_enum, default_value = "memory")]
     storage: StorageKind,
 
-    /// Redis URL for `--storage redis`.
+    /// Redis URL for `--storage redis` and `redis-cached`: `redis://host:6379/0`, or with TLS
+    /// `rediss://host:6380/0` (optional `?tls_ca=CA.pem&tls_cert=CERT.pem&tls_key=KEY.pem`).
     #[arg(long, default_value = "redis://127.0.0.1:6379", value_name = "URL")]
     redis_url: String,
 
