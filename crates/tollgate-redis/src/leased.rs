@@ -192,7 +192,9 @@ impl<C: Clock> LeasedLimiter<C> {
         let slice = slices.get_mut(key)?;
         slice.asked = slice.asked.saturating_add(n);
         let limit = self.inner.limit;
-        if slice.live(now) >= n && n > 0 {
+        // A probe (n == 0) is answered here while a lease of this window is known: Redis's own
+        // `remaining` would leave out what is held here.
+        if slice.live(now) >= n && (n > 0 || now < slice.ends) {
             slice.left -= n;
             return Some(Ok(Lease::new(slice.meta(now, limit), n, now)));
         }
