@@ -22,7 +22,7 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 /// Runs `fut` on the tokio runtime and waits for its result without holding the GIL.
 ///
 /// A signal handler that raises while waiting (KeyboardInterrupt) aborts the future and the
-/// exception propagates. Must not be called from a tokio thread (none of them runs Python).
+/// exception propagates.
 pub(crate) fn wait<F, T>(py: Python<'_>, fut: F) -> PyResult<T>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
