@@ -2,6 +2,8 @@
 //!
 //! - [`semaphore`]: `Semaphore` and `Permit`, over `tollgate_redis::RedisSemaphore`;
 //! - [`token_bucket`]: `TokenBucket`, over `tollgate_redis::RedisLimiter`;
+//! - [`sync`]: `tollgate.sync.Semaphore`, `Permit` and `TokenBucket`, the same cores as the two
+//!   above, as blocking calls ([`blocking`]) that release the GIL while they wait;
 //! - [`local`]: the in-process limiters, with [`decision`]'s `Decision` and [`clock`]'s `ManualClock`;
 //! - [`connection`]: one Redis connection per URL, opened at first use.
 //!
@@ -11,13 +13,16 @@
 #![deny(missing_docs)]
 
 mod args;
+mod blocking;
 mod bridge;
 mod clock;
 mod connection;
 mod decision;
 mod errors;
+mod held;
 mod local;
 mod semaphore;
+mod sync;
 mod token_bucket;
 
 use pyo3::prelude::*;
@@ -29,6 +34,11 @@ fn _tollgate(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<semaphore::Semaphore>()?;
     m.add_class::<semaphore::Permit>()?;
     m.add_class::<token_bucket::TokenBucket>()?;
+    // Named `Semaphore`, `Permit` and `TokenBucket` in `tollgate.sync`; prefixed here, where the
+    // async classes have those names.
+    m.add("SyncSemaphore", py.get_type::<sync::semaphore::SyncSemaphore>())?;
+    m.add("SyncPermit", py.get_type::<sync::semaphore::SyncPermit>())?;
+    m.add("SyncTokenBucket", py.get_type::<sync::token_bucket::SyncTokenBucket>())?;
     m.add_class::<local::LocalTokenBucket>()?;
     m.add_class::<local::LocalSlidingWindow>()?;
     m.add_class::<local::KeyedTokenBucket>()?;

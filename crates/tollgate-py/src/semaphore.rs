@@ -1,25 +1,23 @@
-//! `Semaphore` (a [`RedisSemaphore`]) and the `Permit` it grants.
+//! `Semaphore` (a [`RedisSemaphore`]) and the `Permit` it grants, over [`SemaphoreCore`], which
+//! `tollgate.sync.Semaphore` shares.
 
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tollgate_redis::{RedisSemaphore, SemaphoreGuard};
+use tollgate_redis::{RedisSemaphore, SemaphoreState};
 
 use crate::args::{self, Seconds};
-use crate::connection::{Lazy, Target, runtime};
+use crate::connection::{Lazy, Target};
 use crate::errors;
+use crate::held::Held;
 
-/// A counting semaphore in Redis shared by every process that uses the same `name`: at most
-/// `capacity` holders at once, granted first come, first served (in call order within a process).
-///
-/// Each slot is a lease renewed in the background every `lease_ttl / 3`; a holder that dies
-/// (SIGKILL, lost network) frees its slot at most `lease_ttl` seconds after its last renewal.
-/// Keys are those of the Rust `RedisSemaphore::new(&redis, name, capacity)`, so Rust and Python
-/// processes can share one semaphore.
-#[pyclass(subclass, module = "tollgate._tollgate", name = "Semaphore")]
-pub struct Semaphore {
+/// What the async `Semaphore` and `tollgate.sync.Semaphore` share: the checked configuration
+/// and the Redis semaphore, built on the connection at first use. Both classes on one name use
+/// the same Redis keys, so sync and async holders count against one capacity.
+pub(crate) struct SemaphoreCore {
     name: String,
     /// "semaphore \"name\"", for messages.
     label: Arc<str>,
@@ -29,17 +27,15 @@ pub struct Semaphore {
     lazy: Arc<Lazy<RedisSemaphore>>,
 }
 
-#[pymethods]
-impl Semaphore {
-    #[new]
-    #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=Seconds::Number(10.0)))]
-    fn new(
+impl SemaphoreCore {
+    /// Checks every argument (a `ValueError` names the bad one); connects nothing.
+    pub(crate) fn new(
         name: String,
         capacity: i64,
         max_sleep: Option<Seconds>,
         redis_url: Option<&Bound<'_, PyAny>>,
         lease_ttl: Seconds,
-    ) -> PyResult<Semaphore> {
+    ) -> PyResult<SemaphoreCore> {
         args::redis_name(&name)?;
         let capacity = args::count("capacity", capacity)?;
         let ttl = args::seconds("lease_ttl", &lease_ttl, false)?;
@@ -61,88 +57,71 @@ impl Semaphore {
         });
         let label = format!("semaphore {name:?}").into();
         let max_sleep = max_wait.map(|d| d.as_secs_f64());
-        Ok(Semaphore { name, label, capacity, lease_ttl: ttl, max_sleep, lazy })
+        Ok(SemaphoreCore { name, label, capacity, lease_ttl: ttl, max_sleep, lazy })
     }
 
-    /// Waits for a slot (at most `max_sleep` seconds) and returns its `Permit`. Raises
-    /// `MaxSleepExceededError` (nothing taken) or `RedisUnavailableError`. Cancelling the wait
-    /// leaves the queue.
-    fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// Joins the queue now (this call's place in line is taken before it returns); the future
+    /// yields the slot, or `MaxSleepExceededError` (nothing taken) or `RedisUnavailableError`.
+    pub(crate) fn acquire(&self) -> impl Future<Output = PyResult<Held>> + Send + 'static {
         let what = self.label.clone();
         let max_sleep = self.max_sleep;
         let url = self.lazy.url().clone();
-        // `acquire()` is called here, synchronously, so the call takes its place in line now.
         let queued = self.lazy.then(|sem, redis| (sem.acquire(), redis.clone()));
-        crate::bridge::spawn(py, async move {
+        async move {
             let (acquiring, redis) = queued.await?;
             match acquiring.await {
-                Ok(guard) => Ok(Permit::new(guard)),
+                Ok(guard) => Ok(Held::new(guard)),
                 Err(no) => Err(errors::rejection(&what, &no, max_sleep, &url, redis.last_error())),
             }
-        })
+        }
     }
 
-    /// Takes a slot now if one is free and nobody queued is entitled to it; returns its `Permit`,
-    /// or `None`. Never waits.
-    fn try_acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// A free slot nobody queued is entitled to, or `None`; never waits.
+    pub(crate) fn try_acquire(&self) -> impl Future<Output = PyResult<Option<Held>>> + Send + 'static {
         let url = self.lazy.url().clone();
         let ready = self.lazy.then(|sem, redis| (sem.clone(), redis.clone()));
-        crate::bridge::spawn(py, async move {
+        async move {
             let (sem, redis) = ready.await?;
             match sem.try_acquire().await {
-                Ok(guard) => Ok(Some(Permit::new(guard))),
+                Ok(guard) => Ok(Some(Held::new(guard))),
                 Err(no) if no.reason() == tollgate::Reason::Unavailable => {
                     Err(errors::unavailable(&url, redis.last_error()))
                 }
                 Err(_) => Ok(None),
             }
-        })
+        }
     }
 
-    /// `{"capacity": …, "holders": …, "waiting": …}` as Redis sees it now (expired leases purged).
-    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// Capacity, holders and waiters as Redis sees them now (expired leases purged).
+    pub(crate) fn state(&self) -> impl Future<Output = PyResult<SemaphoreState>> + Send + 'static {
         let url = self.lazy.url().clone();
         let ready = self.lazy.then(|sem, _| sem.clone());
-        crate::bridge::spawn(py, async move {
+        async move {
             let sem = ready.await?;
-            let state = sem.state().await.map_err(|e| errors::unavailable(&url, Some(e.to_string())))?;
-            Python::attach(|py| {
-                let dict = PyDict::new(py);
-                dict.set_item("capacity", state.capacity)?;
-                dict.set_item("holders", state.holders)?;
-                dict.set_item("waiting", state.waiting)?;
-                Ok(dict.unbind())
-            })
-        })
+            sem.state().await.map_err(|e| errors::unavailable(&url, Some(e.to_string())))
+        }
     }
 
-    /// The name (shared by every process using this semaphore).
-    #[getter]
-    fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
-    /// Most holders at once.
-    #[getter]
-    fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.capacity
     }
 
-    /// Seconds a lease lives without renewal.
-    #[getter]
-    fn lease_ttl(&self) -> f64 {
+    pub(crate) fn lease_ttl(&self) -> f64 {
         self.lease_ttl.as_secs_f64()
     }
 
-    /// Longest `acquire` waits, in seconds (`None`: unbounded).
-    #[getter]
-    fn max_sleep(&self) -> Option<f64> {
+    pub(crate) fn max_sleep(&self) -> Option<f64> {
         self.max_sleep
     }
 
-    fn __repr__(&self) -> String {
+    /// `class(name=…, …)` with the URL's credentials hidden.
+    pub(crate) fn repr(&self, class: &str) -> String {
         format!(
-            "Semaphore(name={:?}, capacity={}, max_sleep={}, redis_url={:?}, lease_ttl={})",
+            "{class}(name={:?}, capacity={}, max_sleep={}, redis_url={:?}, lease_ttl={})",
             self.name,
             self.capacity,
             args::py_option(self.max_sleep),
@@ -152,46 +131,98 @@ impl Semaphore {
     }
 }
 
+/// `{"capacity": …, "holders": …, "waiting": …}`.
+pub(crate) fn state_dict(py: Python<'_>, state: &SemaphoreState) -> PyResult<Py<PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("capacity", state.capacity)?;
+    dict.set_item("holders", state.holders)?;
+    dict.set_item("waiting", state.waiting)?;
+    Ok(dict.unbind())
+}
+
+/// A counting semaphore in Redis shared by every process that uses the same `name`: at most
+/// `capacity` holders at once, granted first come, first served (in call order within a process).
+///
+/// Each slot is a lease renewed in the background every `lease_ttl / 3`; a holder that dies
+/// (SIGKILL, lost network) frees its slot at most `lease_ttl` seconds after its last renewal.
+/// Keys are those of the Rust `RedisSemaphore::new(&redis, name, capacity)`, so Rust and Python
+/// processes can share one semaphore.
+#[pyclass(subclass, module = "tollgate._tollgate", name = "Semaphore")]
+pub struct Semaphore(SemaphoreCore);
+
+#[pymethods]
+impl Semaphore {
+    #[new]
+    #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=Seconds::Number(10.0)))]
+    fn new(
+        name: String,
+        capacity: i64,
+        max_sleep: Option<Seconds>,
+        redis_url: Option<&Bound<'_, PyAny>>,
+        lease_ttl: Seconds,
+    ) -> PyResult<Semaphore> {
+        SemaphoreCore::new(name, capacity, max_sleep, redis_url, lease_ttl).map(Semaphore)
+    }
+
+    /// Waits for a slot (at most `max_sleep` seconds) and returns its `Permit`. Raises
+    /// `MaxSleepExceededError` (nothing taken) or `RedisUnavailableError`. Cancelling the wait
+    /// leaves the queue.
+    fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // `acquire()` is called here, synchronously, so the call takes its place in line now.
+        let acquiring = self.0.acquire();
+        crate::bridge::spawn(py, async move { acquiring.await.map(Permit) })
+    }
+
+    /// Takes a slot now if one is free and nobody queued is entitled to it; returns its `Permit`,
+    /// or `None`. Never waits.
+    fn try_acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let trying = self.0.try_acquire();
+        crate::bridge::spawn(py, async move { trying.await.map(|held| held.map(Permit)) })
+    }
+
+    /// `{"capacity": …, "holders": …, "waiting": …}` as Redis sees it now (expired leases purged).
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let reading = self.0.state();
+        crate::bridge::spawn(py, async move {
+            let state = reading.await?;
+            Python::attach(|py| state_dict(py, &state))
+        })
+    }
+
+    /// The name (shared by every process using this semaphore).
+    #[getter]
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// Most holders at once.
+    #[getter]
+    fn capacity(&self) -> u64 {
+        self.0.capacity()
+    }
+
+    /// Seconds a lease lives without renewal.
+    #[getter]
+    fn lease_ttl(&self) -> f64 {
+        self.0.lease_ttl()
+    }
+
+    /// Longest `acquire` waits, in seconds (`None`: unbounded).
+    #[getter]
+    fn max_sleep(&self) -> Option<f64> {
+        self.0.max_sleep()
+    }
+
+    fn __repr__(&self) -> String {
+        self.0.repr("Semaphore")
+    }
+}
+
 /// A held slot of a `Semaphore`, renewed in the background until released. An async context
 /// manager itself (`async with await sem.acquire():`); dropped without `release()`, it is released
 /// in the background.
 #[pyclass(module = "tollgate._tollgate", name = "Permit")]
-pub struct Permit {
-    guard: Mutex<Option<SemaphoreGuard>>,
-    fencing_token: u64,
-    lease_id: String,
-}
-
-impl Permit {
-    fn new(guard: SemaphoreGuard) -> Permit {
-        Permit {
-            fencing_token: guard.fencing_token(),
-            lease_id: guard.lease_id().to_owned(),
-            guard: Mutex::new(Some(guard)),
-        }
-    }
-
-    /// Starts the release now; the future reports how it went.
-    fn releasing(&self) -> impl std::future::Future<Output = PyResult<bool>> + Send + use<> {
-        let lease = self.lease_id.clone();
-        // Spawned, not awaited in place: cancelling the caller must not cancel the release.
-        let released = self.take().map(|g| runtime().spawn(g.release()));
-        async move {
-            let Some(released) = released else { return Ok(false) };
-            match released.await {
-                Ok(Ok(held)) => Ok(held),
-                Ok(Err(e)) => Err(errors::RedisUnavailableError::new_err(format!(
-                    "could not release lease {lease}: {e}; the slot returns when the lease expires"
-                ))),
-                Err(e) => Err(errors::TollgateError::new_err(format!("release of lease {lease} failed: {e}"))),
-            }
-        }
-    }
-
-    fn take(&self) -> Option<SemaphoreGuard> {
-        self.guard.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
+pub struct Permit(Held);
 
 #[pymethods]
 impl Permit {
@@ -199,32 +230,32 @@ impl Permit {
     /// expired or was already released. The release runs to completion even if the awaiting task
     /// is cancelled.
     fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        crate::bridge::spawn(py, self.releasing())
+        crate::bridge::spawn(py, self.0.releasing())
     }
 
     /// True once the lease is known to be lost (it expired during a stall longer than the TTL):
     /// stop the work. False after a release.
     fn is_lost(&self) -> bool {
-        self.guard.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(SemaphoreGuard::is_lost)
+        self.0.is_lost()
     }
 
     /// False once `release()` was called (or the permit was used as a context manager and exited).
     #[getter]
     fn held(&self) -> bool {
-        self.guard.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.0.held()
     }
 
     /// Strictly greater than the token of every lease granted before this one: pass it to a
     /// resource that must refuse a holder whose lease was lost.
     #[getter]
     fn fencing_token(&self) -> u64 {
-        self.fencing_token
+        self.0.fencing_token()
     }
 
     /// The lease id in Redis, for logs.
     #[getter]
     fn lease_id(&self) -> &str {
-        &self.lease_id
+        self.0.lease_id()
     }
 
     fn __aenter__<'py>(slf: Py<Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -234,19 +265,11 @@ impl Permit {
     /// Releases; never suppresses the body's exception.
     #[pyo3(signature = (*_exc))]
     fn __aexit__<'py>(&self, py: Python<'py>, _exc: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
-        let releasing = self.releasing();
+        let releasing = self.0.releasing();
         crate::bridge::spawn(py, async move { releasing.await.map(|_| false) })
     }
 
     fn __repr__(&self) -> String {
-        format!("Permit(lease_id={:?}, fencing_token={})", self.lease_id, self.fencing_token)
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        // Python may drop it on a thread outside the runtime; the guard's release needs one.
-        let _runtime = runtime().enter();
-        drop(self.take());
+        format!("Permit(lease_id={:?}, fencing_token={})", self.0.lease_id(), self.0.fencing_token())
     }
 }

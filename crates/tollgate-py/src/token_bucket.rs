@@ -1,6 +1,7 @@
 //! `TokenBucket`: a GCRA token bucket in Redis (a [`RedisLimiter`]) shared by every process
-//! that uses the same name.
+//! that uses the same name, over [`BucketCore`], which `tollgate.sync.TokenBucket` shares.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
@@ -19,15 +20,10 @@ use crate::errors;
 const PREFIX: &str = "tollgate";
 const LIMIT: &str = "token_bucket";
 
-/// A token bucket in Redis: `capacity` tokens, `refill_amount` more every `refill_frequency`
-/// seconds (spread evenly, one every `refill_frequency / refill_amount` s), shared by every
-/// process using the same `name`.
-///
-/// `async with bucket:` waits for a token: the token is reserved in the same round trip that
-/// computes the wait, so callers are served in the order they reached Redis, and the time is
-/// Redis's own (client clocks never mix).
-#[pyclass(module = "tollgate._tollgate", name = "TokenBucket")]
-pub struct TokenBucket {
+/// What the async `TokenBucket` and `tollgate.sync.TokenBucket` share: the checked quota and the
+/// Redis limiter, built on the connection at first use. Both classes on one name decide on the
+/// same Redis key, so sync and async processes drain one bucket.
+pub(crate) struct BucketCore {
     /// Also the Redis key decided on each call.
     name: Arc<str>,
     /// "token bucket \"name\"", for messages.
@@ -38,6 +34,116 @@ pub struct TokenBucket {
     max_sleep: Option<f64>,
     lazy: Arc<Lazy<RedisLimiter>>,
 }
+
+impl BucketCore {
+    /// Checks every argument (a `ValueError` names the bad one); connects nothing.
+    pub(crate) fn new(
+        name: String,
+        capacity: i64,
+        refill_frequency: Seconds,
+        refill_amount: i64,
+        max_sleep: Option<Seconds>,
+        redis_url: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<BucketCore> {
+        args::redis_name(&name)?;
+        let quota = args::bucket_quota(capacity, &refill_frequency, refill_amount)?;
+        let max_wait = args::max_sleep(max_sleep.as_ref())?;
+        let target = Target::from_arg(redis_url)?;
+        let lazy = Lazy::new(target, move |redis| {
+            let mut builder = RedisLimiter::builder(redis, PREFIX, RedisAlgorithm::TokenBucket).limit(LIMIT, quota);
+            if let Some(max_wait) = max_wait {
+                builder = builder.max_wait(max_wait);
+            }
+            builder.build().expect("one limit is always given")
+        });
+        let label = format!("token bucket {name:?}").into();
+        Ok(BucketCore {
+            name: name.into(),
+            label,
+            quota,
+            refill_frequency: quota.period().as_secs_f64(),
+            refill_amount: refill_amount as u64,
+            max_sleep: max_wait.map(|d| d.as_secs_f64()),
+            lazy,
+        })
+    }
+
+    /// One token, waiting for it (at most `max_sleep` seconds): `MaxSleepExceededError` at once,
+    /// taking nothing, when the wait would be longer; `RedisUnavailableError` when Redis fails.
+    pub(crate) fn acquire(&self) -> impl Future<Output = PyResult<()>> + Send + 'static {
+        let what = self.label.clone();
+        let key = self.name.clone();
+        let max_sleep = self.max_sleep;
+        let url = self.lazy.url().clone();
+        let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
+        async move {
+            let (limiter, redis) = ready.await?;
+            match limiter.acquire(&key, 1).await {
+                Ok(_) => Ok(()),
+                Err(no) => Err(errors::rejection(&what, &no, max_sleep, &url, redis.last_error())),
+            }
+        }
+    }
+
+    /// `n` tokens now if the bucket has them; never waits. `n` is checked before anything runs.
+    pub(crate) fn try_acquire(&self, n: i64) -> PyResult<impl Future<Output = PyResult<Decision>> + Send + 'static> {
+        let n = args::count("n", n)?;
+        let key = self.name.clone();
+        let url = self.lazy.url().clone();
+        let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
+        Ok(async move {
+            let (limiter, redis) = ready.await?;
+            let decision = limiter.try_acquire(&key, n).await;
+            match &decision {
+                Err(no) if no.reason() == Reason::Unavailable => Err(errors::unavailable(&url, redis.last_error())),
+                _ => Ok(Decision::from(decision)),
+            }
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.quota.burst()
+    }
+
+    pub(crate) fn refill_frequency(&self) -> f64 {
+        self.refill_frequency
+    }
+
+    pub(crate) fn refill_amount(&self) -> u64 {
+        self.refill_amount
+    }
+
+    pub(crate) fn max_sleep(&self) -> Option<f64> {
+        self.max_sleep
+    }
+
+    /// `class(name=…, …)` with the URL's credentials hidden.
+    pub(crate) fn repr(&self, class: &str) -> String {
+        format!(
+            "{class}(name={:?}, capacity={}, refill_frequency={}, refill_amount={}, max_sleep={}, redis_url={:?})",
+            self.name,
+            self.quota.burst(),
+            self.refill_frequency,
+            self.refill_amount,
+            args::py_option(self.max_sleep),
+            self.lazy.url().clone()
+        )
+    }
+}
+
+/// A token bucket in Redis: `capacity` tokens, `refill_amount` more every `refill_frequency`
+/// seconds (spread evenly, one every `refill_frequency / refill_amount` s), shared by every
+/// process using the same `name`.
+///
+/// `async with bucket:` waits for a token: the token is reserved in the same round trip that
+/// computes the wait, so callers are served in the order they reached Redis, and the time is
+/// Redis's own (client clocks never mix).
+#[pyclass(module = "tollgate._tollgate", name = "TokenBucket")]
+pub struct TokenBucket(BucketCore);
 
 #[pymethods]
 impl TokenBucket {
@@ -51,62 +157,20 @@ impl TokenBucket {
         max_sleep: Option<Seconds>,
         redis_url: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<TokenBucket> {
-        args::redis_name(&name)?;
-        let quota = args::bucket_quota(capacity, &refill_frequency, refill_amount)?;
-        let max_wait = args::max_sleep(max_sleep.as_ref())?;
-        let target = Target::from_arg(redis_url)?;
-        let lazy = Lazy::new(target, move |redis| {
-            let mut builder = RedisLimiter::builder(redis, PREFIX, RedisAlgorithm::TokenBucket).limit(LIMIT, quota);
-            if let Some(max_wait) = max_wait {
-                builder = builder.max_wait(max_wait);
-            }
-            builder.build().expect("one limit is always given")
-        });
-        let label = format!("token bucket {name:?}").into();
-        Ok(TokenBucket {
-            name: name.into(),
-            label,
-            quota,
-            refill_frequency: quota.period().as_secs_f64(),
-            refill_amount: refill_amount as u64,
-            max_sleep: max_wait.map(|d| d.as_secs_f64()),
-            lazy,
-        })
+        BucketCore::new(name, capacity, refill_frequency, refill_amount, max_sleep, redis_url).map(TokenBucket)
     }
 
     /// Waits for one token (at most `max_sleep` seconds). Raises `MaxSleepExceededError` at once,
     /// taking nothing, when the wait would be longer; `RedisUnavailableError` when Redis fails.
     fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let what = self.label.clone();
-        let key = self.name.clone();
-        let max_sleep = self.max_sleep;
-        let url = self.lazy.url().clone();
-        let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
-        crate::bridge::spawn(py, async move {
-            let (limiter, redis) = ready.await?;
-            match limiter.acquire(&key, 1).await {
-                Ok(_) => Ok(()),
-                Err(no) => Err(errors::rejection(&what, &no, max_sleep, &url, redis.last_error())),
-            }
-        })
+        crate::bridge::spawn(py, self.0.acquire())
     }
 
     /// Takes `n` tokens now if the bucket has them; never waits. Resolves to a `Decision`
     /// (`retry_after`: seconds until `n` tokens would be there).
     #[pyo3(signature = (n=1))]
     fn try_acquire<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyAny>> {
-        let n = args::count("n", n)?;
-        let key = self.name.clone();
-        let url = self.lazy.url().clone();
-        let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
-        crate::bridge::spawn(py, async move {
-            let (limiter, redis) = ready.await?;
-            let decision = limiter.try_acquire(&key, n).await;
-            match &decision {
-                Err(no) if no.reason() == Reason::Unavailable => Err(errors::unavailable(&url, redis.last_error())),
-                _ => Ok(Decision::from(decision)),
-            }
-        })
+        crate::bridge::spawn(py, self.0.try_acquire(n)?)
     }
 
     fn __aenter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -122,42 +186,34 @@ impl TokenBucket {
     /// The name (shared by every process using this bucket).
     #[getter]
     fn name(&self) -> &str {
-        &self.name
+        self.0.name()
     }
 
     /// Most tokens at once.
     #[getter]
     fn capacity(&self) -> u64 {
-        self.quota.burst()
+        self.0.capacity()
     }
 
     /// Seconds between refills of `refill_amount` tokens.
     #[getter]
     fn refill_frequency(&self) -> f64 {
-        self.refill_frequency
+        self.0.refill_frequency()
     }
 
     /// Tokens added per `refill_frequency`.
     #[getter]
     fn refill_amount(&self) -> u64 {
-        self.refill_amount
+        self.0.refill_amount()
     }
 
     /// Longest `acquire` waits, in seconds (`None`: unbounded).
     #[getter]
     fn max_sleep(&self) -> Option<f64> {
-        self.max_sleep
+        self.0.max_sleep()
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "TokenBucket(name={:?}, capacity={}, refill_frequency={}, refill_amount={}, max_sleep={}, redis_url={:?})",
-            self.name,
-            self.quota.burst(),
-            self.refill_frequency,
-            self.refill_amount,
-            args::py_option(self.max_sleep),
-            self.lazy.url().clone()
-        )
+        self.0.repr("TokenBucket")
     }
 }

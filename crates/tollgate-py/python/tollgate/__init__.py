@@ -12,7 +12,18 @@ Distributed limiters shared by every process through Redis, as asyncio context m
             async with api:        # at most 10 per second, across every process
                 ...
 
-and in-process limiters for one process (``LocalTokenBucket``, ``LocalSlidingWindow``,
+``tollgate.sync`` has the same two with blocking methods and ``with`` (for threads, batch jobs,
+Celery/RQ workers), on the same Redis keys, so sync and async processes share one limit::
+
+    from tollgate import sync
+
+    exports_sync = sync.Semaphore("exports", capacity=5, redis_url="redis://127.0.0.1:6379")
+
+    def export_sync(item):
+        with exports_sync:         # the same 5 slots as `exports` above
+            ...
+
+There are also in-process limiters for one process (``LocalTokenBucket``, ``LocalSlidingWindow``,
 ``LocalWeightedWindow``, ``KeyedTokenBucket``, ``KeyedSlidingWindow``, ``KeyedWeightedWindow``)
 whose ``try_acquire()`` answers at once with a ``Decision``. ``SlidingWindow`` is the segmented
 window; ``WeightedWindow`` is the two-window approximation (previous window weighted by overlap).
@@ -47,6 +58,9 @@ from tollgate._tollgate import (
 )
 from tollgate._tollgate import Semaphore as _NativeSemaphore
 
+# After the names above: `tollgate.sync` imports from the native module too.
+from tollgate import sync
+
 __all__ = [
     "Decision",
     "KeyedSlidingWindow",
@@ -63,6 +77,7 @@ __all__ = [
     "TokenBucket",
     "TollgateError",
     "__version__",
+    "sync",
 ]
 
 

@@ -1,0 +1,132 @@
+//! `tollgate.sync.Semaphore` and its `Permit`: the async `Semaphore`'s core, waited for by
+//! blocking the calling thread (never the GIL).
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::args::Seconds;
+use crate::blocking::wait;
+use crate::held::Held;
+use crate::semaphore::{SemaphoreCore, state_dict};
+
+/// A counting semaphore in Redis, with blocking methods: the keys and queue of the async
+/// `Semaphore` of the same `name`, so threads, sync processes and asyncio tasks share one
+/// capacity. Leases are renewed on Tollgate's own threads while held, whatever the holder does.
+#[pyclass(subclass, module = "tollgate.sync", name = "Semaphore")]
+pub struct SyncSemaphore(SemaphoreCore);
+
+#[pymethods]
+impl SyncSemaphore {
+    #[new]
+    #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=Seconds::Number(10.0)))]
+    fn new(
+        name: String,
+        capacity: i64,
+        max_sleep: Option<Seconds>,
+        redis_url: Option<&Bound<'_, PyAny>>,
+        lease_ttl: Seconds,
+    ) -> PyResult<SyncSemaphore> {
+        SemaphoreCore::new(name, capacity, max_sleep, redis_url, lease_ttl).map(SyncSemaphore)
+    }
+
+    /// Blocks until a slot is free (at most `max_sleep` seconds), without holding the GIL, and
+    /// returns its `Permit`. Raises `MaxSleepExceededError` (nothing taken) or
+    /// `RedisUnavailableError`; Ctrl-C leaves the queue.
+    fn acquire(&self, py: Python<'_>) -> PyResult<SyncPermit> {
+        wait(py, self.0.acquire()).map(SyncPermit)
+    }
+
+    /// Takes a slot now if one is free and nobody queued is entitled to it; returns its `Permit`,
+    /// or `None`. Never waits for a slot (only for Redis's answer).
+    fn try_acquire(&self, py: Python<'_>) -> PyResult<Option<SyncPermit>> {
+        wait(py, self.0.try_acquire()).map(|held| held.map(SyncPermit))
+    }
+
+    /// `{"capacity": …, "holders": …, "waiting": …}` as Redis sees it now (expired leases purged).
+    fn state(&self, py: Python<'_>) -> PyResult<Py<PyDict>> {
+        let state = wait(py, self.0.state())?;
+        state_dict(py, &state)
+    }
+
+    /// The name (shared by every process using this semaphore).
+    #[getter]
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// Most holders at once.
+    #[getter]
+    fn capacity(&self) -> u64 {
+        self.0.capacity()
+    }
+
+    /// Seconds a lease lives without renewal.
+    #[getter]
+    fn lease_ttl(&self) -> f64 {
+        self.0.lease_ttl()
+    }
+
+    /// Longest `acquire` waits, in seconds (`None`: unbounded).
+    #[getter]
+    fn max_sleep(&self) -> Option<f64> {
+        self.0.max_sleep()
+    }
+
+    fn __repr__(&self) -> String {
+        self.0.repr("tollgate.sync.Semaphore")
+    }
+}
+
+/// A held slot of a `tollgate.sync.Semaphore`, renewed in the background until released. A
+/// context manager itself (`with sem.acquire():`); dropped without `release()`, it is released
+/// in the background.
+#[pyclass(module = "tollgate.sync", name = "Permit")]
+pub struct SyncPermit(Held);
+
+#[pymethods]
+impl SyncPermit {
+    /// Gives the slot back, blocking until Redis answers. Returns `True` if the lease was still
+    /// held, `False` if it had expired or was already released.
+    fn release(&self, py: Python<'_>) -> PyResult<bool> {
+        wait(py, self.0.releasing())
+    }
+
+    /// True once the lease is known to be lost (it expired during a stall longer than the TTL):
+    /// stop the work. False after a release.
+    fn is_lost(&self) -> bool {
+        self.0.is_lost()
+    }
+
+    /// False once `release()` was called (or the permit was used as a context manager and exited).
+    #[getter]
+    fn held(&self) -> bool {
+        self.0.held()
+    }
+
+    /// Strictly greater than the token of every lease granted before this one: pass it to a
+    /// resource that must refuse a holder whose lease was lost.
+    #[getter]
+    fn fencing_token(&self) -> u64 {
+        self.0.fencing_token()
+    }
+
+    /// The lease id in Redis, for logs.
+    #[getter]
+    fn lease_id(&self) -> &str {
+        self.0.lease_id()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Releases; never suppresses the body's exception.
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.release(py).map(|_| false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("tollgate.sync.Permit(lease_id={:?}, fencing_token={})", self.0.lease_id(), self.0.fencing_token())
+    }
+}

@@ -1,0 +1,90 @@
+//! `tollgate.sync.TokenBucket`: the async `TokenBucket`'s core, waited for by blocking the
+//! calling thread (never the GIL).
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::args::Seconds;
+use crate::blocking::wait;
+use crate::decision::Decision;
+use crate::token_bucket::BucketCore;
+
+/// A token bucket in Redis, with blocking methods: the key of the async `TokenBucket` of the
+/// same `name`, so sync and async processes drain one bucket. `with bucket:` blocks until a
+/// token is there (the token is reserved in the round trip that computes the wait).
+#[pyclass(module = "tollgate.sync", name = "TokenBucket")]
+pub struct SyncTokenBucket(BucketCore);
+
+#[pymethods]
+impl SyncTokenBucket {
+    #[new]
+    #[pyo3(signature = (name, capacity, refill_frequency, refill_amount, max_sleep=None, redis_url=None))]
+    fn new(
+        name: String,
+        capacity: i64,
+        refill_frequency: Seconds,
+        refill_amount: i64,
+        max_sleep: Option<Seconds>,
+        redis_url: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<SyncTokenBucket> {
+        BucketCore::new(name, capacity, refill_frequency, refill_amount, max_sleep, redis_url).map(SyncTokenBucket)
+    }
+
+    /// Blocks until one token is there (at most `max_sleep` seconds), without holding the GIL.
+    /// Raises `MaxSleepExceededError` at once, taking nothing, when the wait would be longer;
+    /// `RedisUnavailableError` when Redis fails.
+    fn acquire(&self, py: Python<'_>) -> PyResult<()> {
+        wait(py, self.0.acquire())
+    }
+
+    /// Takes `n` tokens now if the bucket has them; never waits for tokens. Returns a `Decision`
+    /// (`retry_after`: seconds until `n` tokens would be there).
+    #[pyo3(signature = (n=1))]
+    fn try_acquire(&self, py: Python<'_>, n: i64) -> PyResult<Decision> {
+        wait(py, self.0.try_acquire(n)?)
+    }
+
+    fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
+        self.acquire(py)
+    }
+
+    /// Nothing to give back (tokens are spent); never suppresses the body's exception.
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> bool {
+        false
+    }
+
+    /// The name (shared by every process using this bucket).
+    #[getter]
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// Most tokens at once.
+    #[getter]
+    fn capacity(&self) -> u64 {
+        self.0.capacity()
+    }
+
+    /// Seconds between refills of `refill_amount` tokens.
+    #[getter]
+    fn refill_frequency(&self) -> f64 {
+        self.0.refill_frequency()
+    }
+
+    /// Tokens added per `refill_frequency`.
+    #[getter]
+    fn refill_amount(&self) -> u64 {
+        self.0.refill_amount()
+    }
+
+    /// Longest `acquire` waits, in seconds (`None`: unbounded).
+    #[getter]
+    fn max_sleep(&self) -> Option<f64> {
+        self.0.max_sleep()
+    }
+
+    fn __repr__(&self) -> String {
+        self.0.repr("tollgate.sync.TokenBucket")
+    }
+}
