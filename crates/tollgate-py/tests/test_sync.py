@@ -151,7 +151,7 @@ def test_max_sleep_raises_without_taking_anything(redis_url, name):
     bucket = sync.TokenBucket(name, capacity=1, refill_frequency=100, refill_amount=1, redis_url=redis_url,
                               max_sleep=1)
     bucket.acquire()
-    with pytest.raises(MaxSleepExceededError, match=r"the wait would be 9\d\.\d+s"):
+    with pytest.raises(MaxSleepExceededError, match=r"the wait would be (9\d\.\d+|100\.0+)s"):
         bucket.acquire()
 
 

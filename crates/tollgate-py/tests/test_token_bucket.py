@@ -45,7 +45,7 @@ async def test_max_sleep_raises_at_once_and_consumes_nothing(redis_url, name):
         pass
     async with bucket:
         pass
-    with pytest.raises(MaxSleepExceededError, match=r"max_sleep=1(\.0)?s \(the wait would be 9\d\.\d+s\)"):
+    with pytest.raises(MaxSleepExceededError, match=r"max_sleep=1(\.0)?s \(the wait would be (9\d\.\d+|100\.0+)s\)"):
         async with impatient:
             pytest.fail("entered an empty bucket")
     assert time.monotonic() - started < 1.0, "raised without sleeping"
