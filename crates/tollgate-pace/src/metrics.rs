@@ -47,7 +47,8 @@ impl PaceMetrics {
             ceiling: gauge!(CEILING, "pacer" => name()),
             throttled: counter!(THROTTLED, "pacer" => name()),
             units: counter!(UNITS, "pacer" => name()),
-            items: ["done", "throttled", "failed", "dead"].map(|outcome| counter!(ITEMS, "pacer" => name(), "outcome" => outcome)),
+            items: ["done", "throttled", "failed", "dead"]
+                .map(|outcome| counter!(ITEMS, "pacer" => name(), "outcome" => outcome)),
             in_flight: gauge!(IN_FLIGHT, "pacer" => name()),
         }
     }

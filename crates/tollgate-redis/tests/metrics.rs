@@ -63,7 +63,8 @@ async fn decisions_errors_and_failure_policies_are_measured_by_prefix() {
         assert_eq!(deny.try_acquire("alice", 1).await.unwrap().reason(), Reason::Granted);
     }
     assert_eq!(deny.try_acquire("alice", 1).await.unwrap_err().reason(), Reason::Exhausted);
-    let count = |prefix: &str| value(&metrics, "tollgate_redis_decision_seconds_count", &format!("prefix=\"{prefix}\""));
+    let count =
+        |prefix: &str| value(&metrics, "tollgate_redis_decision_seconds_count", &format!("prefix=\"{prefix}\""));
     assert_eq!(count("deny"), Some(3.0), "one latency sample per decision");
     let sum = value(&metrics, "tollgate_redis_decision_seconds_sum", "prefix=\"deny\"").unwrap();
     assert!(sum > 0.0 && sum < 1.0, "3 decisions within the 50 ms deadline took {sum} s in all: not seconds?");

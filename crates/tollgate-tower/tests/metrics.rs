@@ -86,8 +86,11 @@ async fn a_request_a_later_policy_limits_is_not_counted_as_allowed_by_the_earlie
         let first = TokenBucket::new(Quota::per_minute(100).unwrap());
         let second = TokenBucket::new(Quota::per_minute(1).unwrap());
         Router::new().route("/", get(|| async { "ok" })).layer(
-            RateLimitLayer::new(Policy::new("first", Global, tollgate::Limiter::new(first)))
-                .and(Policy::new("second", Global, tollgate::Limiter::new(second))),
+            RateLimitLayer::new(Policy::new("first", Global, tollgate::Limiter::new(first))).and(Policy::new(
+                "second",
+                Global,
+                tollgate::Limiter::new(second),
+            )),
         )
     });
     let addr = serve(app).await;
