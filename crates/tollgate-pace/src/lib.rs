@@ -13,7 +13,12 @@
 //!   under the pacer, acknowledged only after success, reclaimed from dead workers, dead-lettered
 //!   after repeated failures;
 //! - the `http` module (feature `http`): work items as JSON Lines and the worker that sends each to an HTTP
-//!   API, classifying the answer as done, throttled or failed (what `tollgate pump` runs).
+//!   API, classifying the answer as done, throttled or failed (what `tollgate pump` runs);
+//! - metrics through the [`metrics`](https://docs.rs/metrics) facade, labelled by the pacer's
+//!   name ([`PacerBuilder::name`]): `tollgate_pacer_rate`, `tollgate_pacer_ceiling`,
+//!   `tollgate_pacer_throttled_total`, `tollgate_pacer_units_total`,
+//!   `tollgate_pump_items_total{outcome}` and `tollgate_pump_in_flight`. A pacer registers them
+//!   when it is built: install the recorder first.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tollgate_pace::PaceError> {
@@ -34,6 +39,7 @@ mod budget;
 mod error;
 #[cfg(feature = "http")]
 pub mod http;
+mod metrics;
 mod pacer;
 mod partitions;
 mod pump;

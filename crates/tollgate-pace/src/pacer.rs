@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tollgate::{Clock, IntervalBucket, Limiter, Quota, SystemClock};
 
+use crate::metrics::PaceMetrics;
 use crate::{Budget, PaceError};
 
 /// Builds a [`Pacer`].
@@ -27,10 +28,25 @@ pub struct PacerBuilder<C: Clock = SystemClock> {
     decrease: f64,
     increase: f64,
     min_rate: Option<f64>,
+    name: String,
     clock: C,
 }
 
 impl<C: Clock> PacerBuilder<C> {
+    /// The pacer's name (default `"pacer"`): the `pacer` label of its metrics and its pump's. A
+    /// name per kind of work (`"orders"`), not per item: labels must stay few.
+    ///
+    /// ```
+    /// use tollgate_pace::{Budget, Pacer};
+    /// let pacer = Pacer::builder(Budget::per_second(50)?).name("orders").build()?;
+    /// # let _ = pacer;
+    /// # Ok::<(), tollgate_pace::PaceError>(())
+    /// ```
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
     /// The length of a slice (default 200 ms): the budget is released this often.
     pub fn granularity(mut self, granularity: Duration) -> Self {
         self.granularity = granularity;
@@ -65,6 +81,7 @@ impl<C: Clock> PacerBuilder<C> {
             decrease: self.decrease,
             increase: self.increase,
             min_rate: self.min_rate,
+            name: self.name,
             clock,
         }
     }
@@ -87,6 +104,9 @@ impl<C: Clock> PacerBuilder<C> {
         }
         let quota = slice_quota(ceiling, self.granularity)?;
         let limiter = Limiter::builder(IntervalBucket::new(quota)).clock(self.clock.clone()).build();
+        let metrics = PaceMetrics::new(&self.name);
+        metrics.rate.set(ceiling);
+        metrics.ceiling.set(ceiling);
         Ok(Pacer {
             limiter,
             clock: self.clock,
@@ -94,6 +114,7 @@ impl<C: Clock> PacerBuilder<C> {
             decrease: self.decrease,
             increase: self.increase,
             min_rate,
+            metrics,
             state: Mutex::new(Adapt { rate: ceiling, ceiling, paused_until: 0, last_increase: 0, last_decrease: None }),
         })
     }
@@ -126,6 +147,7 @@ pub struct Pacer<C: Clock = SystemClock> {
     decrease: f64,
     increase: f64,
     min_rate: f64,
+    pub(crate) metrics: PaceMetrics,
     state: Mutex<Adapt>,
 }
 
@@ -153,6 +175,7 @@ impl Pacer<SystemClock> {
             decrease: 0.7,
             increase: 0.05,
             min_rate: None,
+            name: "pacer".to_owned(),
             clock: SystemClock::new(),
         }
     }
@@ -181,6 +204,7 @@ impl<C: Clock> Pacer<C> {
             let _spent = self.limiter.acquire(take).await.map_err(|r| PaceError::Closed { reason: r.reason() })?;
             left -= take;
         }
+        self.metrics.units.increment(cost);
         Ok(())
     }
 
@@ -206,6 +230,7 @@ impl<C: Clock> Pacer<C> {
 
     /// The downstream throttled a call: cut the rate, and pause until `retry_after` if given.
     pub fn throttled(&self, retry_after: Option<Duration>) {
+        self.metrics.throttled.increment(1);
         let now = self.clock.now();
         let mut state = self.lock();
         if let Some(wait) = retry_after {
@@ -263,6 +288,8 @@ impl<C: Clock> Pacer<C> {
     }
 
     fn apply(&self, state: &Adapt) {
+        self.metrics.rate.set(state.rate);
+        self.metrics.ceiling.set(state.ceiling);
         match slice_quota(state.rate, self.granularity) {
             Ok(quota) => self.limiter.set_quota(quota),
             // A zero rate (no partition held): a slice of one unit per hour is "stopped" in practice.

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tollgate::Clock;
 
+use crate::metrics::ItemOutcome;
 use crate::queue::{Item, Queue};
 use crate::{PaceError, Pacer};
 
@@ -171,8 +172,10 @@ where
                 .await
                 .map_err(|_| PaceError::Closed { reason: tollgate::Reason::Closed })?;
             let (queue, pacer, handler, progress) = (queue.clone(), pacer.clone(), handler.clone(), progress.clone());
+            pacer.metrics.in_flight.increment(1.0);
             tokio::spawn(async move {
                 handle(&*queue, &pacer, &*handler, &progress, item).await;
+                pacer.metrics.in_flight.decrement(1.0);
                 drop(slot);
             });
         }
@@ -198,6 +201,7 @@ where
                 match queue.ack(&item).await {
                     Ok(()) => {
                         progress.done.fetch_add(1, Ordering::Relaxed);
+                        pacer.metrics.item(ItemOutcome::Done);
                     }
                     // Not acknowledged: it will be delivered again (at least once).
                     Err(e) => tracing::warn!(item = %item.id, "cannot acknowledge: {e}"),
@@ -206,6 +210,7 @@ where
             }
             Handled::Throttled(retry_after) => {
                 progress.throttled.fetch_add(1, Ordering::Relaxed);
+                pacer.metrics.item(ItemOutcome::Throttled);
                 pacer.throttled(retry_after);
                 if pacer.acquire(item.cost).await.is_err() {
                     return;
@@ -213,9 +218,11 @@ where
             }
             Handled::Failed(error) => {
                 progress.failed.fetch_add(1, Ordering::Relaxed);
+                pacer.metrics.item(ItemOutcome::Failed);
                 match queue.fail(&item, &error.to_string()).await {
                     Ok(true) => {
                         progress.dead.fetch_add(1, Ordering::Relaxed);
+                        pacer.metrics.item(ItemOutcome::Dead);
                     }
                     Ok(false) => {}
                     Err(e) => tracing::warn!(item = %item.id, "cannot record a failure: {e}"),

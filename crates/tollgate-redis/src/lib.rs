@@ -13,7 +13,11 @@
 //! - a deadline on every call, and a [`FailurePolicy`] (deny, allow, or a local limiter) that
 //!   decides when Redis cannot — reported with its own [`tollgate::Reason`], never as "limited".
 //! - for a hot key every replica hits, [`LeasedLimiter`]: slices of a fixed window's budget leased
-//!   in one script call and spent in-process, never admitting more than the limit across processes.
+//!   in one script call and spent in-process, never admitting more than the limit across processes;
+//! - metrics through the [`metrics`](https://docs.rs/metrics) facade, labelled by the limiter's
+//!   prefix (never a key): `tollgate_redis_decision_seconds` (histogram),
+//!   `tollgate_redis_errors_total{kind}` and `tollgate_redis_failure_policy_total{outcome}`. A
+//!   [`RedisLimiter`] registers them when it is built: install the recorder first.
 //!
 //! Going from local to distributed is one line:
 //!
@@ -40,6 +44,7 @@ mod failure;
 mod key;
 mod leased;
 mod limiter;
+mod metrics;
 mod scan;
 mod scripts;
 mod semaphore;

@@ -11,6 +11,7 @@ use crate::backend::Redis;
 use crate::error::BackendError;
 use crate::failure::FailurePolicy;
 use crate::key::RedisKey;
+use crate::metrics::LimiterMetrics;
 use crate::scripts;
 
 /// Which algorithm the script runs (the same rules as the in-memory limiters of the same name).
@@ -121,6 +122,7 @@ impl RedisLimiterBuilder {
             specs.push(LimitSpec { name: name.clone(), params });
         }
         let window = self.limits.iter().map(|(_, q)| q.period()).max();
+        let metrics = LimiterMetrics::new(&self.prefix);
         Ok(RedisLimiter {
             inner: Arc::new(LimiterInner {
                 redis: self.redis,
@@ -130,6 +132,7 @@ impl RedisLimiterBuilder {
                 capacity,
                 window,
                 failure: self.failure,
+                metrics,
                 clock: self.clock,
                 system: tollgate::SystemClock::new(),
                 max_wait: self.max_wait,
@@ -168,6 +171,7 @@ struct LimiterInner {
     capacity: u64,
     window: Option<Duration>,
     failure: FailurePolicy,
+    metrics: LimiterMetrics,
     clock: Option<(NowFn, SleepFn)>,
     system: tollgate::SystemClock,
     max_wait: Option<Duration>,
@@ -298,7 +302,8 @@ impl RedisLimiter {
         let granted_us = (lease.granted_at() / 1000).to_string();
         let args = self.args(lease.permits(), i.algorithm.name().to_owned(), granted_us);
         let keys = self.keys_for(key, &vec![key; i.limits.len()]);
-        let _refunded: i64 = i.redis.invoke(&scripts::REFUND, &keys, &args).await?;
+        let _refunded: i64 =
+            i.redis.invoke(&scripts::REFUND, &keys, &args).await.inspect_err(|e| i.metrics.error(e))?;
         Ok(())
     }
 
@@ -330,7 +335,8 @@ impl RedisLimiter {
     /// ```
     pub async fn reset(&self, key: &str) -> Result<bool, BackendError> {
         let i = &self.inner;
-        let existed: i64 = i.redis.invoke(&scripts::RESET, &self.redis_keys(key), &[]).await?;
+        let existed: i64 =
+            i.redis.invoke(&scripts::RESET, &self.redis_keys(key), &[]).await.inspect_err(|e| i.metrics.error(e))?;
         if let FailurePolicy::Local(local) = &i.failure {
             local.forget(key);
         }
@@ -422,6 +428,7 @@ impl RedisLimiter {
             }
             Err(error) => {
                 tracing::debug!(%error, prefix = %i.prefix, key = tag, "redis decision failed; failure policy decides");
+                i.metrics.failure_policy(&i.failure);
                 i.failure.decide(tag, n, i.capacity).map(|lease| (lease, 0))
             }
         }
@@ -440,7 +447,24 @@ impl RedisLimiter {
         }
     }
 
+    /// One decision's round trip(s), timed and its failure counted by kind: real time, even on a
+    /// test clock, since it measures Redis, not the limit.
     async fn call(
+        &self,
+        tag: &str,
+        keys: &[&str],
+        n: u64,
+        mode: Mode,
+        max_wait_us: u64,
+    ) -> Result<Reply, BackendError> {
+        let i = &self.inner;
+        let started = tollgate::Clock::now(&i.system);
+        let reply = self.script(tag, keys, n, mode, max_wait_us).await;
+        i.metrics.decided(tollgate::Clock::now(&i.system).saturating_sub(started));
+        reply.inspect_err(|e| i.metrics.error(e))
+    }
+
+    async fn script(
         &self,
         tag: &str,
         keys: &[&str],

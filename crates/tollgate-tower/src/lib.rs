@@ -15,7 +15,13 @@
 //!   route, an extension set by your auth layer, or any function; a missing key is your decision;
 //! - a cost per request; several policies all-or-nothing;
 //! - concurrency limits whose permits are held until the response body has been sent (or the
-//!   client went away), not just until the headers were written.
+//!   client went away), not just until the headers were written;
+//! - metrics through the [`metrics`](https://docs.rs/metrics) facade:
+//!   `tollgate_layer_decisions_total{policy, outcome}` with `outcome` one of `allowed`,
+//!   `limited`, `unavailable`, `no_key` (labels are policy names, never keys). The layer never
+//!   queues a request (a decision is immediate, or one Redis round trip), so it has no queue time.
+//!   Handles are registered when a [`Policy`] is built: install the recorder first. With no
+//!   recorder a decision pays one branch per policy.
 //!
 //! ```no_run
 //! use std::net::SocketAddr;
@@ -42,6 +48,7 @@
 mod body;
 pub mod headers;
 mod key;
+mod metrics;
 mod policy;
 mod proxy;
 mod service;

@@ -7,6 +7,7 @@ use http::StatusCode;
 use tollgate::{Answer, Lease, Meta, RateLimiter, Refund, Rejected};
 
 use crate::key::{KeyExtractor, RequestInfo};
+use crate::metrics::PolicyMetrics;
 
 /// What to do with a request whose key cannot be extracted (no peer address, no header...).
 #[derive(Clone, Debug)]
@@ -60,6 +61,7 @@ pub struct Policy<X: KeyExtractor, L> {
     limit: Arc<L>,
     cost: Option<CostFn>,
     missing: MissingKey<X::Key>,
+    metrics: Arc<PolicyMetrics>,
 }
 
 impl<X: KeyExtractor, L> Clone for Policy<X, L> {
@@ -70,20 +72,31 @@ impl<X: KeyExtractor, L> Clone for Policy<X, L> {
             limit: self.limit.clone(),
             cost: self.cost.clone(),
             missing: self.missing.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
 
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
-    /// A policy named `name` (it appears in the `RateLimit` headers), keyed by `key`, limited by
-    /// `limit`. Each request costs 1 permit; requests without a key are rejected with 400.
+    /// A policy named `name` (it appears in the `RateLimit` headers and as the `policy` label of
+    /// `tollgate_layer_decisions_total`), keyed by `key`, limited by `limit`. Each request costs 1
+    /// permit; requests without a key are rejected with 400.
+    ///
+    /// Its metrics go to the `metrics` recorder installed when it is built: install yours first.
     pub fn new(name: &str, key: X, limit: L) -> Self {
         Self::shared(name, key, Arc::new(limit))
     }
 
     /// Like [`Policy::new`] with a limit that is also used elsewhere.
     pub fn shared(name: &str, key: X, limit: Arc<L>) -> Self {
-        Policy { name: name.into(), key, limit, cost: None, missing: MissingKey::Reject(StatusCode::BAD_REQUEST) }
+        Policy {
+            name: name.into(),
+            key,
+            limit,
+            cost: None,
+            missing: MissingKey::Reject(StatusCode::BAD_REQUEST),
+            metrics: Arc::new(PolicyMetrics::new(name)),
+        }
     }
 
     /// Permits a request costs, e.g. by route or by `Content-Length`. A cost of 0 lets the
@@ -155,6 +168,12 @@ pub trait Policies: Clone + Send + Sync + 'static {
 
     /// Appends the state of each policy to `out`, for the response headers.
     fn describe(&self, permit: &Self::Permit, out: &mut Vec<PolicyState>);
+
+    /// Counts a request that every policy admitted (`tollgate_layer_decisions_total`,
+    /// `outcome="allowed"`, once per policy). A rejection is counted by the policy that said no,
+    /// when it says it; a policy whose admission was given back because a later one said no
+    /// counts nothing.
+    fn count_admitted(&self) {}
 }
 
 /// What one [`Policy`] holds for an admitted request: its lease, if it took one.
@@ -165,7 +184,9 @@ pub struct PolicyPermit {
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
     fn denied(&self, status: StatusCode, rejected: Rejected) -> Box<Denied> {
         let policy = PolicyState { name: self.name.clone(), meta: rejected.meta(), window: self.limit.window() };
-        Box::new(Denied { status, policy, rejected: Some(rejected) })
+        let denied = Box::new(Denied { status, policy, rejected: Some(rejected) });
+        self.metrics.denied(&denied);
+        denied
     }
 }
 
@@ -183,7 +204,9 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
                 MissingKey::Shared(k) => k.clone(),
                 MissingKey::Reject(status) => {
                     let policy = PolicyState { name: self.name.clone(), meta: Meta::default(), window: None };
-                    return Err(Box::new(Denied { status: *status, policy, rejected: None }));
+                    let denied = Box::new(Denied { status: *status, policy, rejected: None });
+                    self.metrics.denied(&denied);
+                    return Err(denied);
                 }
             },
         };
@@ -224,6 +247,11 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
         if let Some(lease) = &permit.taken {
             out.push(PolicyState { name: self.name.clone(), meta: lease.meta(), window: self.limit.window() });
         }
+    }
+
+    #[inline]
+    fn count_admitted(&self) {
+        self.metrics.allowed();
     }
 }
 
@@ -288,6 +316,12 @@ impl<A: Policies, B: Policies> Policies for Both<A, B> {
     fn describe(&self, (a, b): &Self::Permit, out: &mut Vec<PolicyState>) {
         self.0.describe(a, out);
         self.1.describe(b, out);
+    }
+
+    #[inline]
+    fn count_admitted(&self) {
+        self.0.count_admitted();
+        self.1.count_admitted();
     }
 }
 

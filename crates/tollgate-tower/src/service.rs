@@ -231,6 +231,7 @@ where
 /// else of the permit is dropped here, before the request moves on.
 #[inline]
 fn settle<P: Policies>(shared: &Shared<P>, permit: P::Permit) -> Kept {
+    shared.policies.count_admitted();
     let headers = shared.config.headers_on_success.then(|| {
         let mut states = Vec::new();
         shared.policies.describe(&permit, &mut states);
