@@ -229,7 +229,7 @@ impl<C: Clock> LeasedLimiter<C> {
         let mut asked = size;
         loop {
             match i.budget.try_acquire_or_error(key, asked).await {
-                Ok(Ok(grant)) => return Ok(self.spend(key, n, need, sent, grant)),
+                Ok(Ok(grant)) => return self.spend(key, n, sent, grant),
                 Ok(Err(no)) if no.reason() == Reason::Exhausted && no.remaining() >= need && asked > no.remaining() => {
                     // Less than the lease wanted is left, enough for this request: take what is.
                     asked = no.remaining();
@@ -282,22 +282,22 @@ impl<C: Clock> LeasedLimiter<C> {
         (held, want.min(cap).max(need).min(i.limit))
     }
 
-    /// A grant of `grant.permits()` arrived for a request of `n` that lacked `need`: the request
-    /// spends `n`, the rest is held until the window ends.
-    fn spend(&self, key: &str, n: u64, need: u64, sent: u64, grant: Lease) -> Lease {
+    /// A grant of `grant.permits()` arrived for a request of `n`: the request spends `n` from what
+    /// is held now and the grant, the rest is held until the window ends. Other requests may have
+    /// spent what was held while the grant was on its way: if the two no longer make `n`, the
+    /// request is refused and both are kept here.
+    fn spend(&self, key: &str, n: u64, sent: u64, grant: Lease) -> Result<Lease, Rejected> {
         let i = &*self.inner;
         if grant.reason() != Reason::Granted {
             // The failure policy's answer for this request alone: nothing to hold.
-            return grant;
+            return Ok(grant);
         }
         let now = i.clock.now();
         let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
         let slice = slices.entry(key.to_owned()).or_default();
         let ends = sent.saturating_add(grant.meta().reset_ns);
         let held = slice.live(now);
-        // What the request did not find here comes from the grant; the rest of the grant is held.
-        let from_held = n - need;
-        slice.left = held.saturating_sub(from_held) + (grant.permits() - need);
+        let total = held + grant.permits();
         if held > 0 {
             // Tokens of this window were still held: they all end with the earlier estimate.
             slice.ends = slice.ends.min(ends);
@@ -307,7 +307,12 @@ impl<C: Clock> LeasedLimiter<C> {
         }
         slice.meta = grant.meta();
         slice.granted_at = grant.granted_at();
-        Lease::new(slice.meta(now, i.limit), n, now)
+        if total < n {
+            slice.left = total;
+            return Err(Rejected::new(slice.meta(now, i.limit), n, Reason::Exhausted));
+        }
+        slice.left = total - n;
+        Ok(Lease::new(slice.meta(now, i.limit), n, now))
     }
 
     /// Gives a lease this limiter granted for `key` back: to this process's slice of the budget

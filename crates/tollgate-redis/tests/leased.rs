@@ -200,3 +200,20 @@ async fn it_is_a_rate_limiter_that_answers_at_once_from_a_held_lease() {
         (LIMIT, Some(Duration::from_secs(1)))
     );
 }
+
+#[tokio::test]
+async fn permits_spent_here_while_a_lease_is_on_its_way_are_not_counted_twice() {
+    let (_server, redis, clock) = setup().await;
+    let limiter = leased(&redis, "race", &clock);
+    warm(&limiter, &clock).await;
+    let held = limiter.held("k");
+    assert!(held >= 2, "{held}");
+    // A request for more than is held asks Redis; before the answer, other requests spend it all.
+    let mut asking = Box::pin(limiter.try_acquire("k", held + 1));
+    assert!(futures::poll!(&mut asking).is_pending(), "waiting for Redis");
+    let spent = limiter.try_local("k", held).expect("held here").permits();
+    let asked = asking.await.map_or(0, |l| l.permits());
+    // Every permit is in one place: admitted (40 while warming, then these), held, or in Redis.
+    let budget = plain(&redis, "race", &clock).check("k", 0).await.unwrap().remaining;
+    assert_eq!(40 + spent + asked + limiter.held("k") + budget, LIMIT, "asked {asked}, spent {spent}");
+}
