@@ -217,3 +217,90 @@ async fn permits_spent_here_while_a_lease_is_on_its_way_are_not_counted_twice() 
     let budget = plain(&redis, "race", &clock).check("k", 0).await.unwrap().remaining;
     assert_eq!(40 + spent + asked + limiter.held("k") + budget, LIMIT, "asked {asked}, spent {spent}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// OS processes on one budget, one SIGKILLed while it holds a lease.
+
+const CHILD_ENV: &str = "TOLLGATE_LEASED_CHILD";
+const PROCESS_LIMIT: u64 = 1_000;
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// Not a test on its own: the body of a child process of
+/// `processes_never_admit_more_than_the_limit_and_a_killed_ones_lease_comes_back` (does nothing
+/// unless re-executed with `TOLLGATE_LEASED_CHILD` set). Takes permits as fast as it can for the
+/// given seconds, printing `A <end of the admission's window, Unix ms>` per admission and
+/// `E <Unix ms>` at the end.
+#[tokio::test]
+async fn leased_child_process() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let (url, secs) = spec.split_once(' ').unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs_f64(secs.parse().unwrap());
+    let redis = Redis::connect(url).await.unwrap();
+    let limiter = LeasedLimiter::builder(&redis, "procs", Quota::per_second(PROCESS_LIMIT).unwrap()).build().unwrap();
+    while std::time::Instant::now() < until {
+        // Let the connection's task run between decisions that never wait (as I/O would).
+        tokio::task::consume_budget().await;
+        if let Ok(lease) = limiter.try_acquire("hot", 1).await {
+            println!("A {}", unix_ms() + lease.reset_after().as_millis() as u64);
+        }
+    }
+    println!("E {}", unix_ms());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_never_admit_more_than_the_limit_and_a_killed_ones_lease_comes_back() {
+    use std::process::{Command, Stdio};
+    let server = RedisServer::start();
+    let exe = std::env::current_exe().unwrap();
+    let secs = std::env::var("TOLLGATE_LEASED_SECONDS").unwrap_or_else(|_| "4".into());
+    let spawn = || {
+        Command::new(&exe)
+            .args(["leased_child_process", "--exact", "--nocapture", "--test-threads", "1"])
+            .env(CHILD_ENV, format!("{} {secs}", server.url()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap()
+    };
+    let mut children: Vec<_> = (0..4).map(|_| spawn()).collect();
+    // Kill one in the middle of its second window, holding whatever lease it holds.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    children[0].kill().unwrap();
+    let killed_at = unix_ms();
+    let outputs: Vec<String> =
+        children.into_iter().map(|c| String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap()).collect();
+    // Windows by when they end (each process's estimate is within a round trip of the others').
+    let mut ends: Vec<u64> = Vec::new();
+    let mut survivors_stopped = u64::MAX;
+    for line in outputs.iter().flat_map(|o| o.lines()) {
+        match line.split_once(' ') {
+            Some(("A", end)) => ends.push(end.parse().unwrap()),
+            Some(("E", at)) => survivors_stopped = survivors_stopped.min(at.parse().unwrap()),
+            _ => {}
+        }
+    }
+    ends.sort_unstable();
+    let mut windows: Vec<(u64, u64)> = Vec::new();
+    for end in ends {
+        match windows.last_mut() {
+            Some((first, count)) if end - *first < 200 => *count += 1,
+            _ => windows.push((end, 1)),
+        }
+    }
+    eprintln!("windows (end ms, admitted): {windows:?}; killed at {killed_at}, survivors stopped at {survivors_stopped}");
+    assert!(windows.len() >= 3, "{windows:?}");
+    for (end, admitted) in &windows {
+        assert!(*admitted <= PROCESS_LIMIT, "window ending {end}: {admitted} admitted, limit {PROCESS_LIMIT}");
+    }
+    // A window that opened after the kill and ended before the survivors stopped is used in full
+    // (within 2 %): the killed process's lease ended with its window.
+    let after: Vec<_> =
+        windows.iter().filter(|(end, _)| end - 1_000 >= killed_at && *end <= survivors_stopped).collect();
+    assert!(!after.is_empty(), "a whole window after the kill: {windows:?}, killed at {killed_at}");
+    for (end, admitted) in after {
+        assert!(*admitted >= PROCESS_LIMIT * 98 / 100, "window ending {end}: only {admitted} admitted ({windows:?})");
+    }
+}
