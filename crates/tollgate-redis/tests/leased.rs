@@ -290,7 +290,9 @@ async fn processes_never_admit_more_than_the_limit_and_a_killed_ones_lease_comes
             _ => windows.push((end, 1)),
         }
     }
-    eprintln!("windows (end ms, admitted): {windows:?}; killed at {killed_at}, survivors stopped at {survivors_stopped}");
+    eprintln!(
+        "windows (end ms, admitted): {windows:?}; killed at {killed_at}, survivors stopped at {survivors_stopped}"
+    );
     assert!(windows.len() >= 3, "{windows:?}");
     for (end, admitted) in &windows {
         assert!(*admitted <= PROCESS_LIMIT, "window ending {end}: {admitted} admitted, limit {PROCESS_LIMIT}");
