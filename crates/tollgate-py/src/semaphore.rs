@@ -140,6 +140,97 @@ pub(crate) fn state_dict(py: Python<'_>, state: &SemaphoreState) -> PyResult<Py<
     Ok(dict.unbind())
 }
 
+/// The `#[pymethods]` of a Python class over a [`SemaphoreCore`] (the async `Semaphore` and
+/// `tollgate.sync.Semaphore`): the constructor, the getters and `repr` (named `$repr`), written
+/// once, around the class's own (waiting) methods.
+macro_rules! semaphore_methods {
+    ($class:ident, $repr:literal; $($methods:tt)*) => {
+        #[::pyo3::pymethods]
+        impl $class {
+            #[new]
+            #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=$crate::args::Seconds::Number(10.0)))]
+            fn new(
+                name: String,
+                capacity: i64,
+                max_sleep: Option<$crate::args::Seconds>,
+                redis_url: Option<&::pyo3::Bound<'_, ::pyo3::PyAny>>,
+                lease_ttl: $crate::args::Seconds,
+            ) -> ::pyo3::PyResult<$class> {
+                $crate::semaphore::SemaphoreCore::new(name, capacity, max_sleep, redis_url, lease_ttl).map($class)
+            }
+
+            $($methods)*
+
+            /// The name (shared by every process using this semaphore).
+            #[getter]
+            fn name(&self) -> &str {
+                self.0.name()
+            }
+
+            /// Most holders at once.
+            #[getter]
+            fn capacity(&self) -> u64 {
+                self.0.capacity()
+            }
+
+            /// Seconds a lease lives without renewal.
+            #[getter]
+            fn lease_ttl(&self) -> f64 {
+                self.0.lease_ttl()
+            }
+
+            /// Longest `acquire` waits, in seconds (`None`: unbounded).
+            #[getter]
+            fn max_sleep(&self) -> Option<f64> {
+                self.0.max_sleep()
+            }
+
+            fn __repr__(&self) -> String {
+                self.0.repr($repr)
+            }
+        }
+    };
+}
+pub(crate) use semaphore_methods;
+
+/// The `#[pymethods]` of a held slot's Python class (the async `Permit` and
+/// `tollgate.sync.Permit`): what it tells of its lease, written once, around the class's own
+/// `release` and context-manager methods.
+macro_rules! permit_methods {
+    ($class:ident; $($methods:tt)*) => {
+        #[::pyo3::pymethods]
+        impl $class {
+            $($methods)*
+
+            /// True once the lease is known to be lost (it expired during a stall longer than the TTL):
+            /// stop the work. False after a release.
+            fn is_lost(&self) -> bool {
+                self.0.is_lost()
+            }
+
+            /// False once `release()` was called (or the permit was used as a context manager and exited).
+            #[getter]
+            fn held(&self) -> bool {
+                self.0.held()
+            }
+
+            /// Strictly greater than the token of every lease granted before this one: pass it to a
+            /// resource that must refuse a holder whose lease was lost.
+            #[getter]
+            fn fencing_token(&self) -> u64 {
+                self.0.fencing_token()
+            }
+
+            /// The lease id in Redis, for logs.
+            #[getter]
+            fn lease_id(&self) -> &str {
+                self.0.lease_id()
+            }
+        }
+    };
+}
+pub(crate) use permit_methods;
+
 /// A counting semaphore in Redis shared by every process that uses the same `name`: at most
 /// `capacity` holders at once, granted first come, first served (in call order within a process).
 ///
@@ -150,20 +241,8 @@ pub(crate) fn state_dict(py: Python<'_>, state: &SemaphoreState) -> PyResult<Py<
 #[pyclass(subclass, module = "tollgate._tollgate", name = "Semaphore")]
 pub struct Semaphore(SemaphoreCore);
 
-#[pymethods]
-impl Semaphore {
-    #[new]
-    #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=Seconds::Number(10.0)))]
-    fn new(
-        name: String,
-        capacity: i64,
-        max_sleep: Option<Seconds>,
-        redis_url: Option<&Bound<'_, PyAny>>,
-        lease_ttl: Seconds,
-    ) -> PyResult<Semaphore> {
-        SemaphoreCore::new(name, capacity, max_sleep, redis_url, lease_ttl).map(Semaphore)
-    }
-
+semaphore_methods! {
+    Semaphore, "Semaphore";
     /// Waits for a slot (at most `max_sleep` seconds) and returns its `Permit`. Raises
     /// `MaxSleepExceededError` (nothing taken) or `RedisUnavailableError`. Cancelling the wait
     /// leaves the queue.
@@ -189,33 +268,6 @@ impl Semaphore {
         })
     }
 
-    /// The name (shared by every process using this semaphore).
-    #[getter]
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    /// Most holders at once.
-    #[getter]
-    fn capacity(&self) -> u64 {
-        self.0.capacity()
-    }
-
-    /// Seconds a lease lives without renewal.
-    #[getter]
-    fn lease_ttl(&self) -> f64 {
-        self.0.lease_ttl()
-    }
-
-    /// Longest `acquire` waits, in seconds (`None`: unbounded).
-    #[getter]
-    fn max_sleep(&self) -> Option<f64> {
-        self.0.max_sleep()
-    }
-
-    fn __repr__(&self) -> String {
-        self.0.repr("Semaphore")
-    }
 }
 
 /// A held slot of a `Semaphore`, renewed in the background until released. An async context
@@ -224,38 +276,13 @@ impl Semaphore {
 #[pyclass(module = "tollgate._tollgate", name = "Permit")]
 pub struct Permit(Held);
 
-#[pymethods]
-impl Permit {
+permit_methods! {
+    Permit;
     /// Gives the slot back. Resolves to `True` if the lease was still held, `False` if it had
     /// expired or was already released. The release runs to completion even if the awaiting task
     /// is cancelled.
     fn release<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         crate::bridge::spawn(py, self.0.releasing())
-    }
-
-    /// True once the lease is known to be lost (it expired during a stall longer than the TTL):
-    /// stop the work. False after a release.
-    fn is_lost(&self) -> bool {
-        self.0.is_lost()
-    }
-
-    /// False once `release()` was called (or the permit was used as a context manager and exited).
-    #[getter]
-    fn held(&self) -> bool {
-        self.0.held()
-    }
-
-    /// Strictly greater than the token of every lease granted before this one: pass it to a
-    /// resource that must refuse a holder whose lease was lost.
-    #[getter]
-    fn fencing_token(&self) -> u64 {
-        self.0.fencing_token()
-    }
-
-    /// The lease id in Redis, for logs.
-    #[getter]
-    fn lease_id(&self) -> &str {
-        self.0.lease_id()
     }
 
     fn __aenter__<'py>(slf: Py<Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

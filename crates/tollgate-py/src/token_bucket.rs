@@ -135,6 +135,66 @@ impl BucketCore {
     }
 }
 
+/// The `#[pymethods]` of a Python class over a [`BucketCore`] (the async `TokenBucket` and
+/// `tollgate.sync.TokenBucket`): the constructor, the getters and `repr` (named `$repr`), written
+/// once, around the class's own (waiting) methods.
+macro_rules! bucket_methods {
+    ($class:ident, $repr:literal; $($methods:tt)*) => {
+        #[::pyo3::pymethods]
+        impl $class {
+            #[new]
+            #[pyo3(signature = (name, capacity, refill_frequency, refill_amount, max_sleep=None, redis_url=None))]
+            fn new(
+                name: String,
+                capacity: i64,
+                refill_frequency: $crate::args::Seconds,
+                refill_amount: i64,
+                max_sleep: Option<$crate::args::Seconds>,
+                redis_url: Option<&::pyo3::Bound<'_, ::pyo3::PyAny>>,
+            ) -> ::pyo3::PyResult<$class> {
+                $crate::token_bucket::BucketCore::new(name, capacity, refill_frequency, refill_amount, max_sleep, redis_url).map($class)
+            }
+
+            $($methods)*
+
+            /// The name (shared by every process using this bucket).
+            #[getter]
+            fn name(&self) -> &str {
+                self.0.name()
+            }
+
+            /// Most tokens at once.
+            #[getter]
+            fn capacity(&self) -> u64 {
+                self.0.capacity()
+            }
+
+            /// Seconds between refills of `refill_amount` tokens.
+            #[getter]
+            fn refill_frequency(&self) -> f64 {
+                self.0.refill_frequency()
+            }
+
+            /// Tokens added per `refill_frequency`.
+            #[getter]
+            fn refill_amount(&self) -> u64 {
+                self.0.refill_amount()
+            }
+
+            /// Longest `acquire` waits, in seconds (`None`: unbounded).
+            #[getter]
+            fn max_sleep(&self) -> Option<f64> {
+                self.0.max_sleep()
+            }
+
+            fn __repr__(&self) -> String {
+                self.0.repr($repr)
+            }
+        }
+    };
+}
+pub(crate) use bucket_methods;
+
 /// A token bucket in Redis: `capacity` tokens, `refill_amount` more every `refill_frequency`
 /// seconds (spread evenly, one every `refill_frequency / refill_amount` s), shared by every
 /// process using the same `name`.
@@ -145,21 +205,8 @@ impl BucketCore {
 #[pyclass(module = "tollgate._tollgate", name = "TokenBucket")]
 pub struct TokenBucket(BucketCore);
 
-#[pymethods]
-impl TokenBucket {
-    #[new]
-    #[pyo3(signature = (name, capacity, refill_frequency, refill_amount, max_sleep=None, redis_url=None))]
-    fn new(
-        name: String,
-        capacity: i64,
-        refill_frequency: Seconds,
-        refill_amount: i64,
-        max_sleep: Option<Seconds>,
-        redis_url: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<TokenBucket> {
-        BucketCore::new(name, capacity, refill_frequency, refill_amount, max_sleep, redis_url).map(TokenBucket)
-    }
-
+bucket_methods! {
+    TokenBucket, "TokenBucket";
     /// Waits for one token (at most `max_sleep` seconds). Raises `MaxSleepExceededError` at once,
     /// taking nothing, when the wait would be longer; `RedisUnavailableError` when Redis fails.
     fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -183,37 +230,4 @@ impl TokenBucket {
         crate::bridge::spawn(py, async { Ok(false) })
     }
 
-    /// The name (shared by every process using this bucket).
-    #[getter]
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    /// Most tokens at once.
-    #[getter]
-    fn capacity(&self) -> u64 {
-        self.0.capacity()
-    }
-
-    /// Seconds between refills of `refill_amount` tokens.
-    #[getter]
-    fn refill_frequency(&self) -> f64 {
-        self.0.refill_frequency()
-    }
-
-    /// Tokens added per `refill_frequency`.
-    #[getter]
-    fn refill_amount(&self) -> u64 {
-        self.0.refill_amount()
-    }
-
-    /// Longest `acquire` waits, in seconds (`None`: unbounded).
-    #[getter]
-    fn max_sleep(&self) -> Option<f64> {
-        self.0.max_sleep()
-    }
-
-    fn __repr__(&self) -> String {
-        self.0.repr("TokenBucket")
-    }
 }

@@ -4,10 +4,9 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::args::Seconds;
 use crate::blocking::wait;
 use crate::held::Held;
-use crate::semaphore::{SemaphoreCore, state_dict};
+use crate::semaphore::{SemaphoreCore, permit_methods, semaphore_methods, state_dict};
 
 /// A counting semaphore in Redis, with blocking methods: the keys and queue of the async
 /// `Semaphore` of the same `name`, so threads, sync processes and asyncio tasks share one
@@ -15,20 +14,8 @@ use crate::semaphore::{SemaphoreCore, state_dict};
 #[pyclass(subclass, module = "tollgate.sync", name = "Semaphore")]
 pub struct SyncSemaphore(SemaphoreCore);
 
-#[pymethods]
-impl SyncSemaphore {
-    #[new]
-    #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=Seconds::Number(10.0)))]
-    fn new(
-        name: String,
-        capacity: i64,
-        max_sleep: Option<Seconds>,
-        redis_url: Option<&Bound<'_, PyAny>>,
-        lease_ttl: Seconds,
-    ) -> PyResult<SyncSemaphore> {
-        SemaphoreCore::new(name, capacity, max_sleep, redis_url, lease_ttl).map(SyncSemaphore)
-    }
-
+semaphore_methods! {
+    SyncSemaphore, "tollgate.sync.Semaphore";
     /// Blocks until a slot is free (at most `max_sleep` seconds), without holding the GIL, and
     /// returns its `Permit`. Raises `MaxSleepExceededError` (nothing taken) or
     /// `RedisUnavailableError`; Ctrl-C leaves the queue.
@@ -48,33 +35,6 @@ impl SyncSemaphore {
         state_dict(py, &state)
     }
 
-    /// The name (shared by every process using this semaphore).
-    #[getter]
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    /// Most holders at once.
-    #[getter]
-    fn capacity(&self) -> u64 {
-        self.0.capacity()
-    }
-
-    /// Seconds a lease lives without renewal.
-    #[getter]
-    fn lease_ttl(&self) -> f64 {
-        self.0.lease_ttl()
-    }
-
-    /// Longest `acquire` waits, in seconds (`None`: unbounded).
-    #[getter]
-    fn max_sleep(&self) -> Option<f64> {
-        self.0.max_sleep()
-    }
-
-    fn __repr__(&self) -> String {
-        self.0.repr("tollgate.sync.Semaphore")
-    }
 }
 
 /// A held slot of a `tollgate.sync.Semaphore`, renewed in the background until released. A
@@ -83,37 +43,12 @@ impl SyncSemaphore {
 #[pyclass(module = "tollgate.sync", name = "Permit")]
 pub struct SyncPermit(Held);
 
-#[pymethods]
-impl SyncPermit {
+permit_methods! {
+    SyncPermit;
     /// Gives the slot back, blocking until Redis answers. Returns `True` if the lease was still
     /// held, `False` if it had expired or was already released.
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
         wait(py, self.0.releasing())
-    }
-
-    /// True once the lease is known to be lost (it expired during a stall longer than the TTL):
-    /// stop the work. False after a release.
-    fn is_lost(&self) -> bool {
-        self.0.is_lost()
-    }
-
-    /// False once `release()` was called (or the permit was used as a context manager and exited).
-    #[getter]
-    fn held(&self) -> bool {
-        self.0.held()
-    }
-
-    /// Strictly greater than the token of every lease granted before this one: pass it to a
-    /// resource that must refuse a holder whose lease was lost.
-    #[getter]
-    fn fencing_token(&self) -> u64 {
-        self.0.fencing_token()
-    }
-
-    /// The lease id in Redis, for logs.
-    #[getter]
-    fn lease_id(&self) -> &str {
-        self.0.lease_id()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

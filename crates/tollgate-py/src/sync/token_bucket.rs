@@ -4,10 +4,9 @@
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::args::Seconds;
 use crate::blocking::wait;
 use crate::decision::Decision;
-use crate::token_bucket::BucketCore;
+use crate::token_bucket::{BucketCore, bucket_methods};
 
 /// A token bucket in Redis, with blocking methods: the key of the async `TokenBucket` of the
 /// same `name`, so sync and async processes drain one bucket. `with bucket:` blocks until a
@@ -15,21 +14,8 @@ use crate::token_bucket::BucketCore;
 #[pyclass(module = "tollgate.sync", name = "TokenBucket")]
 pub struct SyncTokenBucket(BucketCore);
 
-#[pymethods]
-impl SyncTokenBucket {
-    #[new]
-    #[pyo3(signature = (name, capacity, refill_frequency, refill_amount, max_sleep=None, redis_url=None))]
-    fn new(
-        name: String,
-        capacity: i64,
-        refill_frequency: Seconds,
-        refill_amount: i64,
-        max_sleep: Option<Seconds>,
-        redis_url: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<SyncTokenBucket> {
-        BucketCore::new(name, capacity, refill_frequency, refill_amount, max_sleep, redis_url).map(SyncTokenBucket)
-    }
-
+bucket_methods! {
+    SyncTokenBucket, "tollgate.sync.TokenBucket";
     /// Blocks until one token is there (at most `max_sleep` seconds), without holding the GIL.
     /// Raises `MaxSleepExceededError` at once, taking nothing, when the wait would be longer;
     /// `RedisUnavailableError` when Redis fails.
@@ -54,37 +40,4 @@ impl SyncTokenBucket {
         false
     }
 
-    /// The name (shared by every process using this bucket).
-    #[getter]
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-
-    /// Most tokens at once.
-    #[getter]
-    fn capacity(&self) -> u64 {
-        self.0.capacity()
-    }
-
-    /// Seconds between refills of `refill_amount` tokens.
-    #[getter]
-    fn refill_frequency(&self) -> f64 {
-        self.0.refill_frequency()
-    }
-
-    /// Tokens added per `refill_frequency`.
-    #[getter]
-    fn refill_amount(&self) -> u64 {
-        self.0.refill_amount()
-    }
-
-    /// Longest `acquire` waits, in seconds (`None`: unbounded).
-    #[getter]
-    fn max_sleep(&self) -> Option<f64> {
-        self.0.max_sleep()
-    }
-
-    fn __repr__(&self) -> String {
-        self.0.repr("tollgate.sync.TokenBucket")
-    }
 }
