@@ -46,6 +46,7 @@ pub struct LeasedLimiterBuilder<C: Clock = SystemClock> {
     test_clock: bool,
     horizon: Duration,
     failure: FailurePolicy,
+    whole_keys: bool,
 }
 
 impl<C: Clock> LeasedLimiterBuilder<C> {
@@ -74,7 +75,25 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
             test_clock: true,
             horizon: self.horizon,
             failure: self.failure,
+            whole_keys: self.whole_keys,
         }
+    }
+
+    /// Keeps Redis `TIME` for the windows while leases are timed on the clock given to
+    /// [`clock`](Self::clock) (for a process whose clock is its own type, e.g. a server generic
+    /// over its clock): the default without `clock`.
+    pub fn redis_time(mut self) -> Self {
+        self.test_clock = false;
+        self
+    }
+
+    /// Uses each key as its Redis key, whole ([`RedisLimiterBuilder::whole_keys`]): the caller's
+    /// own layout, e.g. the rate-limit server's counter keys.
+    ///
+    /// [`RedisLimiterBuilder::whole_keys`]: crate::RedisLimiterBuilder::whole_keys
+    pub fn whole_keys(mut self) -> Self {
+        self.whole_keys = true;
+        self
     }
 
     /// The limiter.
@@ -83,6 +102,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
             .limit("leased", self.quota)
             .failure_policy(self.failure);
         let builder = if self.test_clock { builder.clock(self.clock.clone()) } else { builder };
+        let builder = if self.whole_keys { builder.whole_keys() } else { builder };
         Ok(LeasedLimiter {
             inner: Arc::new(Inner {
                 budget: builder.build()?,
@@ -173,6 +193,7 @@ impl LeasedLimiter<SystemClock> {
             test_clock: false,
             horizon: Duration::from_millis(100),
             failure: FailurePolicy::Deny,
+            whole_keys: false,
         }
     }
 }
@@ -215,26 +236,38 @@ impl<C: Clock> LeasedLimiter<C> {
     /// here, without a round trip, until that window ends (permits another process releases
     /// meanwhile are seen at the next refusal's round trip, or the next window).
     pub async fn try_acquire(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
+        match self.try_acquire_or_error(key, n).await {
+            Ok(decided) => decided,
+            Err(error) => {
+                tracing::debug!(%error, key, "lease from redis failed; the failure policy decides");
+                self.inner.budget.try_acquire(key, n).await
+            }
+        }
+    }
+
+    /// Like [`LeasedLimiter::try_acquire`], but a Redis failure is returned as the error it is
+    /// instead of being decided by the failure policy (a lease held here is still spent).
+    pub async fn try_acquire_or_error(&self, key: &str, n: u64) -> Result<Result<Lease, Rejected>, BackendError> {
         if let Some(decided) = self.try_local_or_reject(key, n) {
-            return decided;
+            return Ok(decided);
         }
         let i = &*self.inner;
         if n > i.limit || n == 0 {
             // Never grantable, or a probe: the budget answers as it is.
-            return i.budget.try_acquire(key, n).await;
+            return i.budget.try_acquire_or_error(key, n).await;
         }
         let sent = i.clock.now();
         let (held, size) = self.plan(key, n, sent);
         let need = n - held;
         let mut asked = size;
         loop {
-            match i.budget.try_acquire_or_error(key, asked).await {
-                Ok(Ok(grant)) => return self.spend(key, n, sent, grant),
-                Ok(Err(no)) if no.reason() == Reason::Exhausted && no.remaining() >= need && asked > no.remaining() => {
+            match i.budget.try_acquire_or_error(key, asked).await? {
+                Ok(grant) => return Ok(self.spend(key, n, sent, grant)),
+                Err(no) if no.reason() == Reason::Exhausted && no.remaining() >= need && asked > no.remaining() => {
                     // Less than the lease wanted is left, enough for this request: take what is.
                     asked = no.remaining();
                 }
-                Ok(Err(no)) => {
+                Err(no) => {
                     if no.reason() == Reason::Exhausted {
                         let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
                         if let Some(slice) = slices.get_mut(key) {
@@ -245,14 +278,43 @@ impl<C: Clock> LeasedLimiter<C> {
                     // What is held here counts as remaining too (it was not enough).
                     let mut meta = no.meta();
                     meta.remaining = meta.remaining.saturating_add(held).min(i.limit);
-                    return Err(Rejected::new(meta, n, no.reason()));
-                }
-                Err(error) => {
-                    tracing::debug!(%error, key, "lease from redis failed; the failure policy decides");
-                    return i.budget.try_acquire(key, n).await;
+                    return Ok(Err(Rejected::new(meta, n, no.reason())));
                 }
             }
         }
+    }
+
+    /// Would `n` permits for `key` be granted now? Takes nothing: answered from the lease held
+    /// here when it has room, else by Redis (its `remaining` plus what is held here). A Redis
+    /// failure is returned as the error it is.
+    pub async fn check_or_error(&self, key: &str, n: u64) -> Result<Result<Meta, Rejected>, BackendError> {
+        let i = &*self.inner;
+        let now = i.clock.now();
+        let held = {
+            let slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
+            match slices.get(key) {
+                Some(slice) if slice.live(now) >= n && (n > 0 || now < slice.ends) => {
+                    return Ok(Ok(slice.meta(now, i.limit)));
+                }
+                Some(slice) => slice.live(now),
+                None => 0,
+            }
+        };
+        let with_held = |mut meta: Meta| {
+            meta.remaining = meta.remaining.saturating_add(held).min(i.limit);
+            meta
+        };
+        Ok(match i.budget.check_or_error(key, n.saturating_sub(held)).await? {
+            Ok(meta) => Ok(with_held(meta)),
+            Err(no) => Err(Rejected::new(with_held(no.meta()), n, no.reason())),
+        })
+    }
+
+    /// Forgets what this process holds of every key `forget` chooses (after their counters were
+    /// reset in Redis: tokens leased from the old window must not be spent in the new one).
+    pub fn forget(&self, mut forget: impl FnMut(&str) -> bool) {
+        let mut slices = self.inner.slices.lock().unwrap_or_else(|e| e.into_inner());
+        slices.retain(|key, _| !forget(key));
     }
 
     /// What this process holds of `key` that is live, and how many permits to lease next: what it

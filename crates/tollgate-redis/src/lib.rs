@@ -73,4 +73,12 @@ pub enum ConfigError {
         /// The limiter's key prefix.
         prefix: String,
     },
+    /// [`RedisLimiterBuilder::whole_keys`] with more than one limit: they would share one key.
+    #[error("redis limiter {prefix:?} uses whole keys but has {limits} limits: whole keys take exactly one")]
+    WholeKeys {
+        /// The limiter's key prefix.
+        prefix: String,
+        /// How many limits it was given.
+        limits: usize,
+    },
 }

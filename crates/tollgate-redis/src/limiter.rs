@@ -78,6 +78,7 @@ pub struct RedisLimiterBuilder {
     failure: FailurePolicy,
     clock: Option<(NowFn, SleepFn)>,
     max_wait: Option<Duration>,
+    whole_keys: bool,
 }
 
 impl RedisLimiterBuilder {
@@ -109,10 +110,35 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// Uses the key a decision names as its Redis key, whole: no prefix, no limit name, the
+    /// caller's own layout (e.g. the rate-limit server's counter keys, so that a limiter and the
+    /// server share counters). A limiter with whole keys has exactly one limit (two limits would
+    /// share one key), else `build` fails with [`crate::ConfigError::WholeKeys`].
+    ///
+    /// ```no_run
+    /// use tollgate::Quota;
+    /// use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = Redis::connect("redis://127.0.0.1/").await?;
+    /// let api = RedisLimiter::builder(&redis, "api", RedisAlgorithm::FixedWindow)
+    ///     .limit("per-user", Quota::per_minute(100)?)
+    ///     .whole_keys()
+    ///     .build()?;
+    /// assert_eq!(api.redis_keys("{tenant:acme}:alice"), ["{tenant:acme}:alice"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn whole_keys(mut self) -> Self {
+        self.whole_keys = true;
+        self
+    }
+
     /// The limiter; at least one limit is required.
     pub fn build(self) -> Result<RedisLimiter, crate::ConfigError> {
         if self.limits.is_empty() {
             return Err(crate::ConfigError::NoLimits { prefix: self.prefix });
+        }
+        if self.whole_keys && self.limits.len() != 1 {
+            return Err(crate::ConfigError::WholeKeys { prefix: self.prefix, limits: self.limits.len() });
         }
         let mut capacity = u64::MAX;
         let mut specs = Vec::with_capacity(self.limits.len());
@@ -136,6 +162,7 @@ impl RedisLimiterBuilder {
                 clock: self.clock,
                 system: tollgate::SystemClock::new(),
                 max_wait: self.max_wait,
+                whole_keys: self.whole_keys,
             }),
         })
     }
@@ -175,6 +202,7 @@ struct LimiterInner {
     clock: Option<(NowFn, SleepFn)>,
     system: tollgate::SystemClock,
     max_wait: Option<Duration>,
+    whole_keys: bool,
 }
 
 enum Mode {
@@ -213,6 +241,7 @@ impl RedisLimiter {
             failure: FailurePolicy::Deny,
             clock: None,
             max_wait: None,
+            whole_keys: false,
         }
     }
 
@@ -227,13 +256,17 @@ impl RedisLimiter {
     }
 
     /// The Redis keys of a decision on `key`: `{prefix}:{<key>}:<limit name>` — the key is the
-    /// hash tag, so all limits of one decision land on one cluster slot.
+    /// hash tag, so all limits of one decision land on one cluster slot — or `key` itself with
+    /// [`RedisLimiterBuilder::whole_keys`].
     pub fn redis_keys(&self, key: &str) -> Vec<String> {
         self.keys_for(key, &vec![key; self.inner.limits.len()])
     }
 
     fn keys_for(&self, tag: &str, keys: &[&str]) -> Vec<String> {
         let i = &self.inner;
+        if i.whole_keys {
+            return keys.iter().map(|k| (*k).to_owned()).collect();
+        }
         i.limits
             .iter()
             .zip(keys)
@@ -352,6 +385,19 @@ impl RedisLimiter {
         }
         let answer = self.call(key, &keys, n, Mode::Take, 0).await?;
         Ok(self.outcome(answer, n, false))
+    }
+
+    /// Like [`RedisLimiter::check`], but a Redis failure is returned as the error it is instead
+    /// of being decided by the failure policy.
+    pub async fn check_or_error(&self, key: &str, n: u64) -> Result<Result<Meta, Rejected>, BackendError> {
+        let keys = vec![key; self.inner.limits.len()];
+        let over = n > self.inner.capacity;
+        let answer = self.call(key, &keys, if over { 0 } else { n }, Mode::Check, 0).await?;
+        if over {
+            let meta = Meta { retry_ns: None, ..answer.meta };
+            return Ok(Err(Rejected::new(meta, n, Reason::ExceedsCapacity)));
+        }
+        Ok(self.outcome(answer, n, false).map(|lease| lease.meta()))
     }
 
     /// Would `n` permits for `key` be granted now? Takes nothing.

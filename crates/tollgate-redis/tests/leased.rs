@@ -181,6 +181,45 @@ async fn a_held_lease_is_spent_while_redis_is_down_and_none_is_renewed() {
     assert_ne!(no.reason(), Reason::Exhausted, "Redis did not answer: the failure policy did ({no})");
 }
 
+/// With whole keys the key is the Redis key; a check counts what is held here; a forgotten slice
+/// is not spent; with Redis down, the `_or_error` calls say so instead of deciding.
+#[tokio::test]
+async fn whole_keys_checks_forgetting_and_errors_instead_of_the_failure_policy() {
+    let (mut server, redis, clock) = setup().await;
+    let limiter = LeasedLimiter::builder(&redis, "unused", Quota::per_second(LIMIT).unwrap())
+        .clock(clock.clone())
+        .whole_keys()
+        .build()
+        .unwrap();
+    warm(&limiter, &clock).await;
+    assert_eq!(server.cli(&["KEYS", "*"]).trim(), "k", "the key as given, nothing around it");
+    let held = limiter.held("k");
+    assert!(held > 1, "{held}");
+    let counted: u64 = server.cli(&["HGET", "k", "c"]).trim().parse().unwrap();
+    assert_eq!(counted, 40 + held, "Redis counts what is spent and what is held");
+    // A check takes nothing and sees the budget as Redis has it plus what is held here.
+    let meta = limiter.check_or_error("k", held + 1).await.unwrap().unwrap();
+    assert_eq!(meta.remaining, LIMIT - 40);
+    assert_eq!(limiter.held("k"), held, "a check takes nothing");
+    let no = limiter.check_or_error("k", LIMIT - 39).await.unwrap().unwrap_err();
+    assert_eq!((no.reason(), no.remaining()), (Reason::Exhausted, LIMIT - 40));
+    limiter.forget(|key| key == "k");
+    assert_eq!(limiter.held("k"), 0, "forgotten");
+    server.kill();
+    assert!(limiter.try_acquire_or_error("k", 1).await.is_err(), "nothing held, Redis down: an error");
+    assert!(limiter.check_or_error("k", 1).await.is_err());
+    let refused = RedisLimiter::builder(&redis, "two", RedisAlgorithm::FixedWindow)
+        .limit("a", Quota::per_second(1).unwrap())
+        .limit("b", Quota::per_second(2).unwrap())
+        .whole_keys()
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "redis limiter \"two\" uses whole keys but has 2 limits: whole keys take exactly one"
+    );
+}
+
 #[tokio::test]
 async fn it_is_a_rate_limiter_that_answers_at_once_from_a_held_lease() {
     let (_server, redis, clock) = setup().await;

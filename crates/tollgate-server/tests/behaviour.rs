@@ -1,7 +1,8 @@
 //! One behaviour suite, every implementor of a decision: each behaviour is one test body run
 //! against `Limiter`, `Keyed`, a `Chain` of two local limits, a `Chain` of a local and a Redis
-//! limit, `RedisLimiter` (the implementors of `tollgate::RateLimiter`), and the server's four
-//! storages (memory in accuracy and in throughput mode, redis, redis-cached) through its engine,
+//! limit, `RedisLimiter`, `LeasedLimiter` (the implementors of `tollgate::RateLimiter`), and the
+//! server's five storages (memory in accuracy and in throughput mode, redis, redis-cached,
+//! redis-leased) through its engine,
 //! all on one `ManualClock`; every implementor must give the same decisions with the same
 //! metadata. The server's storages give no reason with a rejection and take no refunds (a call is
 //! all-or-nothing inside the engine): the reason is checked where an implementor gives one, the
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use tollgate::{Chain, FixedWindow, Keyed, Lease, Limiter, ManualClock, Meta, Quota, RateLimiter, Reason};
 use tollgate_policy::{Descriptor, Policy};
-use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+use tollgate_redis::{LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter};
 use tollgate_server::serve::{Action, Engine, Mode, RedisStore, TimeSource};
 use tollgate_testkit::RedisServer;
 
@@ -92,6 +93,10 @@ impl Backends {
         let cached =
             self.engine(Mode::Accuracy).with_redis_cached(self.redis_store(&format!("{name}:cached:"))).unwrap();
         body(&Storage(cached), &self.clock, "redis-cached").await;
+        next();
+        let leased =
+            self.engine(Mode::Accuracy).with_redis_leased(self.redis_store(&format!("{name}:leased:"))).unwrap();
+        body(&Storage(leased), &self.clock, "redis-leased").await;
     }
 
     /// Runs `body` against every implementor of `tollgate::RateLimiter`.
@@ -111,6 +116,9 @@ impl Backends {
         body(&Unit(mixed), &self.clock, "Chain(local, Redis)").await;
         next();
         body(&Alice(self.redis(&format!("{name}:redis"), quota())), &self.clock, "RedisLimiter").await;
+        next();
+        let leased = LeasedLimiter::builder(&self.redis, &format!("{name}:leased"), quota()).clock(self.clock.clone());
+        body(&Alice(leased.build().unwrap()), &self.clock, "LeasedLimiter").await;
     }
 }
 

@@ -161,6 +161,10 @@ enum StorageKind {
     /// Decided in memory, flushed to Redis in batches (`--flush-every`): faster; replicas may
     /// overshoot a limit until they hear of each other's counts.
     RedisCached,
+    /// In Redis, spent from slices each server leases: a round trip per slice, not per call;
+    /// replicas never overshoot a limit together (hits leased and unspent at a window's end are
+    /// lost).
+    RedisLeased,
 }
 
 pub(crate) fn main(args: ServeArgs) -> ExitCode {
@@ -182,6 +186,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             StorageKind::RedisCached => {
                 Storage::RedisCached { url: args.redis_url, prefix: args.redis_prefix, flush: args.flush_every }
             }
+            StorageKind::RedisLeased => Storage::RedisLeased { url: args.redis_url, prefix: args.redis_prefix },
         },
     };
     let threads = args.threads.or_else(|| std::thread::available_parallelism().ok()).map_or(1, NonZeroUsize::get);

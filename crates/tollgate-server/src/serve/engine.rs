@@ -9,7 +9,7 @@ use tollgate::{Clock, Meta, SystemClock};
 use tollgate_policy::{AlgorithmKind, Descriptor, Enforcement, Limit, LimitId, Policy, Position};
 
 use super::counters::{CounterCap, Counters};
-use super::store::{Cached, Call, InRedis, Memory, RedisStore, Store};
+use super::store::{Cached, Call, InRedis, Leased, Memory, RedisStore, Store};
 
 /// Accuracy vs throughput, as seed 003 defines them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,6 +170,8 @@ pub enum StorageKind {
     Redis,
     /// Decided in memory, flushed to Redis in batches (`redis-cached`).
     RedisCached,
+    /// In Redis, spent from slices leased to this process (`redis-leased`).
+    RedisLeased,
 }
 
 impl StorageKind {
@@ -179,6 +181,7 @@ impl StorageKind {
             StorageKind::Memory => "memory",
             StorageKind::Redis => "redis",
             StorageKind::RedisCached => "redis-cached",
+            StorageKind::RedisLeased => "redis-leased",
         }
     }
 }
@@ -324,6 +327,21 @@ impl<C: Clock + Clone> Engine<C> {
     /// counters flushed.
     pub async fn flush(&self) -> Result<usize, tollgate_redis::BackendError> {
         self.store.flush(&self.clock).await
+    }
+
+    /// Keeps counters in Redis and spends them from slices leased to this process (see
+    /// `--storage redis-leased`: replicas never admit more than a limit together; hits leased and
+    /// not spent before their window ends are lost). Call [`Engine::close`] before exiting to
+    /// give back what is unspent. Fails, naming the first such limit, if a limit cannot be
+    /// counted there.
+    pub fn with_redis_leased(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
+        self.with_store(Box::new(Leased::new(store)))
+    }
+
+    /// What must happen before the process exits: pending hits are sent (redis-cached), leased
+    /// and unspent ones given back (redis-leased); nothing for the other storages.
+    pub async fn close(&self) -> Result<(), tollgate_redis::BackendError> {
+        self.store.close(&self.clock).await
     }
 
     /// True when counters are cached locally and flushed to Redis.

@@ -98,6 +98,15 @@ pub enum Storage {
         /// How often local counts are sent.
         flush: std::time::Duration,
     },
+    /// In Redis (the keys of `Redis`), spent from slices leased to this server: one round trip
+    /// per slice instead of per call on a hot counter, and replicas never admit more than a limit
+    /// together; hits leased and not spent before their window ends are lost (under-admission).
+    RedisLeased {
+        /// `redis://host:port/db`.
+        url: String,
+        /// Prefix of every key.
+        prefix: String,
+    },
 }
 
 impl std::fmt::Debug for Storage {
@@ -107,6 +116,9 @@ impl std::fmt::Debug for Storage {
             Storage::Memory => f.write_str("Memory"),
             Storage::Redis { url, prefix } => {
                 f.debug_struct("Redis").field("url", &redact_url(url)).field("prefix", prefix).finish()
+            }
+            Storage::RedisLeased { url, prefix } => {
+                f.debug_struct("RedisLeased").field("url", &redact_url(url)).field("prefix", prefix).finish()
             }
             Storage::RedisCached { url, prefix, flush } => f
                 .debug_struct("RedisCached")
@@ -172,6 +184,9 @@ impl<C: Clock + Clone> Running<C> {
         for task in self.tasks {
             let _ = task.await;
         }
+        if let Err(e) = self.engine.close().await {
+            tracing::warn!("closing the storage failed: {e}");
+        }
     }
 }
 
@@ -194,6 +209,11 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
             let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
             engine = engine.with_redis_cached(store).map_err(storage_error)?;
             flush_every = Some(*flush);
+        }
+        Storage::RedisLeased { url, prefix } => {
+            let redis = tollgate_redis::Redis::connect(url).await?;
+            let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
+            engine = engine.with_redis_leased(store).map_err(storage_error)?;
         }
     }
     let engine = Arc::new(engine);

@@ -4,13 +4,15 @@
 //! - [`Memory`]: the engine's own counters, in accuracy mode (the counters a call touches are
 //!   locked together) or throughput mode (each on its own, a rejection gives back what was taken);
 //! - [`InRedis`]: fixed windows in Redis, a call decided in one script run;
-//! - [`Cached`]: counters decided in memory, loaded from and flushed to Redis.
+//! - [`Cached`]: counters decided in memory, loaded from and flushed to Redis;
+//! - [`Leased`]: the counters of [`InRedis`], spent from slices leased from them.
 //!
 //! The engine computes which counters a call touches ([`Policy::hits`]) and turns the statuses a
 //! store returns into an [`Outcome`](super::Outcome); a store knows nothing of protocols.
 
 mod cache;
 mod cached;
+mod leased;
 mod memory;
 mod redis;
 
@@ -22,6 +24,7 @@ use tollgate_policy::{Descriptor, Hit, Policy};
 use tollgate_redis::BackendError;
 
 pub(crate) use cached::Cached;
+pub(crate) use leased::Leased;
 pub(crate) use memory::Memory;
 pub(crate) use redis::InRedis;
 pub use redis::SCAN_COUNT;
@@ -104,6 +107,12 @@ pub(crate) trait Store<C: Clock>: Send + Sync {
     fn flush<'a>(&'a self, _clock: &'a C) -> Later<'a, Result<usize, BackendError>> {
         Box::pin(std::future::ready(Ok(0)))
     }
+
+    /// What must happen before the process exits: pending hits are sent (redis-cached), leased
+    /// and unspent ones go back (redis-leased).
+    fn close<'a>(&'a self, clock: &'a C) -> Later<'a, Result<(), BackendError>> {
+        Box::pin(async move { self.flush(clock).await.map(drop) })
+    }
 }
 
 /// Whose clock times the windows of counters kept in Redis (with in-memory storage the server's
@@ -154,9 +163,9 @@ impl RedisStore {
 }
 
 /// The first limit of `policy` a Redis store cannot count, as the error that names it: Redis counts
-/// fixed windows only, and a `cached` one no calendar windows.
+/// fixed windows only, and a `cached` or `leased` one no calendar windows.
 pub(crate) fn redis_accepts(policy: &Policy, storage: StorageKind) -> Result<(), StorageError> {
-    let cached = storage == StorageKind::RedisCached;
+    let cached = matches!(storage, StorageKind::RedisCached | StorageKind::RedisLeased);
     let refused = policy.limits().iter().find_map(|l| {
         if l.algorithm() != tollgate_policy::AlgorithmKind::FixedWindow {
             Some((l, false))
