@@ -529,14 +529,11 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let lease = Lease::of(meta, n, now);
         // An unstored key's permits go nowhere: the key stored later under that name never took them.
-        if n > 0 && self.inner.algo.releases_on_drop() && stored {
-            let pool = KeyRelease { inner: self.inner.clone(), key: key.to_owned() };
-            lease.holding(Arc::new(pool))
-        } else {
-            lease
-        }
+        let pool = (n > 0 && self.inner.algo.releases_on_drop() && stored).then(|| {
+            Arc::new(KeyRelease { inner: self.inner.clone(), key: key.to_owned() }) as Arc<dyn PermitPool>
+        });
+        Lease::held_by(meta, n, now, pool)
     }
 
     /// The decision, the time it was made at, and whether the key is stored (false only for

@@ -313,8 +313,8 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     /// A lease for `n` permits already taken (and counted) at `now`.
     #[inline]
     pub(crate) fn lease_held(self: &Arc<Self>, meta: Snapshot, n: u64, now: u64) -> Lease {
-        let lease = Lease::of(meta, n, now);
-        if self.algo.releases_on_drop() { lease.holding(self.clone() as Arc<dyn PermitPool>) } else { lease }
+        let pool = self.algo.releases_on_drop().then(|| self.clone() as Arc<dyn PermitPool>);
+        Lease::held_by(meta, n, now, pool)
     }
 
     #[inline]
