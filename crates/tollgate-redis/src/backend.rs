@@ -10,6 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, Value};
 
 use crate::error::{BackendError, failed_command};
+use crate::sentinel::{Master, SentinelUrl};
 use crate::tls::TlsUrl;
 
 /// Connection settings.
@@ -41,15 +42,21 @@ impl Default for RedisOptions {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The master named by Sentinel, whichever node that is now.
+    Sentinel(Arc<Master>),
 }
 
-/// One type for scripts, commands and pipelines on either kind of connection; a cluster routes
-/// each by its key's slot.
+/// One type for scripts, commands and pipelines on every kind of connection; a cluster routes
+/// each by its key's slot, Sentinel to the master as last known.
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(m) => {
+                let mut c = m.manager();
+                Box::pin(async move { c.req_packed_command(cmd).await })
+            }
         }
     }
 
@@ -62,6 +69,10 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(m) => {
+                let mut c = m.manager();
+                Box::pin(async move { c.req_packed_commands(pipeline, offset, count).await })
+            }
         }
     }
 
@@ -69,11 +80,13 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(m) => m.manager().get_db(),
         }
     }
 }
 
-/// A shared Redis connection (single server or cluster). Cheap to clone.
+/// A shared Redis connection (one server, a master found through Sentinel, or a cluster). Cheap to
+/// clone.
 ///
 /// Every call ([`Redis::invoke`] for scripts, [`Redis::query`] for commands,
 /// [`Redis::pipeline`] for pipelines) has a deadline and shares one back-off: after a failure
@@ -118,7 +131,12 @@ impl Redis {
     ///
     /// The error shows the URL without credentials.
     pub fn check_url(url: &str) -> Result<(), BackendError> {
-        Self::open_client(url, &redact_url(url)).map(drop)
+        let shown = redact_url(url);
+        if SentinelUrl::is_sentinel(url) {
+            let invalid = |reason: String| BackendError::InvalidUrl { url: shown.clone(), reason };
+            return SentinelUrl::parse(url).map_err(invalid)?.client().map(drop).map_err(|e| invalid(e.to_string()));
+        }
+        Self::open_client(url, &shown).map(drop)
     }
 
     /// The client for `url`, with its TLS parameters (see [`crate::tls`]) applied.
@@ -127,12 +145,24 @@ impl Redis {
         TlsUrl::parse(url).map_err(invalid)?.client().map_err(|e| invalid(e.to_string()))
     }
 
-    /// Connects to one server with the default options (50 ms deadline per decision).
+    /// Connects with the default options (50 ms deadline per decision), to whatever `url` names:
+    /// one server (`redis://`, `rediss://` for TLS) or the master of a Sentinel deployment
+    /// (`redis+sentinel://sentinel1:26379,sentinel2/MASTER_NAME`, followed through failovers).
+    /// [`Redis::connect_with`] describes each kind of URL and its parameters.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+    /// use tollgate_redis::Redis;
+    /// let one = Redis::connect("redis://127.0.0.1:6379/0").await?;
+    /// let managed = Redis::connect("redis+sentinel://10.0.0.1,10.0.0.2,10.0.0.3/cache").await?;
+    /// # let _ = (one, managed); Ok(()) }
+    /// ```
     pub async fn connect(url: &str) -> Result<Redis, BackendError> {
         Self::connect_with(url, RedisOptions::default()).await
     }
 
-    /// Connects to one server. Errors show the URL without credentials.
+    /// Connects to one server, or to the master of a Sentinel deployment. Errors show the URL
+    /// without credentials.
     ///
     /// `rediss://` connects with TLS, verifying the server against the system's root
     /// certificates, or against the CA of `?tls_ca=/path/ca.pem`; `&tls_cert=…&tls_key=…` add a
@@ -148,23 +178,36 @@ impl Redis {
     /// assert_eq!(redis.url(), "rediss://***@cache.internal:6380/0");
     /// # Ok(()) }
     /// ```
+    ///
+    /// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/MASTER_NAME[/DB]` asks the
+    /// sentinels at those hosts (port 26379 when left out) for the master they monitor under
+    /// `MASTER_NAME`, and connects to it; the user and password are the master's. Sentinels that
+    /// ask for a password get `?sentinel_password=…` (and `&sentinel_username=…`).
+    /// `rediss+sentinel://` speaks TLS to the sentinels and the master, with the same `tls_*`
+    /// parameters as `rediss://`. When the master changes (a failover), later calls reach the new
+    /// one: the sentinels are asked again after a call fails as an outage, and every second in the
+    /// background (an old master that is still up would otherwise keep answering until Sentinel
+    /// demotes it); in between, calls fail as they do on one server, within the same deadline and
+    /// back-off. A master name the sentinels do not monitor fails here with
+    /// [`BackendError::UnknownMaster`], which lists the names they do.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+    /// use tollgate_redis::{Redis, RedisOptions};
+    /// let url = "redis+sentinel://app:s3cret@10.0.0.1:26379,10.0.0.2,10.0.0.3/cache/0";
+    /// let redis = Redis::connect_with(url, RedisOptions::default()).await?;
+    /// assert_eq!(redis.url(), "redis+sentinel://***@10.0.0.1:26379,10.0.0.2,10.0.0.3/cache/0");
+    /// # Ok(()) }
+    /// ```
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Redis, BackendError> {
         let shown = redact_url(url);
-        let client = Self::open_client(url, &shown)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.connect_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(options.backoff_max);
-        let manager =
-            tokio::time::timeout(options.connect_timeout, ConnectionManager::new_with_config(client.clone(), config))
-                .await
-                .map_err(|_| BackendError::Timeout(options.connect_timeout))?
-                .map_err(|e| match BackendError::classify(e, &shown, None) {
-                    BackendError::Redis(e) => BackendError::Connect { url: shown.clone(), source: e },
-                    other => other,
-                })?;
-        let redis = Redis::from_parts(Conn::Single(manager), Some(client), shown, options);
+        let (conn, client) = if SentinelUrl::is_sentinel(url) {
+            (Conn::Sentinel(Master::connect(url, &shown, &options).await?), None)
+        } else {
+            let client = Self::open_client(url, &shown)?;
+            (Conn::Single(open_manager(client.clone(), &options, &shown).await?), Some(client))
+        };
+        let redis = Redis::from_parts(conn, client, shown, options);
         redis.ping().await?;
         Ok(redis)
     }
@@ -210,10 +253,7 @@ impl Redis {
         };
         match tokio::time::timeout(timeout, fut).await {
             Err(_) => Err(BackendError::Timeout(timeout)),
-            Ok(Err(e)) => Err(match BackendError::classify(e, url, None) {
-                BackendError::Redis(e) => BackendError::Connect { url: url.clone(), source: e },
-                other => other,
-            }),
+            Ok(Err(e)) => Err(connect_error(e, url)),
             Ok(Ok(_)) => Ok(()),
         }
     }
@@ -263,10 +303,26 @@ impl Redis {
         self.deadline
     }
 
-    /// The client of a single-server connection (for dedicated blocking connections); `None` on
-    /// a cluster.
-    pub fn client(&self) -> Option<&redis::Client> {
-        self.inner.client.as_ref()
+    /// A client for the server (for dedicated blocking connections): the one server's, or the
+    /// master's as last known behind Sentinel (ask again after a failover); `None` on a cluster.
+    pub fn client(&self) -> Option<redis::Client> {
+        match &self.inner.conn {
+            Conn::Sentinel(m) => Some(m.client()),
+            _ => self.inner.client.clone(),
+        }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.inner.conn, Conn::Cluster(_))
+    }
+
+    /// Changes when a connection from an earlier [`Redis::client`] reaches a node that is no
+    /// longer the master (behind Sentinel, after a failover); always 0 otherwise.
+    pub(crate) fn master_generation(&self) -> u64 {
+        match &self.inner.conn {
+            Conn::Sentinel(m) => m.generation(),
+            _ => 0,
+        }
     }
 
     /// The last error seen, while Redis is considered down; `None` when healthy.
@@ -390,6 +446,12 @@ impl Redis {
     }
 
     fn record<T>(&self, outcome: &Result<T, BackendError>, started: Instant) {
+        if let (Err(e), Conn::Sentinel(master)) = (outcome, &self.inner.conn) {
+            // The master may have moved: the sentinels know (the lookup runs in the background).
+            if e.is_outage() {
+                master.follow();
+            }
+        }
         let mut h = self.inner.health.lock().unwrap_or_else(|e| e.into_inner());
         match outcome {
             Ok(_) => {
@@ -424,9 +486,42 @@ impl std::fmt::Debug for Redis {
         f.debug_struct("Redis")
             .field("url", &i.shown)
             .field("cluster", &matches!(i.conn, Conn::Cluster(_)))
+            .field(
+                "sentinel",
+                &match &i.conn {
+                    Conn::Sentinel(m) => Some(m),
+                    _ => None,
+                },
+            )
             .field("deadline", &self.deadline)
             .field("options", &i.options)
             .finish_non_exhaustive()
+    }
+}
+
+/// A connection to one server that reconnects by itself, within `options.connect_timeout`.
+pub(crate) async fn open_manager(
+    client: redis::Client,
+    options: &RedisOptions,
+    shown: &str,
+) -> Result<ConnectionManager, BackendError> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_response_timeout(Some(options.connect_timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(options.backoff_max);
+    tokio::time::timeout(options.connect_timeout, ConnectionManager::new_with_config(client, config))
+        .await
+        .map_err(|_| BackendError::Timeout(options.connect_timeout))?
+        .map_err(|e| connect_error(e, shown))
+}
+
+/// A failure to connect to `shown` (without credentials): refused credentials stay
+/// [`BackendError::Auth`], anything else not more specific is [`BackendError::Connect`].
+pub(crate) fn connect_error(e: redis::RedisError, shown: &str) -> BackendError {
+    match BackendError::classify(e, shown, None) {
+        BackendError::Redis(e) => BackendError::Connect { url: shown.to_owned(), source: e },
+        other => other,
     }
 }
 
@@ -447,17 +542,33 @@ fn command_key(cmd: &Cmd) -> Option<String> {
 }
 
 /// `url` (or a comma-separated list of them) with what may hold a secret left out: the user info
-/// (`user:password@`) becomes `***@`, and the query (`?pass=...` on unix sockets) is dropped.
-/// Everything Tollgate prints about a Redis address goes through it; use it for your own
-/// messages too.
+/// (`user:password@`) becomes `***@`, and the query (`?pass=...` on unix sockets,
+/// `?sentinel_password=...`) is dropped. Everything Tollgate prints about a Redis address goes
+/// through it; use it for your own messages too.
 ///
 /// ```
 /// use tollgate_redis::redact_url;
 /// assert_eq!(redact_url("redis://app:s3cret@10.0.0.1:6379/2"), "redis://***@10.0.0.1:6379/2");
 /// assert_eq!(redact_url("redis://127.0.0.1:6379/0"), "redis://127.0.0.1:6379/0");
+/// assert_eq!(
+///     redact_url("redis+sentinel://:s3cret@s1,s2:26380/cache?sentinel_password=s3cret"),
+///     "redis+sentinel://***@s1,s2:26380/cache"
+/// );
 /// ```
 pub fn redact_url(url: &str) -> String {
-    url.split(',')
+    // A sentinel URL separates its hosts with commas too: a piece without a scheme goes on with
+    // the URL before it.
+    let mut urls: Vec<String> = Vec::new();
+    for piece in url.split(',') {
+        match urls.last_mut() {
+            Some(last) if !piece.contains("://") => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ => urls.push(piece.to_owned()),
+        }
+    }
+    urls.iter()
         .map(|one| {
             let one = one.split(['?', '#']).next().unwrap_or_default();
             let Some((scheme, rest)) = one.split_once("://") else {
@@ -486,5 +597,10 @@ mod tests {
         assert_eq!(redact_url("redis://u:a@h1:7000,redis://u:b@h2:7001"), "redis://***@h1:7000,redis://***@h2:7001");
         assert_eq!(redact_url("redis://:pa/ss@host/0"), "redis://***@host/0");
         assert_eq!(redact_url("s3cret"), "<not a URL>");
+        assert_eq!(
+            redact_url("redis+sentinel://u:p@ss@h1:26379,h2,[::1]:26380/mymaster/1?sentinel_password=x"),
+            "redis+sentinel://***@h1:26379,h2,[::1]:26380/mymaster/1"
+        );
+        assert_eq!(redact_url("rediss+sentinel://h1,h2/m?tls_ca=/ca.pem"), "rediss+sentinel://h1,h2/m");
     }
 }

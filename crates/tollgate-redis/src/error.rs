@@ -33,6 +33,27 @@ pub enum BackendError {
         #[source]
         source: RedisError,
     },
+    /// No sentinel of a `redis+sentinel://` URL monitors a master of that name.
+    #[error(
+        "no sentinel at {url} monitors a master named {master:?} (they monitor {monitored:?}): check the name after the hosts"
+    )]
+    UnknownMaster {
+        /// The URL, without credentials.
+        url: String,
+        /// The master name the URL gives.
+        master: String,
+        /// The names the sentinels do monitor.
+        monitored: Vec<String>,
+    },
+    /// The sentinels of a `redis+sentinel://` URL monitor the master name, but name no master
+    /// that is up (it is down and no replica has been promoted yet, or a failover is under way).
+    #[error("the sentinels at {url} name no master for {master:?} that is up (down, or a failover is under way)")]
+    MasterDown {
+        /// The URL, without credentials.
+        url: String,
+        /// The master name.
+        master: String,
+    },
     /// Authentication failed.
     #[error("redis at {url} refused our credentials: {source}")]
     Auth {
@@ -72,9 +93,9 @@ pub enum BackendError {
 impl BackendError {
     /// True when the failure may pass by itself, so the same call can succeed later: Redis could
     /// not be reached or did not answer in time, the connection dropped, Redis is backing off,
-    /// loading, failing over or resharding. False for faults that need someone to act: a bad URL,
-    /// rejected credentials, a certificate refused in the TLS handshake, a key holding another
-    /// type, or a script or protocol error.
+    /// loading, failing over or resharding. False for faults that need someone to act: a bad URL
+    /// (or a master name no sentinel monitors), rejected credentials, a certificate refused in the
+    /// TLS handshake, a key holding another type, or a script or protocol error.
     ///
     /// ```
     /// use std::time::Duration;
@@ -88,8 +109,11 @@ impl BackendError {
         match self {
             // A certificate refused in the TLS handshake fails the same way until someone acts.
             BackendError::Connect { source, .. } => !is_tls_rejection(source),
-            BackendError::Timeout(_) | BackendError::BackingOff { .. } => true,
-            BackendError::InvalidUrl { .. } | BackendError::Auth { .. } | BackendError::WrongType { .. } => false,
+            BackendError::Timeout(_) | BackendError::BackingOff { .. } | BackendError::MasterDown { .. } => true,
+            BackendError::InvalidUrl { .. }
+            | BackendError::Auth { .. }
+            | BackendError::WrongType { .. }
+            | BackendError::UnknownMaster { .. } => false,
             BackendError::Redis(e) => redis_error_is_transient(e),
         }
     }

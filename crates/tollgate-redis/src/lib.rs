@@ -10,6 +10,8 @@
 //! - hash-tagged keys, so it works on Redis Cluster;
 //! - a real refund: a lease given back restores what it took, so a [`tollgate::Chain`] of a Redis
 //!   limit and a local one is all-or-nothing (`RedisLimiter` is a [`tollgate::RateLimiter`]);
+//! - one [`Redis`] connection for a server (`redis://`, `rediss://` with TLS), a Cluster, or the
+//!   master of a Sentinel deployment (`redis+sentinel://`), followed through failovers;
 //! - a deadline on every call, and a [`FailurePolicy`] (deny, allow, or a local limiter) that
 //!   decides when Redis cannot — reported with its own [`tollgate::Reason`], never as "limited".
 //! - for a hot key every replica hits, [`LeasedLimiter`]: slices of a fixed window's budget leased
@@ -48,6 +50,7 @@ mod metrics;
 mod scan;
 mod scripts;
 mod semaphore;
+mod sentinel;
 mod tls;
 
 pub use backend::{Redis, RedisOptions, redact_url};

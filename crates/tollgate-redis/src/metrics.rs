@@ -18,8 +18,10 @@ const KINDS: [&str; 7] = ["invalid_url", "connect", "auth", "wrong_type", "timeo
 
 fn kind(error: &BackendError) -> usize {
     match error {
-        BackendError::InvalidUrl { .. } => 0,
-        BackendError::Connect { .. } => 1,
+        // The Sentinel lookups fail only in `connect`, never in a limiter's call; counted as the
+        // URL fault (a master name no sentinel knows) and the connect failure they are.
+        BackendError::InvalidUrl { .. } | BackendError::UnknownMaster { .. } => 0,
+        BackendError::Connect { .. } | BackendError::MasterDown { .. } => 1,
         BackendError::Auth { .. } => 2,
         BackendError::WrongType { .. } => 3,
         BackendError::Timeout(_) => 4,

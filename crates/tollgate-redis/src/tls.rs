@@ -6,7 +6,8 @@
 //! - `&tls_cert=/path/client.pem&tls_key=/path/client.key`: a client certificate (mutual TLS).
 //!
 //! The files are read when connecting; a file that cannot be read, a certificate without its key,
-//! or TLS parameters on a `redis://` URL are errors that name the parameter.
+//! or TLS parameters on a `redis://` URL are errors that name the parameter. A
+//! `rediss+sentinel://` URL takes the same parameters (see [`crate::sentinel`]).
 
 use redis::{ClientTlsConfig, TlsCertificates};
 
@@ -19,7 +20,37 @@ pub(crate) struct TlsUrl {
     pub(crate) certs: Option<TlsCertificates>,
 }
 
-const PARAMS: [&str; 3] = ["tls_ca", "tls_cert", "tls_key"];
+/// The TLS parameters, in the order of the files [`certificates`] takes.
+pub(crate) const PARAMS: [&str; 3] = ["tls_ca", "tls_cert", "tls_key"];
+
+/// Reads the files named by the `tls_ca`, `tls_cert` and `tls_key` parameters (in [`PARAMS`]
+/// order); `None` when none is given. `tls` says whether the URL's scheme is a TLS one (spelled
+/// `scheme` in the error when it is not). The error is the reason, naming the parameter.
+pub(crate) fn certificates(
+    files: [Option<&str>; 3],
+    tls: bool,
+    scheme: &str,
+) -> Result<Option<TlsCertificates>, String> {
+    if files.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    if !tls {
+        let name = PARAMS[files.iter().position(Option::is_some).unwrap_or(0)];
+        return Err(format!("{name} is a TLS setting: use a {scheme} URL"));
+    }
+    let read = |i: usize| -> Result<Option<Vec<u8>>, String> {
+        files[i]
+            .map(|path| std::fs::read(path).map_err(|e| format!("{}: cannot read {path}: {e}", PARAMS[i])))
+            .transpose()
+    };
+    let client_tls = match (read(1)?, read(2)?) {
+        (Some(client_cert), Some(client_key)) => Some(ClientTlsConfig { client_cert, client_key }),
+        (None, None) => None,
+        (Some(_), None) => return Err("tls_cert needs tls_key (the client certificate's private key)".into()),
+        (None, Some(_)) => return Err("tls_key needs tls_cert (the client certificate)".into()),
+    };
+    Ok(Some(TlsCertificates { client_tls, root_cert: read(0)? }))
+}
 
 impl TlsUrl {
     /// Takes the `tls_*` parameters out of `url` and reads the files they name. The error is the
@@ -49,25 +80,8 @@ impl TlsUrl {
         if let Some(fragment) = fragment {
             url = format!("{url}#{fragment}");
         }
-        if files.iter().all(Option::is_none) {
-            return Ok(TlsUrl { url, certs: None });
-        }
-        if !base.starts_with("rediss://") {
-            let name = PARAMS[files.iter().position(Option::is_some).unwrap_or(0)];
-            return Err(format!("{name} is a TLS setting: use a rediss:// URL"));
-        }
-        let read = |i: usize| -> Result<Option<Vec<u8>>, String> {
-            files[i]
-                .map(|path| std::fs::read(path).map_err(|e| format!("{}: cannot read {path}: {e}", PARAMS[i])))
-                .transpose()
-        };
-        let client_tls = match (read(1)?, read(2)?) {
-            (Some(client_cert), Some(client_key)) => Some(ClientTlsConfig { client_cert, client_key }),
-            (None, None) => None,
-            (Some(_), None) => return Err("tls_cert needs tls_key (the client certificate's private key)".into()),
-            (None, Some(_)) => return Err("tls_key needs tls_cert (the client certificate)".into()),
-        };
-        Ok(TlsUrl { url, certs: Some(TlsCertificates { client_tls, root_cert: read(0)? }) })
+        let certs = certificates(files, base.starts_with("rediss://"), "rediss://")?;
+        Ok(TlsUrl { url, certs })
     }
 
     /// The client for one server.

@@ -3,6 +3,7 @@
 //! - [`RedisServer`]: a real `redis-server` per test on a free port, that the test can kill,
 //!   restart, pause (SIGSTOP, a hung server) and resume; [`RedisCluster`]: several of them as
 //!   a Redis Cluster.
+//! - [`Certificates`]: a throwaway CA and certificates for TLS tests (the `openssl` command).
 //! - [`FaultProxy`]: a TCP proxy between clients and a server that adds latency, blackholes,
 //!   resets connections and heals, switched while the test runs.
 //! - [`History`] and [`Bound`]: every decision recorded on the authority's clock and checked
@@ -23,12 +24,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
+mod certificates;
 mod history;
 mod process;
 mod proxy;
 mod redis_cluster;
 mod redis_server;
 
+pub use certificates::Certificates;
 pub use history::{Bound, Decision, History, Hold, Violation, max_holders};
 pub use process::{Signal, free_port, signal};
 pub use proxy::{Fault, FaultProxy};

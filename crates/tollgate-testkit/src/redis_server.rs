@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::process::{Signal, free_port, signal};
 
-/// A `redis-server` on 127.0.0.1 and a free port, without persistence, killed when dropped.
+/// A `redis-server` on 127.0.0.1 and a free port, without persistence, killed when dropped; or a
+/// Redis Sentinel ([`RedisServer::start_sentinel`]).
 ///
 /// ```no_run
 /// let mut redis = tollgate_testkit::RedisServer::start();
@@ -25,6 +26,8 @@ pub struct RedisServer {
     args: Vec<String>,
     /// Its working directory (removed when dropped).
     pub dir: PathBuf,
+    /// A Sentinel's configuration file (in `dir`; Sentinel rewrites it as it learns).
+    sentinel_conf: Option<PathBuf>,
 }
 
 impl RedisServer {
@@ -38,13 +41,40 @@ impl RedisServer {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("tollgate-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a temporary directory for redis-server");
-        let mut server = RedisServer { child: None, port, args: extra.iter().map(|s| s.to_string()).collect(), dir };
+        let args = extra.iter().map(|s| s.to_string()).collect();
+        let mut server = RedisServer { child: None, port, args, dir, sentinel_conf: None };
+        server.spawn();
+        server
+    }
+
+    /// Starts a Redis Sentinel (`redis-server sentinel.conf --sentinel`) on a free port, with
+    /// `conf` as its configuration file, e.g. `sentinel monitor cache 127.0.0.1 6379 1`.
+    ///
+    /// ```no_run
+    /// use tollgate_testkit::RedisServer;
+    /// let master = RedisServer::start();
+    /// let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    /// let sentinel = RedisServer::start_sentinel(&format!("sentinel monitor cache 127.0.0.1 {} 1\n", master.port));
+    /// assert_eq!(sentinel.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "cache"]), format!("127.0.0.1\n{}", master.port));
+    /// # drop(replica);
+    /// ```
+    pub fn start_sentinel(conf: &str) -> RedisServer {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("tollgate-sentinel-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory for redis-server --sentinel");
+        let file = dir.join("sentinel.conf");
+        std::fs::write(&file, conf).expect("the sentinel's configuration file");
+        let mut server = RedisServer { child: None, port, args: Vec::new(), dir, sentinel_conf: Some(file) };
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(conf) = &self.sentinel_conf {
+            command.arg(conf).arg("--sentinel");
+        }
+        let child = command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)

@@ -49,8 +49,9 @@ struct WakeState {
     waiters: HashMap<u64, Arc<Notify>>,
     /// The dispatcher task, if one was started (it may have died with its runtime).
     dispatcher: Option<JoinHandle<()>>,
-    /// The dedicated connection, kept between waits.
-    conn: Option<MultiplexedConnection>,
+    /// The dedicated connection, kept between waits, with the master generation it was opened in
+    /// (see [`crate::Redis::client`]).
+    conn: Option<(u64, MultiplexedConnection)>,
 }
 
 impl Wakeups {
@@ -109,10 +110,10 @@ impl Drop for Waiter {
     }
 }
 
-/// Starts the dispatcher unless it runs (needs a single-server connection: on a cluster the
-/// waiters' timers do all the waking).
+/// Starts the dispatcher unless it runs (needs a client, one server's or the Sentinel master's:
+/// on a cluster the waiters' timers do all the waking).
 fn ensure_dispatcher(inner: &Arc<Inner>) {
-    if inner.redis.client().is_none() {
+    if inner.redis.is_cluster() {
         return;
     }
     let mut state = inner.wakeups.lock();
@@ -133,10 +134,14 @@ async fn dispatch(inner: Arc<Inner>) {
                 return;
             }
         }
+        // Opened before a failover, it reaches a replica, where no wake-up is ever pushed.
+        if conn.as_ref().is_some_and(|(generation, _)| *generation != inner.redis.master_generation()) {
+            conn = None;
+        }
         let c = match conn.as_mut() {
-            Some(c) => c,
+            Some((_, c)) => c,
             None => match connect(&inner).await {
-                Ok(c) => conn.insert(c),
+                Ok(c) => &mut conn.insert(c).1,
                 Err(error) => {
                     failures += 1;
                     tracing::debug!(semaphore = %inner.name, %error, "wake-up connection failed; waiters fall back to timers");
@@ -172,14 +177,16 @@ async fn dispatch(inner: Arc<Inner>) {
     }
 }
 
-async fn connect(inner: &Inner) -> Result<MultiplexedConnection, redis::RedisError> {
+async fn connect(inner: &Inner) -> Result<(u64, MultiplexedConnection), redis::RedisError> {
+    // Read before the client: a failover in between is then seen at the next round.
+    let generation = inner.redis.master_generation();
     let client =
         inner.redis.client().ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Client, "no client")))?;
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(inner.redis.options().connect_timeout))
         // BLPOP blocks: the call above has its own timeout.
         .set_response_timeout(None);
-    client.get_multiplexed_async_connection_with_config(&config).await
+    Ok((generation, client.get_multiplexed_async_connection_with_config(&config).await?))
 }
 
 fn backoff(failures: u32) -> Duration {
