@@ -118,7 +118,9 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
 
 /// A fixed-window limit shared through Redis, spent from local leases: the decisions of
 /// [`RedisLimiter`] (fixed window) at in-process speed while a lease lasts, never admitting more
-/// than the limit across processes (see the [module docs](self)).
+/// than the limit across processes. Leases are sized from this process's recent rate and end
+/// with their window; what is unspent when a window ends is lost (under-admission, bounded by the
+/// leases outstanding).
 ///
 /// ```no_run
 /// use tollgate::Quota;

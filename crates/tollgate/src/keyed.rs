@@ -530,9 +530,8 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // An unstored key's permits go nowhere: the key stored later under that name never took them.
-        let pool = (n > 0 && self.inner.algo.releases_on_drop() && stored).then(|| {
-            Arc::new(KeyRelease { inner: self.inner.clone(), key: key.to_owned() }) as Arc<dyn PermitPool>
-        });
+        let pool = (n > 0 && self.inner.algo.releases_on_drop() && stored)
+            .then(|| Arc::new(KeyRelease { inner: self.inner.clone(), key: key.to_owned() }) as Arc<dyn PermitPool>);
         Lease::held_by(meta, n, now, pool)
     }
 
