@@ -7,7 +7,9 @@
 //!   valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/decisions admit/tollgate $n 2>&1 | grep refs
 //! done
 //! ```
-//! Paths: `admit/{tollgate,governor}`, `reject/{tollgate,governor}`, `keyed/{tollgate,governor}`
+//! Paths: `admit/{tollgate,governor}`, `reject/{tollgate,governor}` (the whole answer kept),
+//! `admit_ok/{tollgate,governor}` and `reject_ok/…` (the caller asks `is_ok()`, as
+//! `benches/limiters.rs` measures them), `keyed/{tollgate,governor}`
 //! (1,000 `u64` keys, all present, walked in a fixed stride), `permit/{tollgate,tokio}` (borrowed
 //! permits: `try_permit` against `Semaphore::try_acquire`) and `concurrency/{tollgate,tokio}`
 //! (owned: a `Lease` against `Semaphore::try_acquire_owned`).
@@ -36,7 +38,8 @@ fn measured(count: u64, mut decide: impl FnMut(u64)) {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: decisions <admit|reject|keyed|permit|concurrency>/<tollgate|governor|tokio> <count>";
+    let usage =
+        "usage: decisions <admit|admit_ok|reject|reject_ok|keyed|permit|concurrency>/<tollgate|governor|tokio> <count>";
     let path = args.next().ok_or(usage)?;
     let count: u64 = args.next().ok_or(usage)?.parse()?;
     let nz = |n: u32| NonZeroU32::new(n).expect("nonzero");
@@ -49,6 +52,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let l: DefaultDirectRateLimiter =
                 RateLimiter::direct(governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(u32::MAX)));
             measured(count, |_| drop(black_box(l.check())));
+        }
+        "admit_ok/tollgate" => {
+            let l = Limiter::new(TokenBucket::new(Quota::per_second(1_000_000_000)?.with_burst(u64::from(u32::MAX))?));
+            measured(count, |_| drop(black_box(l.try_acquire(black_box(1)).is_ok())));
+        }
+        "admit_ok/governor" => {
+            let l: DefaultDirectRateLimiter =
+                RateLimiter::direct(governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(u32::MAX)));
+            measured(count, |_| drop(black_box(l.check().is_ok())));
+        }
+        "reject_ok/tollgate" => {
+            let l = Limiter::new(TokenBucket::new(Quota::per_hour(1)?));
+            let _first = l.try_acquire(1);
+            measured(count, |_| drop(black_box(l.try_acquire(black_box(1)).is_ok())));
+        }
+        "reject_ok/governor" => {
+            let l: DefaultDirectRateLimiter = RateLimiter::direct(governor::Quota::per_hour(nz(1)));
+            let _first = l.check();
+            measured(count, |_| drop(black_box(l.check().is_ok())));
         }
         "reject/tollgate" => {
             let l = Limiter::new(TokenBucket::new(Quota::per_hour(1)?));
