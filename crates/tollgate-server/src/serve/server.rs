@@ -181,23 +181,24 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let text = config.format.read(&config.limits)?;
     let policy = config.format.parse(&text)?;
     let mut engine = Engine::new(policy, config.mode, config.shadow, clock).with_counter_cap(config.counters);
+    let metrics = Arc::new(Metrics::new());
     let mut flush_every = None;
+    // The Redis stores register their metrics in this server's recorder, not the global one.
     match &config.storage {
         Storage::Memory => {}
         Storage::Redis { url, prefix } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
             let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
-            engine = engine.with_redis(store).map_err(storage_error)?;
+            engine = metrics.recording(|| engine.with_redis(store)).map_err(storage_error)?;
         }
         Storage::RedisCached { url, prefix, flush } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
             let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
-            engine = engine.with_redis_cached(store).map_err(storage_error)?;
+            engine = metrics.recording(|| engine.with_redis_cached(store)).map_err(storage_error)?;
             flush_every = Some(*flush);
         }
     }
     let engine = Arc::new(engine);
-    let metrics = Arc::new(Metrics::new());
     let reloader = Arc::new(Reloader::new(&config.limits, config.format, text, engine.clone(), metrics.clone()));
     let watcher = if config.watch { Some(reloader.clone().watch()?) } else { None };
 
