@@ -183,6 +183,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
                 Storage::RedisCached { url: args.redis_url, prefix: args.redis_prefix, flush: args.flush_every }
             }
         },
+        trace_parent: None,
     };
     let threads = args.threads.or_else(|| std::thread::available_parallelism().ok()).map_or(1, NonZeroUsize::get);
     let mut builder = match threads {
