@@ -1,7 +1,9 @@
 //! `tollgate serve --otlp-endpoint`: the binary exports one span per decision to an OTLP collector
 //! (a fake one here: opentelemetry-proto's `TraceService` served by tonic on a free port), each
 //! the child of the caller's span named in a W3C `traceparent` (gRPC metadata, HTTP header), with
-//! the decision's attributes; without the flag nothing is exported.
+//! the decision's attributes; without the flag nothing is exported. In process, the `serve`
+//! library's `TraceParent` hook is handed each call's metadata or headers while a subscriber
+//! enables the decision spans, and is never called otherwise.
 
 mod support;
 
@@ -367,4 +369,53 @@ fn an_endpoint_that_is_not_a_uri_is_a_usage_error() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--otlp-endpoint http://[::1: "), "{stderr}");
+}
+
+/// A `TraceParent` that keeps the `traceparent` of each call it is handed.
+#[derive(Debug, Default)]
+struct Seen(Mutex<Vec<String>>);
+
+impl tollgate_server::serve::TraceParent for Seen {
+    fn set_parent(&self, _: &tracing::Span, headers: &http::HeaderMap) {
+        let value = headers.get("traceparent").map_or("none".into(), |v| v.to_str().unwrap().to_string());
+        self.0.lock().unwrap().push(value);
+    }
+}
+
+/// One RLS call and one HTTP call, each with a `traceparent`, to an in-process server handing
+/// them to `seen`, under `subscriber` (this thread's: the server runs on the test's one thread).
+async fn calls_under(subscriber: impl tracing::Subscriber + Send + Sync + 'static, seen: &Arc<Seen>) -> Vec<String> {
+    let _default = tracing::subscriber::set_default(subscriber);
+    let hook: Arc<dyn tollgate_server::serve::TraceParent> = seen.clone();
+    let server = support::server_with(LIMITS, |config| config.trace_parent = Some(hook)).await;
+    let mut rls = server.rls().await;
+    rls.should_rate_limit(rls_request("frank", 1, Some(&traceparent(CALLER_SPAN)))).await.unwrap();
+    let body = r#"{"namespace":"api","values":{"user":"frank"},"delta":1}"#;
+    let request = hyper::Request::post(format!("http://{}/check_and_report", server.running.http))
+        .header("traceparent", traceparent("3333333333333333"))
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    assert_eq!(server.http.request(request).await.unwrap().status(), 200);
+    server.running.shutdown().await;
+    seen.0.lock().unwrap().clone()
+}
+
+#[tokio::test]
+async fn the_hook_is_handed_each_calls_headers_while_decision_spans_are_enabled() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let decisions = tracing_subscriber::filter::Targets::new()
+        .with_target(tollgate_server::serve::trace::TARGET, tracing::Level::TRACE);
+    let subscriber = tracing_subscriber::registry().with(decisions);
+    let seen = Arc::new(Seen::default());
+    let handed = calls_under(subscriber, &seen).await;
+    assert_eq!(handed, [traceparent(CALLER_SPAN), traceparent("3333333333333333")]);
+}
+
+#[tokio::test]
+async fn the_hook_is_never_called_while_decision_spans_are_off() {
+    use tracing_subscriber::layer::SubscriberExt;
+    // What `tollgate serve` logs by default: info and above.
+    let subscriber = tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
+    let seen = Arc::new(Seen::default());
+    assert_eq!(calls_under(subscriber, &seen).await, Vec::<String>::new());
 }
