@@ -19,7 +19,8 @@
 //! - metrics through the [`metrics`](https://docs.rs/metrics) facade, labelled by the limiter's
 //!   prefix (never a key): `tollgate_redis_decision_seconds` (histogram),
 //!   `tollgate_redis_errors_total{kind}` and `tollgate_redis_failure_policy_total{outcome}`. A
-//!   [`RedisLimiter`] registers them when it is built: install the recorder first.
+//!   [`RedisLimiter`] registers them when it is built: install the recorder first. Code that
+//!   calls Redis through [`decide_windows`] records the first two with a [`RedisMetrics`].
 //!
 //! Going from local to distributed is one line:
 //!
@@ -53,6 +54,7 @@ mod semaphore;
 mod sentinel;
 mod tls;
 
+pub use crate::metrics::RedisMetrics;
 pub use backend::{Redis, RedisOptions, redact_url};
 pub use counters::{CountersAnswer, CountersMode, WindowCounter, decide_windows};
 pub use error::BackendError;

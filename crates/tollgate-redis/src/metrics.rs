@@ -1,8 +1,11 @@
 //! The Redis limiter's metrics, through the `metrics` facade, labelled by the limiter's prefix
 //! (never by a key): decision latency, backend errors by kind, failure-policy outcomes.
 //!
-//! Handles are registered once, when a [`crate::RedisLimiter`] is built, with the recorder
-//! installed then (every series exists from the start, at 0); a decision only bumps them.
+//! Handles are registered once, when a [`crate::RedisLimiter`] is built (or a [`RedisMetrics`]
+//! made), with the recorder installed then (every series exists from the start, at 0); a decision
+//! only bumps them.
+
+use std::time::Duration;
 
 use metrics::{Counter, Histogram, Unit, counter, describe_counter, describe_histogram, histogram};
 
@@ -30,39 +33,85 @@ fn kind(error: &BackendError) -> usize {
     }
 }
 
-/// One limiter's handles.
-pub(crate) struct LimiterMetrics {
+/// The decision latency and the failures of Redis calls made under one key prefix: what a
+/// [`crate::RedisLimiter`] records, for code that calls Redis through this crate another way (the
+/// rate-limit server's storages, around [`crate::decide_windows`]).
+///
+/// `new` registers `tollgate_redis_decision_seconds{prefix}` and
+/// `tollgate_redis_errors_total{prefix, kind}` (one series per [`BackendError`] variant, at 0) with
+/// the recorder in force then: the global one, or the one [`metrics::with_local_recorder`] sets.
+/// Recording only bumps the handles.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_redis::RedisMetrics;
+///
+/// let metrics = RedisMetrics::new("api:");
+/// metrics.decided(Duration::from_micros(180)); // no recorder installed: a no-op
+/// ```
+#[derive(Clone)]
+pub struct RedisMetrics {
     decision_seconds: Histogram,
     errors: [Counter; KINDS.len()],
+}
+
+impl RedisMetrics {
+    /// The handles of `prefix`'s series, registered with the recorder in force.
+    pub fn new(prefix: &str) -> RedisMetrics {
+        describe_histogram!(
+            DECISION_SECONDS,
+            Unit::Seconds,
+            "Time a Redis decision took: its script call(s), answered or failed."
+        );
+        describe_counter!(ERRORS, "Redis failures met, by kind (decisions, refunds, resets, flushes).");
+        let prefix = || prefix.to_owned();
+        RedisMetrics {
+            decision_seconds: histogram!(DECISION_SECONDS, "prefix" => prefix()),
+            errors: KINDS.map(|kind| counter!(ERRORS, "prefix" => prefix(), "kind" => kind)),
+        }
+    }
+
+    /// A decision's Redis call(s) took `took`, answered or failed.
+    pub fn decided(&self, took: Duration) {
+        self.decision_seconds.record(took.as_secs_f64());
+    }
+
+    /// A Redis call failed with `error`: counted under its kind.
+    pub fn error(&self, error: &BackendError) {
+        self.errors[kind(error)].increment(1);
+    }
+}
+
+impl std::fmt::Debug for RedisMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisMetrics").finish_non_exhaustive()
+    }
+}
+
+/// One limiter's handles: its prefix's [`RedisMetrics`], and its failure policy's outcomes.
+pub(crate) struct LimiterMetrics {
+    redis: RedisMetrics,
     /// Outcomes of the failure policy: `denied`, `allowed`, `fallback`.
     failure: [Counter; 3],
 }
 
 impl LimiterMetrics {
     pub(crate) fn new(prefix: &str) -> LimiterMetrics {
-        describe_histogram!(
-            DECISION_SECONDS,
-            Unit::Seconds,
-            "Time a Redis limiter's decision took: its script call(s), answered or failed."
-        );
-        describe_counter!(ERRORS, "Redis failures a Redis limiter met, by kind (decisions, refunds, resets).");
         describe_counter!(FAILURE_POLICY, "Decisions the failure policy made because Redis could not, by outcome.");
-        let prefix = || prefix.to_owned();
         LimiterMetrics {
-            decision_seconds: histogram!(DECISION_SECONDS, "prefix" => prefix()),
-            errors: KINDS.map(|kind| counter!(ERRORS, "prefix" => prefix(), "kind" => kind)),
+            redis: RedisMetrics::new(prefix),
             failure: ["denied", "allowed", "fallback"]
-                .map(|outcome| counter!(FAILURE_POLICY, "prefix" => prefix(), "outcome" => outcome)),
+                .map(|outcome| counter!(FAILURE_POLICY, "prefix" => prefix.to_owned(), "outcome" => outcome)),
         }
     }
 
     /// A decision's script call(s) took `ns` nanoseconds.
     pub(crate) fn decided(&self, ns: u64) {
-        self.decision_seconds.record(ns as f64 / 1e9);
+        self.redis.decided(Duration::from_nanos(ns));
     }
 
     pub(crate) fn error(&self, error: &BackendError) {
-        self.errors[kind(error)].increment(1);
+        self.redis.error(error);
     }
 
     /// Redis could not decide, and `policy` did.

@@ -644,3 +644,107 @@ async fn a_descriptor_sent_twice_counts_twice_on_every_storage() {
     })
     .await;
 }
+
+/// One sample of a Prometheus text exposition: name, labels, value.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: std::collections::BTreeMap<String, String>,
+    value: f64,
+}
+
+/// The samples of a Prometheus text exposition (labels without escaped quotes or commas, as the
+/// server's are), and the `# TYPE` of each family.
+fn exposition(text: &str) -> (Vec<Sample>, std::collections::HashMap<String, String>) {
+    let mut samples = Vec::new();
+    let mut types = std::collections::HashMap::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(family) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = family.split_once(' ').unwrap();
+            types.insert(name.to_string(), kind.to_string());
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no value: {line}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => (name, labels.strip_suffix('}').unwrap_or_else(|| panic!("{line}"))),
+            None => (series, ""),
+        };
+        let labels = labels
+            .split(',')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (k, v) = l.split_once('=').unwrap_or_else(|| panic!("label {l} in {line}"));
+                (k.to_string(), v.trim_matches('"').to_string())
+            })
+            .collect();
+        let value = value.parse().unwrap_or_else(|e| panic!("value of {line}: {e}"));
+        samples.push(Sample { name: name.to_string(), labels, value });
+    }
+    (samples, types)
+}
+
+/// The sum of the samples named `name` whose labels include `labels`.
+fn total(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v)))
+        .map(|s| s.value)
+        .sum()
+}
+
+/// The Redis storages' own series (`tollgate_redis_*`, labelled with the key prefix) are on the
+/// server's `/metrics`: recorded in the server's recorder, not the process-global one (which a
+/// server in memory, in the same process, does not show).
+#[tokio::test]
+async fn the_redis_storages_decision_latency_and_errors_are_on_the_servers_metrics() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let stores = [
+        (Storage::Redis { url: url.clone(), prefix: "rm:".into() }, "rm:"),
+        (Storage::RedisCached { url: url.clone(), prefix: "cm:".into(), flush: Duration::from_secs(3600) }, "cm:"),
+    ];
+    let mut servers = Vec::new();
+    for (storage, prefix) in stores {
+        let server = server_on(SEED_003, Mode::Accuracy, false, false, storage).await;
+        let mut client = server.rls().await;
+        // Three rounds: three new counters, each a round trip to Redis (redis-cached loads it).
+        for round in ["1", "2", "3"] {
+            let reply = should_rate_limit(&mut client, "example.org", vec![descriptor(&[("round", round)])], 1).await;
+            assert_eq!(reply.overall_code, Code::Ok as i32);
+        }
+        let (samples, types) = exposition(&server.get("/metrics").await.1);
+        assert_eq!(types.get("tollgate_redis_decision_seconds").map(String::as_str), Some("histogram"));
+        let decisions = total(&samples, "tollgate_redis_decision_seconds_count", &[("prefix", prefix)]);
+        assert_eq!(decisions, 3.0, "{prefix}: one round trip per new counter");
+        let seconds = total(&samples, "tollgate_redis_decision_seconds_sum", &[("prefix", prefix)]);
+        assert!(seconds > 0.0 && seconds < 3.0, "{prefix}: {seconds} s");
+        let kinds = samples.iter().filter(|s| s.name == "tollgate_redis_errors_total").count();
+        assert_eq!(kinds, 7, "{prefix}: every kind of error, at 0");
+        assert_eq!(total(&samples, "tollgate_redis_errors_total", &[]), 0.0);
+        assert!(
+            !samples.iter().any(|s| s.labels.get("prefix").is_some_and(|p| p != prefix)),
+            "{prefix}: only this server's storage"
+        );
+        servers.push((server, prefix));
+    }
+    let memory = server_on(SEED_003, Mode::Accuracy, false, false, Storage::Memory).await;
+    assert!(!memory.get("/metrics").await.1.contains("tollgate_redis_"), "in memory: no Redis series");
+
+    // Redis gone: a call on a new counter fails, and the failure is counted by kind.
+    redis.kill();
+    for (server, prefix) in &servers {
+        let request = RateLimitRequest {
+            domain: "example.org".into(),
+            descriptors: vec![descriptor(&[("round", "after")])],
+            hits_addend: 1,
+        };
+        let status = server.rls().await.should_rate_limit(request).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{prefix}");
+        let (samples, _) = exposition(&server.get("/metrics").await.1);
+        assert_eq!(total(&samples, "tollgate_redis_errors_total", &[("prefix", prefix)]), 1.0, "{prefix}");
+        assert_eq!(total(&samples, "tollgate_redis_decision_seconds_count", &[("prefix", prefix)]), 4.0, "{prefix}");
+    }
+}

@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod convert;
+#[cfg(feature = "otlp")]
+mod otlp;
 mod pump;
 mod serve;
 mod simulate;

@@ -10,6 +10,9 @@ use std::time::Duration;
 use clap::Args;
 use tollgate::{AtKeyLimit, SystemClock};
 use tollgate_server::serve::{CounterCap, HeaderDraft, Mode, ServeConfig, ServeError, Storage, start};
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 use super::LimitsFormat;
 
@@ -94,6 +97,14 @@ pub(crate) struct ServeArgs {
     /// when the server has a single core, as a 1-CPU container does.
     #[arg(long, value_name = "N")]
     threads: Option<NonZeroUsize>,
+
+    /// Export a span per decision (`ratelimit.decide`: protocol, namespace, hits, outcome, the
+    /// limits touched and those without room) to this OpenTelemetry collector, over OTLP/gRPC
+    /// (`http://host:4317`), each the child of the caller's span when the request carries a W3C
+    /// `traceparent`. Off by default. Service name: `OTEL_SERVICE_NAME`, else `tollgate`.
+    #[cfg(feature = "otlp")]
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -168,7 +179,43 @@ enum StorageKind {
 }
 
 pub(crate) fn main(args: ServeArgs) -> ExitCode {
-    init_logging();
+    let threads = args.threads.or_else(|| std::thread::available_parallelism().ok()).map_or(1, NonZeroUsize::get);
+    let mut builder = match threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(n);
+            builder
+        }
+    };
+    let runtime = match builder.enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    #[cfg(feature = "otlp")]
+    let otlp = match args.otlp_endpoint.as_deref().map(|endpoint| {
+        let _inside = runtime.enter();
+        super::otlp::Otlp::start(endpoint)
+    }) {
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+        Some(Ok(otlp)) => Some(otlp),
+        None => None,
+    };
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(log_filter());
+    let logging = tracing_subscriber::registry().with(fmt);
+    #[cfg(feature = "otlp")]
+    let logging = logging.with(otlp.as_ref().map(super::otlp::Otlp::layer));
+    let _ = logging.try_init();
+    #[cfg(feature = "otlp")]
+    let trace_parent = otlp.as_ref().map(|_| super::otlp::W3cParent::shared());
+    #[cfg(not(feature = "otlp"))]
+    let trace_parent = None;
     let config = ServeConfig {
         limits: args.limits,
         format: args.format.into(),
@@ -188,22 +235,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             }
             StorageKind::RedisLeased => Storage::RedisLeased { url: args.redis_url, prefix: args.redis_prefix },
         },
-    };
-    let threads = args.threads.or_else(|| std::thread::available_parallelism().ok()).map_or(1, NonZeroUsize::get);
-    let mut builder = match threads {
-        1 => tokio::runtime::Builder::new_current_thread(),
-        n => {
-            let mut builder = tokio::runtime::Builder::new_multi_thread();
-            builder.worker_threads(n);
-            builder
-        }
-    };
-    let runtime = match builder.enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        trace_parent,
     };
     runtime.block_on(async move {
         let running = match start(&config, SystemClock::new()).await {
@@ -229,9 +261,17 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         );
         tracing::info!("Envoy RLS (gRPC) listening on {}", running.grpc);
         tracing::info!("HTTP API listening on http://{} (metrics on /metrics)", running.http);
+        #[cfg(feature = "otlp")]
+        if let Some(endpoint) = &args.otlp_endpoint {
+            tracing::info!("decision spans exported to {endpoint} (OTLP/gRPC)");
+        }
         wait_for_stop().await;
         tracing::info!("stopping");
         running.shutdown().await;
+        #[cfg(feature = "otlp")]
+        if let Some(otlp) = otlp {
+            otlp.shutdown().await;
+        }
         ExitCode::SUCCESS
     })
 }
@@ -256,8 +296,8 @@ async fn wait_for_stop() {
     let _ = ctrl_c.await;
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+/// The log's filter: `RUST_LOG`, else `info`. It is the log's own (a per-layer filter), so that
+/// the OpenTelemetry layer sees the decision spans (level TRACE) while the log does not.
+fn log_filter() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
 }

@@ -312,7 +312,9 @@ impl<C: Clock + Clone> Engine<C> {
 
     /// Decides in memory and flushes counts to Redis in batches (call [`Engine::flush`]
     /// periodically): see `--storage redis-cached` for the overshoot this allows across replicas.
-    /// Fails, naming the first such limit, if a limit cannot be counted there.
+    /// Fails, naming the first such limit, if a limit cannot be counted there. Registers the
+    /// store's `tollgate_redis_*` metrics as [`Engine::with_redis`] does (loads from Redis are its
+    /// decisions' round trips; failed flushes count as errors).
     pub fn with_redis_cached(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
         self.with_store(Box::new(Cached::new(store)))
     }
@@ -350,9 +352,13 @@ impl<C: Clock + Clone> Engine<C> {
     }
 
     /// Keeps counters in Redis. Fails, naming the first such limit, if a limit cannot be counted
-    /// there.
+    /// there. The store's Redis metrics (`tollgate_redis_decision_seconds{prefix}` and
+    /// `tollgate_redis_errors_total{prefix, kind}`, see [`tollgate_redis::RedisMetrics`]) are
+    /// registered now, with the recorder in force: call it inside [`metrics::with_local_recorder`]
+    /// to record them elsewhere than in the global recorder, as `tollgate serve` does for its
+    /// `/metrics`.
     pub fn with_redis(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
-        self.with_store(Box::new(InRedis { store }))
+        self.with_store(Box::new(InRedis::new(store)))
     }
 
     /// True when counters live in Redis (directly or cached).

@@ -28,18 +28,20 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use tollgate::Clock;
 use tollgate_policy::{Descriptor, Limit};
+use tracing::Instrument;
 
 use super::admin::CounterFilter;
 use super::engine::{Action, Engine};
 use super::headers::{HeaderDraft, response_headers};
 use super::metrics::Metrics;
+use super::trace::{Decision, Protocol, TraceParent};
 
 /// A check, report or check-and-report request.
 #[derive(Debug, Deserialize)]
@@ -147,15 +149,26 @@ pub const MAX_DELTA: u64 = u32::MAX as u64;
 struct Api<C: Clock> {
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
+    trace_parent: Option<Arc<dyn TraceParent>>,
 }
 
 /// The API's routes, deciding with `engine`.
 pub fn router<C: Clock + Clone>(engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -> Router {
-    let api = Arc::new(Api { engine, metrics });
+    router_with_trace_parent(engine, metrics, None)
+}
+
+/// The API's routes, deciding with `engine`, each decision span's parent set by `trace_parent`
+/// from the request's headers (see [`super::trace`]).
+pub fn router_with_trace_parent<C: Clock + Clone>(
+    engine: Arc<Engine<C>>,
+    metrics: Arc<Metrics>,
+    trace_parent: Option<Arc<dyn TraceParent>>,
+) -> Router {
+    let api = Arc::new(Api { engine, metrics, trace_parent });
     Router::new()
-        .route("/check", post(|s, b| call(s, b, Action::Check)))
-        .route("/report", post(|s, b| call(s, b, Action::Report)))
-        .route("/check_and_report", post(|s, b| call(s, b, Action::CheckAndReport)))
+        .route("/check", post(|s, r| call(s, r, Action::Check)))
+        .route("/report", post(|s, r| call(s, r, Action::Report)))
+        .route("/check_and_report", post(|s, r| call(s, r, Action::CheckAndReport)))
         .route("/limits/{namespace}", get(limits))
         .route("/counters/{namespace}", get(counters).delete(reset))
         .route("/status", get(status::<C>))
@@ -163,13 +176,34 @@ pub fn router<C: Clock + Clone>(engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -
         .with_state(api)
 }
 
-async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, body: Bytes, action: Action) -> Response {
+/// A check, report or check-and-report, in its decision span (its parent named in the request's
+/// headers, which are read before the body).
+async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, request: Request, action: Action) -> Response {
+    let decision = Decision::start(Protocol::Http, action, api.trace_parent.as_deref(), request.headers());
+    let span = decision.span().clone();
+    decide(&api, request, action, &decision).instrument(span).await
+}
+
+async fn decide<C: Clock + Clone>(api: &Api<C>, request: Request, action: Action, decision: &Decision) -> Response {
+    // As the `Bytes` extractor would (the same limit, the same rejections).
+    let body = match Bytes::from_request(request, &()).await {
+        Ok(body) => body,
+        Err(rejection) => {
+            decision.invalid();
+            return rejection.into_response();
+        }
+    };
     let started = Instant::now();
     let body: CallBody = match serde_json::from_slice(&body) {
         Ok(body) => body,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("invalid request body: {e}\n")).into_response(),
+        Err(e) => {
+            decision.invalid();
+            return (StatusCode::BAD_REQUEST, format!("invalid request body: {e}\n")).into_response();
+        }
     };
+    decision.request(&body.namespace, body.delta);
     if body.delta > MAX_DELTA {
+        decision.invalid();
         let why = format!(
             "invalid delta {}: at most {MAX_DELTA} hits per call (as Envoy's 32-bit hits_addend)\n",
             body.delta
@@ -178,15 +212,20 @@ async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, body: Bytes, act
     }
     let draft = match HeaderDraft::from_body(body.response_headers.as_deref().unwrap_or("")) {
         Ok(draft) => draft,
-        Err(why) => return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
+        Err(why) => {
+            decision.invalid();
+            return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response();
+        }
     };
     let descriptors = [Descriptor::from(body.values)];
     let outcome = match api.engine.call(&body.namespace, &descriptors, body.delta, action).await {
         Ok(outcome) => outcome,
         Err(e) => {
+            decision.unavailable();
             return (StatusCode::SERVICE_UNAVAILABLE, format!("counter storage unavailable: {e}\n")).into_response();
         }
     };
+    decision.decided(&outcome);
     // As Limitador: calls are counted in metrics by check_and_report only (check and report are
     // halves of one call).
     if action == Action::CheckAndReport {

@@ -45,7 +45,10 @@ impl<C: Clock + Clone> UnaryService<RateLimitRequest> for Method<C> {
 
     fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
         let (rls, action) = (self.rls.clone(), self.action);
-        Box::pin(async move { rls.answer(request.into_inner(), action).await })
+        Box::pin(async move {
+            let (metadata, _, request) = request.into_parts();
+            rls.answer(request, action, metadata.as_ref()).await
+        })
     }
 }
 

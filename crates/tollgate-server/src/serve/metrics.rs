@@ -73,6 +73,9 @@ impl Metrics {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full("tollgate_decision_seconds".into()), LATENCY_BUCKETS)
             .expect("buckets are not empty")
+            // A histogram too (the exporter's default for histograms is a summary).
+            .set_buckets_for_metric(Matcher::Full("tollgate_redis_decision_seconds".into()), LATENCY_BUCKETS)
+            .expect("buckets are not empty")
             .build_recorder();
         with_local_recorder(&recorder, || {
             metrics::describe_counter!("authorized_calls", "Calls allowed, per namespace");
@@ -90,6 +93,12 @@ impl Metrics {
         });
         let latency = with_local_recorder(&recorder, || histogram!("tollgate_decision_seconds"));
         Metrics { recorder, latency, series: RwLock::default(), reload: Mutex::new(ReloadState::default()) }
+    }
+
+    /// Runs `f` with this server's recorder as the `metrics` facade's: handles registered in it
+    /// (a Redis store's, built by `f`) are rendered on this server's `/metrics`.
+    pub(crate) fn recording<T>(&self, f: impl FnOnce() -> T) -> T {
+        with_local_recorder(&self.recorder, f)
     }
 
     /// Records one decided call: allowed or limited (by the first enforcing limit without room),

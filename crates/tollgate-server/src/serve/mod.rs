@@ -6,6 +6,8 @@
 //! - [`rls`]: Envoy's rate limit service (gRPC), answered without tonic's per-call machinery by
 //!   `unary`; [`http`]: the HTTP API (Limitador's);
 //! - [`Metrics`]: Prometheus metrics; [`Reloader`]: watching the limits file;
+//! - [`trace`]: a `tracing` span per decision, off unless a subscriber enables it, and the
+//!   [`TraceParent`] hook that links it to the caller's trace;
 //! - [`start`]: all of it on the current tokio runtime.
 
 mod admin;
@@ -19,6 +21,7 @@ mod reload;
 pub mod rls;
 mod server;
 mod store;
+pub mod trace;
 mod unary;
 
 pub use admin::{CounterFilter, CounterList};
@@ -29,3 +32,4 @@ pub use metrics::Metrics;
 pub use reload::{Reloaded, Reloader};
 pub use server::{Running, ServeConfig, ServeError, Storage, start};
 pub use store::{RedisStore, SCAN_COUNT, TimeSource};
+pub use trace::TraceParent;

@@ -27,13 +27,16 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, ListValue, Struct, Value, value::Kind};
+use http::HeaderMap;
 use tollgate::{CalendarUnit, Clock, SystemClock};
 use tollgate_policy::{Descriptor, Enforcement, Limit};
 use tonic::{Request, Response, Status as GrpcStatus};
+use tracing::Instrument;
 
 use super::engine::{Action, Engine, Outcome, Status};
 use super::headers::{HeaderDraft, response_headers};
 use super::metrics::Metrics;
+use super::trace::{Decision, Protocol, TraceParent};
 
 pub use super::kuadrant::KuadrantServer;
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -44,12 +47,13 @@ pub struct Rls<C: Clock = SystemClock> {
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
     headers: Option<HeaderDraft>,
+    trace_parent: Option<Arc<dyn TraceParent>>,
 }
 
 impl<C: Clock + Clone> Rls<C> {
     /// A service deciding with `engine` and recording into `metrics`, without RateLimit headers.
     pub fn new(engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -> Rls<C> {
-        Rls { engine, metrics, headers: None }
+        Rls { engine, metrics, headers: None, trace_parent: None }
     }
 
     /// Adds the draft's RateLimit headers to every reply (`--rate-limit-headers`).
@@ -58,23 +62,48 @@ impl<C: Clock + Clone> Rls<C> {
         Rls { headers, ..self }
     }
 
-    /// Decides one request for any of the services.
+    /// Sets each decision span's parent from the call's metadata (see [`super::trace`]).
+    #[must_use]
+    pub fn with_trace_parent(self, trace_parent: Option<Arc<dyn TraceParent>>) -> Rls<C> {
+        Rls { trace_parent, ..self }
+    }
+
+    /// Decides one request for any of the services, in a decision span whose parent is named in
+    /// the call's `metadata`.
     pub(crate) async fn answer(
         &self,
         request: RateLimitRequest,
         action: Action,
+        metadata: &HeaderMap,
+    ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
+        let decision = Decision::start(Protocol::grpc(action), action, self.trace_parent.as_deref(), metadata);
+        let span = decision.span().clone();
+        self.decide(request, action, &decision).instrument(span).await
+    }
+
+    async fn decide(
+        &self,
+        request: RateLimitRequest,
+        action: Action,
+        decision: &Decision,
     ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
         let started = Instant::now();
+        let delta = u64::from(request.hits_addend.max(1));
+        decision.request(&request.domain, delta);
         if request.domain.is_empty() {
+            decision.invalid();
             return Err(GrpcStatus::invalid_argument("domain (the namespace) must not be empty"));
         }
-        let descriptors = descriptors(request.descriptors)?;
-        let delta = u64::from(request.hits_addend.max(1));
+        let descriptors = descriptors(request.descriptors).inspect_err(|_| decision.invalid())?;
         let outcome = match self.engine.call(&request.domain, &descriptors, delta, action).await {
             Ok(outcome) => outcome,
             // UNAVAILABLE lets Envoy's failure_mode_deny decide, as Limitador does.
-            Err(e) => return Err(GrpcStatus::unavailable(format!("counter storage unavailable: {e}"))),
+            Err(e) => {
+                decision.unavailable();
+                return Err(GrpcStatus::unavailable(format!("counter storage unavailable: {e}")));
+            }
         };
+        decision.decided(&outcome);
         // As on the HTTP API: a decision is a call; a report adds hits only.
         match action {
             Action::CheckAndReport => self.metrics.record(&request.domain, &outcome, delta, started.elapsed()),
@@ -120,7 +149,8 @@ impl<C: Clock + Clone> RateLimitService for Rls<C> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
-        self.answer(request.into_inner(), Action::CheckAndReport).await
+        let (metadata, _, request) = request.into_parts();
+        self.answer(request, Action::CheckAndReport, metadata.as_ref()).await
     }
 }
 
@@ -202,6 +232,10 @@ fn duration(ns: u64) -> ProtoDuration {
 
 impl<C: Clock> std::fmt::Debug for Rls<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rls").field("engine", &self.engine).field("headers", &self.headers).finish_non_exhaustive()
+        f.debug_struct("Rls")
+            .field("engine", &self.engine)
+            .field("headers", &self.headers)
+            .field("trace_parent", &self.trace_parent)
+            .finish_non_exhaustive()
     }
 }

@@ -16,6 +16,7 @@ use super::metrics::Metrics;
 use super::reload::Reloader;
 use super::rls::{KuadrantServer, RateLimitServiceServer, Rls};
 use super::store::{RedisStore, TimeSource};
+use super::trace::TraceParent;
 use super::unary::Unary;
 
 /// What `tollgate serve` runs.
@@ -43,13 +44,16 @@ pub struct ServeConfig {
     pub counters: CounterCap,
     /// RateLimit headers in RLS replies (`--rate-limit-headers`); none by default.
     pub rate_limit_headers: Option<HeaderDraft>,
+    /// Links each decision span to the caller's trace from the request's headers (see
+    /// [`super::trace`]; `tollgate serve --otlp-endpoint` sets one); none by default.
+    pub trace_parent: Option<Arc<dyn TraceParent>>,
 }
 
 impl ServeConfig {
     /// `tollgate serve --limits FILE` with every other flag at its default: Limitador's format,
     /// RLS on 127.0.0.1:8081, HTTP on 127.0.0.1:8080, accuracy mode, no shadow, the file watched,
     /// counters in memory (10 million per limit at most, new ones rejected past that), no RateLimit
-    /// headers in RLS replies. Change fields to taste.
+    /// headers in RLS replies, no trace parent. Change fields to taste.
     ///
     /// ```
     /// use tollgate_server::serve::{ServeConfig, Storage};
@@ -71,6 +75,7 @@ impl ServeConfig {
             time: TimeSource::default(),
             counters: CounterCap::default(),
             rate_limit_headers: None,
+            trace_parent: None,
         }
     }
 }
@@ -196,18 +201,20 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let text = config.format.read(&config.limits)?;
     let policy = config.format.parse(&text)?;
     let mut engine = Engine::new(policy, config.mode, config.shadow, clock).with_counter_cap(config.counters);
+    let metrics = Arc::new(Metrics::new());
     let mut flush_every = None;
+    // The Redis stores register their metrics in this server's recorder, not the global one.
     match &config.storage {
         Storage::Memory => {}
         Storage::Redis { url, prefix } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
             let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
-            engine = engine.with_redis(store).map_err(storage_error)?;
+            engine = metrics.recording(|| engine.with_redis(store)).map_err(storage_error)?;
         }
         Storage::RedisCached { url, prefix, flush } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
             let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
-            engine = engine.with_redis_cached(store).map_err(storage_error)?;
+            engine = metrics.recording(|| engine.with_redis_cached(store)).map_err(storage_error)?;
             flush_every = Some(*flush);
         }
         Storage::RedisLeased { url, prefix } => {
@@ -217,7 +224,6 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         }
     }
     let engine = Arc::new(engine);
-    let metrics = Arc::new(Metrics::new());
     let reloader = Arc::new(Reloader::new(&config.limits, config.format, text, engine.clone(), metrics.clone()));
     let watcher = if config.watch { Some(reloader.clone().watch()?) } else { None };
 
@@ -233,7 +239,11 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RateLimitServiceServer<Rls<C>>>().await;
     health.set_serving::<KuadrantServer<C>>().await;
-    let rls = Arc::new(Rls::new(engine.clone(), metrics.clone()).with_headers(config.rate_limit_headers));
+    let rls = Arc::new(
+        Rls::new(engine.clone(), metrics.clone())
+            .with_headers(config.rate_limit_headers)
+            .with_trace_parent(config.trace_parent.clone()),
+    );
     let kuadrant = KuadrantServer::new(rls.clone());
     // The rate-limit calls are answered by `Unary`; tonic's routes serve health, and serve the
     // rate-limit calls too when `Unary` does not take them as they are (compressed ones).
@@ -291,7 +301,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         }));
     }
 
-    let app = http::router(engine.clone(), metrics.clone());
+    let app = http::router_with_trace_parent(engine.clone(), metrics.clone(), config.trace_parent.clone());
     let mut stop = signal;
     let http_task = tokio::spawn(async move {
         let stopped = async move {

@@ -100,7 +100,8 @@ where
 
 /// Reads, decides and answers one call; every failure is a gRPC status, as tonic would send it.
 async fn answer<C: Clock + Clone>(rls: &Rls<C>, request: Request<Body>, action: Action) -> Response<Body> {
-    let body = match Limited::new(request.into_body(), PREFIX + MAX_MESSAGE).collect().await {
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, PREFIX + MAX_MESSAGE).collect().await {
         Ok(body) => body.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return failed(Status::resource_exhausted(format!("request larger than {MAX_MESSAGE} bytes")));
@@ -115,7 +116,7 @@ async fn answer<C: Clock + Clone>(rls: &Rls<C>, request: Request<Body>, action: 
         Ok(request) => request,
         Err(e) => return failed(Status::invalid_argument(format!("failed to decode Protobuf message: {e}"))),
     };
-    match rls.answer(request, action).await {
+    match rls.answer(request, action, &parts.headers).await {
         Ok(reply) => {
             let reply = reply.into_inner();
             let length = reply.encoded_len();

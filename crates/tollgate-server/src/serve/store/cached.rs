@@ -25,7 +25,7 @@ pub(crate) struct Cached {
 
 impl Cached {
     pub(crate) fn new(store: RedisStore) -> Cached {
-        Cached { redis: InRedis { store }, cache: Cache::default() }
+        Cached { redis: InRedis::new(store), cache: Cache::default() }
     }
 }
 
@@ -64,7 +64,8 @@ impl<C: Clock> Store<C> for Cached {
         }
         Answer::Later(Box::pin(async move {
             let store = &self.redis.store;
-            self.cache.load(&store.redis, missing, call.clock.now(), store.now_us(call.clock)).await?;
+            let load = self.cache.load(&store.redis, missing, call.clock.now(), store.now_us(call.clock));
+            self.redis.measured(load).await?;
             Ok(decide())
         }))
     }
@@ -92,7 +93,8 @@ impl<C: Clock> Store<C> for Cached {
         Box::pin(async move {
             let store = &self.redis.store;
             let held = self.cache.hold_flushes().await;
-            self.cache.flush_held(&held, &store.redis, clock.now(), store.now_us(clock)).await?;
+            let flushed = self.cache.flush_held(&held, &store.redis, clock.now(), store.now_us(clock)).await;
+            flushed.inspect_err(|e| self.redis.metrics.error(e))?;
             let reset = self.redis.reset_now(loaded, namespace, filter, clock).await?;
             let by_id = limits_by_id(loaded, namespace);
             let head = key_head(&store.prefix, namespace);
@@ -107,6 +109,7 @@ impl<C: Clock> Store<C> for Cached {
 
     fn flush<'a>(&'a self, clock: &'a C) -> Later<'a, Result<usize, BackendError>> {
         let store = &self.redis.store;
-        Box::pin(self.cache.flush(&store.redis, clock.now(), store.now_us(clock)))
+        let flush = self.cache.flush(&store.redis, clock.now(), store.now_us(clock));
+        Box::pin(async move { flush.await.inspect_err(|e| self.redis.metrics.error(e)) })
     }
 }

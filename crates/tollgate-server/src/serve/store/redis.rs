@@ -11,13 +11,15 @@
 //! the calendar window of that time only, as decisions see it.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tollgate::{Clock, Meta};
 use tollgate_policy::{Hit, Limit, LimitId, Policy};
 use tollgate_redis::{
-    BackendError, CountersMode, StoredWindow, WindowCounter, WindowKey, decide_windows, delete_windows, glob_escape,
-    scan_windows,
+    BackendError, CountersMode, RedisMetrics, StoredWindow, WindowCounter, WindowKey, decide_windows, delete_windows,
+    glob_escape, scan_windows,
 };
 
 use super::{Answer, Call, Later, RedisStore, Store, redis_accepts};
@@ -33,9 +35,29 @@ const DELETE_BATCH: usize = 500;
 /// Counters in Redis, one round trip per call.
 pub(crate) struct InRedis {
     pub(crate) store: RedisStore,
+    /// `tollgate_redis_*{prefix}`: what a `RedisLimiter` on the same prefix would record.
+    pub(crate) metrics: RedisMetrics,
 }
 
 impl InRedis {
+    /// The store, with its metrics registered with the recorder in force now.
+    pub(crate) fn new(store: RedisStore) -> InRedis {
+        let metrics = RedisMetrics::new(&store.prefix);
+        InRedis { store, metrics }
+    }
+
+    /// A decision's round trip, timed (real time, even on a test clock: it measures Redis) and
+    /// its failure counted.
+    pub(crate) async fn measured<T>(
+        &self,
+        call: impl Future<Output = Result<T, BackendError>>,
+    ) -> Result<T, BackendError> {
+        let started = Instant::now();
+        let answer = call.await;
+        self.metrics.decided(started.elapsed());
+        answer.inspect_err(|e| self.metrics.error(e))
+    }
+
     /// The counters of a call as Redis counts them, each key once (see [`merge_repeated`]), and
     /// for each hit the index of its counter.
     pub(crate) fn windows<C: Clock>(&self, call: &Call<'_, C>) -> (Vec<WindowCounter>, Vec<usize>) {
@@ -217,7 +239,7 @@ impl<C: Clock> Store<C> for InRedis {
         };
         let now = self.store.now_us(call.clock);
         Answer::Later(Box::pin(async move {
-            let decided = decide_windows(&self.store.redis, &counters, mode, now).await?.counters;
+            let decided = self.measured(decide_windows(&self.store.redis, &counters, mode, now)).await?.counters;
             Ok(statuses(call.hits, &slots, &decided))
         }))
     }
