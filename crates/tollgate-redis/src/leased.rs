@@ -32,6 +32,7 @@ use crate::error::BackendError;
 use crate::failure::FailurePolicy;
 use crate::key::RedisKey;
 use crate::limiter::{RedisAlgorithm, RedisLimiter};
+use crate::metrics::RedisMetrics;
 
 /// The largest share of what a budget has left that one lease takes.
 const SHARE: u64 = 4;
@@ -47,6 +48,7 @@ pub struct LeasedLimiterBuilder<C: Clock = SystemClock> {
     horizon: Duration,
     failure: FailurePolicy,
     whole_keys: bool,
+    metrics: Option<RedisMetrics>,
 }
 
 impl<C: Clock> LeasedLimiterBuilder<C> {
@@ -76,6 +78,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
             horizon: self.horizon,
             failure: self.failure,
             whole_keys: self.whole_keys,
+            metrics: self.metrics,
         }
     }
 
@@ -96,6 +99,13 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         self
     }
 
+    /// Records the lease calls' latency and errors into `metrics`
+    /// ([`RedisLimiterBuilder::metrics`](crate::RedisLimiterBuilder::metrics)).
+    pub fn metrics(mut self, metrics: RedisMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
     /// The limiter.
     pub fn build(self) -> Result<LeasedLimiter<C>, crate::ConfigError> {
         let builder = RedisLimiter::builder(&self.redis, &self.prefix, RedisAlgorithm::FixedWindow)
@@ -103,6 +113,10 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
             .failure_policy(self.failure);
         let builder = if self.test_clock { builder.clock(self.clock.clone()) } else { builder };
         let builder = if self.whole_keys { builder.whole_keys() } else { builder };
+        let builder = match self.metrics {
+            Some(metrics) => builder.metrics(metrics),
+            None => builder,
+        };
         Ok(LeasedLimiter {
             inner: Arc::new(Inner {
                 budget: builder.build()?,
@@ -196,6 +210,7 @@ impl LeasedLimiter<SystemClock> {
             horizon: Duration::from_millis(100),
             failure: FailurePolicy::Deny,
             whole_keys: false,
+            metrics: None,
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::backend::Redis;
 use crate::error::BackendError;
 use crate::failure::FailurePolicy;
 use crate::key::RedisKey;
-use crate::metrics::LimiterMetrics;
+use crate::metrics::{LimiterMetrics, RedisMetrics};
 use crate::scripts;
 
 /// Which algorithm the script runs (the same rules as the in-memory limiters of the same name).
@@ -79,6 +79,7 @@ pub struct RedisLimiterBuilder {
     clock: Option<(NowFn, SleepFn)>,
     max_wait: Option<Duration>,
     whole_keys: bool,
+    metrics: Option<RedisMetrics>,
 }
 
 impl RedisLimiterBuilder {
@@ -132,6 +133,13 @@ impl RedisLimiterBuilder {
         self
     }
 
+    /// Records decision latency and errors into `metrics` (made earlier, e.g. under another
+    /// recorder) instead of registering the prefix's own handles when built.
+    pub fn metrics(mut self, metrics: RedisMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
     /// The limiter; at least one limit is required.
     pub fn build(self) -> Result<RedisLimiter, crate::ConfigError> {
         if self.limits.is_empty() {
@@ -148,7 +156,7 @@ impl RedisLimiterBuilder {
             specs.push(LimitSpec { name: name.clone(), params });
         }
         let window = self.limits.iter().map(|(_, q)| q.period()).max();
-        let metrics = LimiterMetrics::new(&self.prefix);
+        let metrics = LimiterMetrics::new(&self.prefix, self.metrics);
         Ok(RedisLimiter {
             inner: Arc::new(LimiterInner {
                 redis: self.redis,
@@ -242,6 +250,7 @@ impl RedisLimiter {
             clock: None,
             max_wait: None,
             whole_keys: false,
+            metrics: None,
         }
     }
 

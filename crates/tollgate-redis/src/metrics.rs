@@ -96,10 +96,11 @@ pub(crate) struct LimiterMetrics {
 }
 
 impl LimiterMetrics {
-    pub(crate) fn new(prefix: &str) -> LimiterMetrics {
+    /// `prefix`'s handles; its latency and errors recorded into `redis` when given.
+    pub(crate) fn new(prefix: &str, redis: Option<RedisMetrics>) -> LimiterMetrics {
         describe_counter!(FAILURE_POLICY, "Decisions the failure policy made because Redis could not, by outcome.");
         LimiterMetrics {
-            redis: RedisMetrics::new(prefix),
+            redis: redis.unwrap_or_else(|| RedisMetrics::new(prefix)),
             failure: ["denied", "allowed", "fallback"]
                 .map(|outcome| counter!(FAILURE_POLICY, "prefix" => prefix.to_owned(), "outcome" => outcome)),
         }

@@ -705,12 +705,14 @@ async fn the_redis_storages_decision_latency_and_errors_are_on_the_servers_metri
     let stores = [
         (Storage::Redis { url: url.clone(), prefix: "rm:".into() }, "rm:"),
         (Storage::RedisCached { url: url.clone(), prefix: "cm:".into(), flush: Duration::from_secs(3600) }, "cm:"),
+        (Storage::RedisLeased { url: url.clone(), prefix: "lm:".into() }, "lm:"),
     ];
     let mut servers = Vec::new();
     for (storage, prefix) in stores {
         let server = server_on(SEED_003, Mode::Accuracy, false, false, storage).await;
         let mut client = server.rls().await;
-        // Three rounds: three new counters, each a round trip to Redis (redis-cached loads it).
+        // Three rounds: three new counters, each a round trip to Redis (redis-cached loads it,
+        // redis-leased leases a slice of it).
         for round in ["1", "2", "3"] {
             let reply = should_rate_limit(&mut client, "example.org", vec![descriptor(&[("round", round)])], 1).await;
             assert_eq!(reply.overall_code, Code::Ok as i32);

@@ -220,7 +220,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         Storage::RedisLeased { url, prefix } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
             let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
-            engine = engine.with_redis_leased(store).map_err(storage_error)?;
+            engine = metrics.recording(|| engine.with_redis_leased(store)).map_err(storage_error)?;
         }
     }
     let engine = Arc::new(engine);

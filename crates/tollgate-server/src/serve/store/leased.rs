@@ -34,7 +34,7 @@ pub(crate) struct Leased<C: Clock> {
 
 impl<C: Clock> Leased<C> {
     pub(crate) fn new(store: RedisStore) -> Leased<C> {
-        Leased { redis: InRedis { store }, limiters: RwLock::default() }
+        Leased { redis: InRedis::new(store), limiters: RwLock::default() }
     }
 
     /// The limiter of `counter`'s quota, built on first use.
@@ -49,8 +49,10 @@ impl<C: Clock> Leased<C> {
             .or_insert_with(|| {
                 let store = &self.redis.store;
                 let quota = Quota::per(counter.window, counter.limit).expect("a loaded limit has a usable quota");
-                let builder =
-                    LeasedLimiter::builder(&store.redis, &store.prefix, quota).whole_keys().clock(clock.clone());
+                let builder = LeasedLimiter::builder(&store.redis, &store.prefix, quota)
+                    .whole_keys()
+                    .metrics(self.redis.metrics.clone())
+                    .clock(clock.clone());
                 let builder = if store.time == TimeSource::Redis { builder.redis_time() } else { builder };
                 builder.build().expect("one limit with whole keys is a valid leased limiter")
             })
