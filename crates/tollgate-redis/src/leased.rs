@@ -37,6 +37,9 @@ use crate::metrics::RedisMetrics;
 /// The largest share of what a budget has left that one lease takes.
 const SHARE: u64 = 4;
 
+/// Keys kept before the first sweep of idle ones.
+const SWEEP_FLOOR: usize = 1024;
+
 /// Builds a [`LeasedLimiter`].
 #[must_use = "a builder does nothing until .build()"]
 pub struct LeasedLimiterBuilder<C: Clock = SystemClock> {
@@ -124,7 +127,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
                 window: self.quota.period(),
                 clock: self.clock,
                 horizon_ns: u64::try_from(self.horizon.as_nanos()).unwrap_or(u64::MAX),
-                slices: Mutex::new(HashMap::new()),
+                slices: Mutex::new(Slices { map: HashMap::new(), sweep_at: SWEEP_FLOOR }),
             }),
         })
     }
@@ -159,7 +162,40 @@ struct Inner<C: Clock> {
     window: Duration,
     clock: C,
     horizon_ns: u64,
-    slices: Mutex<HashMap<String, Slice>>,
+    slices: Mutex<Slices>,
+}
+
+/// What this process holds, by key. A key idle for a window (its lease over, not asked for) is
+/// dropped when new keys come, so a flood of distinct keys does not grow it without bound: a
+/// sweep runs when the map has doubled since the last one (amortized constant work per new key).
+struct Slices {
+    map: HashMap<String, Slice>,
+    /// The size at which the next new key sweeps.
+    sweep_at: usize,
+}
+
+impl Slices {
+    /// Drops the slices idle at `now` for a window of `window_ns`, if the map has grown enough.
+    fn sweep(&mut self, now: u64, window_ns: u64) {
+        if self.map.len() < self.sweep_at {
+            return;
+        }
+        self.map.retain(|_, s| now < s.ends || now < s.spent_until || now.saturating_sub(s.since) < window_ns);
+        self.sweep_at = (self.map.len() * 2).max(SWEEP_FLOOR);
+    }
+}
+
+impl std::ops::Deref for Slices {
+    type Target = HashMap<String, Slice>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Slices {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
 }
 
 /// What this process holds of one key's budget.
@@ -340,6 +376,9 @@ impl<C: Clock> LeasedLimiter<C> {
     fn plan(&self, key: &str, n: u64, now: u64) -> (u64, u64) {
         let i = &*self.inner;
         let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
+        if !slices.contains_key(key) {
+            slices.sweep(now, u64::try_from(i.window.as_nanos()).unwrap_or(u64::MAX));
+        }
         let slice = slices.entry(key.to_owned()).or_insert_with(|| Slice {
             since: now,
             meta: Meta { limit: i.limit, remaining: i.limit, reset_ns: 0, retry_ns: None },
@@ -410,6 +449,12 @@ impl<C: Clock> LeasedLimiter<C> {
             }
         }
         Ok(())
+    }
+
+    /// Keys this process keeps state for (a lease, a rate): the ones idle for a window are
+    /// dropped as new keys come.
+    pub fn keys(&self) -> usize {
+        self.inner.slices.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Permits of `key` this process holds and has not spent (0 once the window ended).

@@ -220,6 +220,28 @@ async fn whole_keys_checks_forgetting_and_errors_instead_of_the_failure_policy()
     );
 }
 
+/// A flood of distinct keys does not grow what a process keeps without bound: keys idle for a
+/// window are dropped as new ones come (6,001 keys seen, at most 3,001 + a sweep's slack kept),
+/// the keys of the current window are kept.
+#[tokio::test]
+async fn keys_idle_for_a_window_are_dropped_as_new_keys_come() {
+    let (_server, redis, clock) = setup().await;
+    let limiter = leased(&redis, "flood", &clock);
+    for k in 0..3000 {
+        let _ = limiter.try_acquire(&format!("old{k}"), 1).await.unwrap();
+    }
+    assert_eq!(limiter.keys(), 3000, "all in their window");
+    clock.advance(Duration::from_secs(3));
+    warm(&limiter, &clock).await; // "k" in use throughout the second batch
+    for k in 0..3000 {
+        let _ = limiter.try_acquire(&format!("new{k}"), 1).await.unwrap();
+        let _ = limiter.try_acquire("k", 1).await;
+    }
+    let kept = limiter.keys();
+    assert!(kept <= 3001 + 1024, "the old keys were swept: {kept} kept");
+    assert!(kept >= 3001, "every key of this window is kept: {kept}");
+}
+
 #[tokio::test]
 async fn it_is_a_rate_limiter_that_answers_at_once_from_a_held_lease() {
     let (_server, redis, clock) = setup().await;
