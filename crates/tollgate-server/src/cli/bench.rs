@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_load::{BenchConfig, BenchReport, Protocol, run};
+use tollgate_load::{BenchConfig, BenchReport, Engine, Protocol, run};
 
 /// The most runtime threads accepted.
 const MAX_THREADS: usize = 1024;
@@ -27,10 +27,15 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N")]
     connections: Option<usize>,
 
-    /// Requests in flight on each connection: HTTP/2 streams for grpc [default: 16]; must be 1 for
-    /// http (HTTP/1.1 carries one request at a time).
+    /// Requests in flight on each connection at most: HTTP/2 streams for grpc [default: 16]; for
+    /// http [default: 1], requests pipelined (raw engine; must be 1 on the client engine).
     #[arg(long, value_name = "M")]
     concurrency: Option<usize>,
+
+    /// raw: requests written as bytes on plain TCP, a few µs of CPU each; client: tonic's and
+    /// hyper's clients (the engine before raw, several times the CPU per request).
+    #[arg(long, value_enum, default_value = "raw")]
+    engine: EngineArg,
 
     /// How long to measure, e.g. 10s, 500ms, 1m.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = tollgate::parse_duration)]
@@ -62,7 +67,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = tollgate::parse_duration)]
     timeout: Duration,
 
-    /// Runtime worker threads [default: the available cores].
+    /// raw: engine threads, each a current-thread runtime with its share of the connections;
+    /// client: the runtime's worker threads [default: the cores this process may use, e.g. 1 under
+    /// `taskset -c 1`].
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
 
@@ -78,6 +85,24 @@ enum ProtocolArg {
     Grpc,
     /// The HTTP API's `POST /check_and_report`.
     Http,
+}
+
+/// `--engine`: the library's [`Engine`], spelled for the command line.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum EngineArg {
+    /// Requests written as bytes on plain TCP connections.
+    Raw,
+    /// tonic's gRPC client and hyper's HTTP/1.1 client.
+    Client,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(engine: EngineArg) -> Engine {
+        match engine {
+            EngineArg::Raw => Engine::Raw,
+            EngineArg::Client => Engine::Client,
+        }
+    }
 }
 
 impl From<ProtocolArg> for Protocol {
@@ -98,7 +123,9 @@ Examples:
   tollgate serve --limits examples/limits.yaml &
   tollgate bench --duration 10s
   tollgate bench --protocol http --connections 64 --json
-  tollgate bench --rate 20000 --duration 30s";
+  tollgate bench --rate 20000 --duration 30s
+  taskset -c 1 tollgate bench --protocol http --connections 4 --concurrency 16 --rate 69000 --json
+  tollgate bench --engine client --rate 20000   # tonic's / hyper's clients, to compare";
 
 pub(crate) fn main(args: BenchArgs) -> ExitCode {
     let threads = match args.threads {
@@ -117,8 +144,10 @@ pub(crate) fn main(args: BenchArgs) -> ExitCode {
     let config = BenchConfig {
         protocol,
         target: args.target.unwrap_or_else(|| default_target.to_string()),
+        engine: Engine::from(args.engine),
         connections: args.connections.unwrap_or(protocol.default_connections()),
         concurrency: args.concurrency.unwrap_or(protocol.default_concurrency()),
+        threads,
         duration: args.duration,
         warmup: args.warmup,
         namespace: args.namespace,
@@ -127,7 +156,12 @@ pub(crate) fn main(args: BenchArgs) -> ExitCode {
         rate: args.rate,
         timeout: args.timeout,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build() {
+    // The raw engine runs its own threads; the caller's runtime only connects and waits for them.
+    let runtime = match config.engine {
+        Engine::Raw => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        Engine::Client => tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build(),
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -163,6 +197,7 @@ pub(crate) fn main(args: BenchArgs) -> ExitCode {
 fn json(config: &BenchConfig, threads: usize, report: &BenchReport) -> serde_json::Value {
     let mut object = serde_json::json!({
         "protocol": config.protocol,
+        "engine": config.engine,
         "target": config.target,
         "connections": config.connections,
         "concurrency": config.concurrency,
@@ -194,13 +229,14 @@ fn summary(config: &BenchConfig, threads: usize, report: &BenchReport) -> String
     };
     let _ = writeln!(
         out,
-        "{} {}: {} connections x {} in flight, {load}, {} after {} warmup, runtime threads {threads}",
+        "{} {}: {} connections x {} in flight, {load}, {} after {} warmup, {} engine, threads {threads}",
         config.protocol,
         config.target,
         config.connections,
         config.concurrency,
         humantime::format_duration(config.duration),
         humantime::format_duration(config.warmup),
+        config.engine,
     );
     let _ = writeln!(out, "namespace {}{descriptors}, {} keys", config.namespace, config.keys);
     let _ = writeln!(out);
