@@ -47,10 +47,10 @@
 //! - [`Engine::Raw`] (the default) writes each request's bytes, encoded from parts made once, on
 //!   plain TCP connections and reads the answers with the least parsing that tells them apart
 //!   (for gRPC, HTTP/2 frames written and read by this crate; for HTTP, requests pipelined up to
-//!   the concurrency). [`BenchConfig::threads`] threads share the connections, each a
-//!   current-thread runtime waking for the answers and, through a microsecond timer, for the next
-//!   request due. It costs the load tool a few microseconds of CPU per request, so it keeps spare
-//!   capacity at rates that saturate a server's core, and its latencies are the server's.
+//!   the concurrency). [`BenchConfig::threads`] threads share the connections. In open loop each
+//!   looks at its sockets once per [tick](BenchConfig::tick) (50 µs) and sleeps in between, so answers do not wake it one
+//!   by one: a fraction of the client engine's CPU per request, so the load tool keeps spare
+//!   capacity at rates that saturate a server's core. Latencies read high by up to a tick.
 //! - [`Engine::Client`]: tonic's client (one channel per connection, a task per stream) and
 //!   hyper's (a task per connection, so the HTTP concurrency must be 1) on the caller's runtime;
 //!   several times the CPU per request. Kept to compare with.
@@ -68,9 +68,9 @@
 //! still waiting for an answer) goes out late, and its latency is counted from when it was due, so
 //! a slow server is not hidden by the load slowing down with it (no coordinated omission). One
 //! that had room counts from when it was sent: the load tool's own lateness is not the server's.
-//! Requests go out when due rather than in bursts: the raw engine wakes on a microsecond timer
-//! (Linux's timerfd; elsewhere tokio's 1 ms timer), and the client engine's tasks sleep until 1 ms
-//! before a request is due and then yield until it is.
+//! Requests go out when due rather than in bursts: the raw engine at the first of its 50 µs ticks
+//! at or after the due time, and the client engine's tasks sleep until 1 ms before a request is
+//! due and then yield until it is.
 //!
 //! What counts: the requests due (closed loop: sent) after the warmup and before the end of the
 //! duration, every one of them waited for: `requests == allowed + limited + errors` is everything
@@ -109,9 +109,10 @@ const MAX_THREADS: usize = 1024;
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// Requests as bytes on plain TCP connections, answers read with the least parsing that tells
-    /// them apart (HTTP/2 frames written and read by this crate for gRPC, HTTP/1.1 pipelined): a
-    /// few microseconds of CPU per request, so the load tool keeps spare capacity at rates that
-    /// saturate a server's core. [`BenchConfig::threads`] threads, each a current-thread runtime.
+    /// them apart (HTTP/2 frames written and read by this crate for gRPC, HTTP/1.1 pipelined), on
+    /// [`BenchConfig::threads`] threads of its own that look at their sockets in 50 µs ticks (open
+    /// loop): a fraction of the client engine's CPU per request. Latencies read high by up to a
+    /// tick.
     #[default]
     Raw,
     /// tonic's gRPC client (a channel per connection, a task per stream) and hyper's HTTP/1.1
@@ -210,12 +211,18 @@ pub struct BenchConfig {
     pub rate: Option<f64>,
     /// How long to wait for a connection or an answer; an answer later than that is an error.
     pub timeout: Duration,
+    /// How often a thread of [`Engine::Raw`] looks at its sockets in open loop while requests are
+    /// in flight: answers are timed when the tick that reads them starts (latencies read high by
+    /// up to a tick), and the requests due within a tick go out together. Shorter ticks time
+    /// answers closer and cost the load tool more CPU per request (each tick is a wake-up).
+    pub tick: Duration,
 }
 
 impl BenchConfig {
     /// The defaults for `protocol` against `target`: [`Engine::Raw`] on as many threads as the
-    /// process may use cores, the protocol's connections and concurrency, 10 s after 1 s of
-    /// warmup, namespace `example.org`, 2 descriptors, 1000 keys, closed loop, 5 s timeout.
+    /// process may use cores, ticking every 50 µs, the protocol's connections and concurrency,
+    /// 10 s after 1 s of warmup, namespace `example.org`, 2 descriptors, 1000 keys, closed loop,
+    /// 5 s timeout.
     pub fn new(protocol: Protocol, target: impl Into<String>) -> BenchConfig {
         BenchConfig {
             protocol,
@@ -231,6 +238,7 @@ impl BenchConfig {
             keys: 1000,
             rate: None,
             timeout: Duration::from_secs(5),
+            tick: Duration::from_micros(50),
         }
     }
 }
@@ -327,7 +335,7 @@ pub enum BenchError {
         /// The most tasks accepted.
         max: usize,
     },
-    /// A duration that must not be zero is: `duration` or `timeout`.
+    /// A duration that must not be zero is: `duration`, `timeout` or `tick`.
     #[error("--{setting} must be longer than zero")]
     ZeroDuration {
         /// The setting.
@@ -372,7 +380,7 @@ pub enum BenchError {
     /// The tasks' latency histograms could not be merged.
     #[error("latency histogram: {0}")]
     Merge(#[source] hdrhistogram::AdditionError),
-    /// The raw engine could not start a thread's runtime, timer or sockets, or its timer failed.
+    /// The raw engine could not set up or poll its sockets.
     #[error("the raw engine: {0}")]
     Engine(#[source] std::io::Error),
 }
@@ -499,6 +507,9 @@ fn validate(config: &BenchConfig) -> Result<String, BenchError> {
     }
     if config.timeout.is_zero() {
         return Err(BenchError::ZeroDuration { setting: "timeout" });
+    }
+    if config.tick.is_zero() {
+        return Err(BenchError::ZeroDuration { setting: "tick" });
     }
     if config.namespace.is_empty() {
         return Err(BenchError::EmptyNamespace);
@@ -771,7 +782,7 @@ mod tests {
         let base = BenchConfig::new(Protocol::Http, "127.0.0.1:8080");
         // A change to the base configuration, and what the error says.
         type Case = (fn(&mut BenchConfig), &'static str);
-        let cases: [Case; 13] = [
+        let cases: [Case; 14] = [
             (|c| c.target = "nowhere".into(), "invalid --target `nowhere`: expected HOST:PORT"),
             (|c| c.connections = 0, "--connections must be between 1 and 10000, not 0"),
             (
@@ -780,6 +791,7 @@ mod tests {
             ),
             (|c| c.duration = Duration::ZERO, "--duration must be longer than zero"),
             (|c| c.timeout = Duration::ZERO, "--timeout must be longer than zero"),
+            (|c| c.tick = Duration::ZERO, "--tick must be longer than zero"),
             (|c| c.namespace.clear(), "--namespace must not be empty"),
             (|c| c.descriptors = 65, "--descriptors must be between 1 and 64, not 65"),
             (|c| c.threads = 0, "--threads must be between 1 and 1024, not 0"),

@@ -198,6 +198,7 @@ fn the_binary_exits_1_when_nothing_listens_and_2_on_bad_arguments() {
         "bench --rate -5",
         "bench --target nowhere",
         "bench --threads 0",
+        "bench --tick 0s",
         "bench --protocol udp",
     ] {
         let out = tollgate(args(bad));

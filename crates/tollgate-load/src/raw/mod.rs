@@ -3,21 +3,26 @@
 //!
 //! # Implementation details
 //!
-//! The connections are shared out among [`BenchConfig::threads`] threads, each with a
-//! current-thread tokio runtime running one future, [`Engine::poll`], over all its connections and
-//! a [`Timer`]. Thread `t` of `T` sends requests `t`, `t + T`, `t + 2T`, ... so request `i` is
+//! The connections are shared out among [`BenchConfig::threads`] threads, each running
+//! [`Engine::run`] over its connections (non-blocking sockets in a `mio` poll of its own, no
+//! async runtime). Thread `t` of `T` sends requests `t`, `t + T`, `t + 2T`, ... so request `i` is
 //! due, as in the client engine, at `i / rate` after the start, and has the same key.
 //!
-//! Each time it is woken (an answer arrived, the timer fired), the engine reads what every
-//! connection has ([`Wire::receive`] matches answers to requests: in order for HTTP/1.1, by
-//! stream for HTTP/2), writes every request now due ([`Wire::send`] appends its bytes to the
-//! connection's buffer, no allocation), giving one connection as many as it has room for before
-//! the next, then writes each buffer in one call, and arms the timer for the next due request
-//! (no sooner than [`TICK`] after the last batch: at high rates a few requests go together rather
-//! than a wake-up each). A request that finds no room (every connection at its
-//! [`BenchConfig::concurrency`], or the HTTP/2 window spent) waits, and its latency is counted
-//! from when it was due, as the client engine counts a task still busy with its previous request;
-//! one sent when due counts from when it was written, so the timer's lateness is not the server's.
+//! In open loop the thread works in ticks of [`BenchConfig::tick`]: it reads what every connection has
+//! ([`Wire::receive`] matches answers to requests: in order for HTTP/1.1, by stream for HTTP/2),
+//! writes the requests now due ([`Wire::send`] appends their bytes to a connection's buffer, no
+//! allocation; a connection takes as many as it has room for before the next is tried), writes
+//! each buffer in one call, and sleeps until the next tick, or until the next request is due when
+//! none is in flight. The sockets are looked at without waiting (`epoll_wait` with a zero timeout)
+//! and the thread sleeps on a timer, so an answer does not wake it: on a virtual machine each
+//! wake-up is an interrupt that costs more than everything else the engine does for a request.
+//! An answer is timed when the tick that reads it starts, so **latencies read high by up to a
+//! tick** (plus the timer's lateness); a request goes out at the first tick at or after it is due.
+//! A request that finds no room (every connection at its [`BenchConfig::concurrency`], or the
+//! HTTP/2 window spent) waits, and its latency is counted from when it was due, as the client
+//! engine counts a task still busy with its previous request; one sent when due counts from when
+//! it was written, so the load tool's lateness is not the server's. In closed loop the thread
+//! waits on the poll instead: an answer is what lets the next request go.
 //!
 //! A connection that fails (closed, unreadable answer, an answer later than the timeout) fails its
 //! requests in flight and is opened again after [`BACKOFF`]; a request due that no connection
@@ -27,26 +32,18 @@ mod grpc;
 mod hpack;
 mod http1;
 mod proto;
-mod timer;
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 use self::grpc::Grpc;
 use self::http1::Http1;
-use self::timer::Timer;
 use crate::{BenchConfig, BenchError, BenchReport, CallError, Protocol, Shape, Stats, Verdict};
 
-/// The least time between two batches of requests, so a wake-up sends a few at high rates.
-const TICK: Duration = Duration::from_micros(20);
 /// How long a failed connection waits before it is opened again.
 const BACKOFF: Duration = Duration::from_millis(10);
 /// How often requests in flight are checked against the timeout.
@@ -96,6 +93,8 @@ struct Plan {
     deadline: Instant,
     rate: Option<f64>,
     timeout: Duration,
+    /// [`BenchConfig::tick`].
+    tick: Duration,
 }
 
 impl Plan {
@@ -133,17 +132,18 @@ pub(crate) async fn run(config: &BenchConfig, authority: &str, shape: Shape) -> 
     let too_long = || BenchError::TooLong { warmup: config.warmup, duration: config.duration };
     let measure_start = start.checked_add(config.warmup).ok_or_else(too_long)?;
     let deadline = measure_start.checked_add(config.duration).ok_or_else(too_long)?;
-    let plan = Arc::new(Plan { start, measure_start, deadline, rate: config.rate, timeout: config.timeout });
+    let plan = Arc::new(Plan {
+        start,
+        measure_start,
+        deadline,
+        rate: config.rate,
+        timeout: config.timeout,
+        tick: config.tick,
+    });
     let shape = Arc::new(shape);
     let mut running = Vec::with_capacity(threads);
     for (index, streams) in groups.into_iter().enumerate() {
-        let part = Part {
-            index: index as u64,
-            stride: threads as u64,
-            streams,
-            addresses: addresses.clone(),
-            plan: plan.clone(),
-        };
+        let part = Part { index: index as u64, stride: threads as u64, streams, plan: plan.clone() };
         let (authority, shape, depth) = (authority.to_string(), shape.clone(), config.concurrency);
         running.push(match config.protocol {
             Protocol::Grpc => tokio::task::spawn_blocking(move || part.run(|| Grpc::new(&authority, &shape, depth))),
@@ -180,53 +180,68 @@ struct Part {
     index: u64,
     stride: u64,
     streams: Vec<std::net::TcpStream>,
-    addresses: Arc<[SocketAddr]>,
     plan: Arc<Plan>,
 }
 
 impl Part {
-    /// Runs this share on a current-thread runtime of its own, with a `wire()` per connection.
+    /// Runs this share on the calling thread, with a `wire()` per connection.
     fn run<W: Wire>(self, wire: impl Fn() -> W) -> Result<Stats, BenchError> {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(BenchError::Engine)?;
-        runtime.block_on(async move {
-            let mut conns = Vec::with_capacity(self.streams.len());
-            for stream in self.streams {
-                let mut conn = Conn {
-                    wire: wire(),
-                    link: Link::Up(TcpStream::from_std(stream).map_err(BenchError::Engine)?),
-                    input: vec![0; INPUT],
-                    filled: 0,
-                    out: Vec::with_capacity(INPUT),
-                    written: 0,
-                };
-                conn.wire.open(&mut conn.out);
-                conns.push(conn);
-            }
-            let now = Instant::now();
-            let mut engine = Engine {
-                conns,
-                addresses: self.addresses,
-                next: self.index,
-                stride: self.stride,
-                cursor: 0,
-                stalled: false,
-                last_batch: now,
-                next_check: now + CHECK_EVERY,
-                last_connect_error: None,
-                timer: Timer::new().map_err(BenchError::Engine)?,
-                stats: Stats::new(crate::histogram()?),
-                plan: self.plan,
+        // Sleeps end when asked, not up to the default 50 µs later (best effort: without it the
+        // ticks are only longer).
+        #[cfg(target_os = "linux")]
+        let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1_000));
+        let poll = mio::Poll::new().map_err(BenchError::Engine)?;
+        let mut conns = Vec::with_capacity(self.streams.len());
+        for (n, stream) in self.streams.into_iter().enumerate() {
+            let peer = stream.peer_addr().map_err(BenchError::Engine)?;
+            stream.set_nonblocking(true).map_err(BenchError::Engine)?;
+            let mut stream = mio::net::TcpStream::from_std(stream);
+            poll.registry().register(&mut stream, mio::Token(n), READ_WRITE).map_err(BenchError::Engine)?;
+            let mut conn = Conn {
+                wire: wire(),
+                link: Link::Up(stream),
+                peer,
+                token: mio::Token(n),
+                readable: true,
+                writable: true,
+                input: vec![0; INPUT],
+                filled: 0,
+                out: Vec::with_capacity(INPUT),
+                written: 0,
             };
-            std::future::poll_fn(|cx| engine.poll(cx)).await.map_err(BenchError::Engine)?;
-            Ok(engine.stats)
-        })
+            conn.wire.open(&mut conn.out);
+            conns.push(conn);
+        }
+        let now = Instant::now();
+        let mut engine = Engine {
+            conns,
+            poll,
+            events: mio::Events::with_capacity(1024),
+            next: self.index,
+            stride: self.stride,
+            cursor: 0,
+            stalled: false,
+            next_check: now + CHECK_EVERY,
+            last_connect_error: None,
+            stats: Stats::new(crate::histogram()?),
+            plan: self.plan,
+        };
+        engine.run().map_err(BenchError::Engine)?;
+        Ok(engine.stats)
     }
 }
+
+const READ_WRITE: mio::Interest = mio::Interest::READABLE.add(mio::Interest::WRITABLE);
 
 /// A connection and its buffers.
 struct Conn<W> {
     wire: W,
     link: Link,
+    peer: SocketAddr,
+    token: mio::Token,
+    /// The socket may have bytes to read / room to write (edge-triggered: until `WouldBlock`).
+    readable: bool,
+    writable: bool,
     /// Bytes read and not yet consumed: `input[..filled]`.
     input: Vec<u8>,
     filled: usize,
@@ -235,18 +250,17 @@ struct Conn<W> {
     written: usize,
 }
 
-type Connecting = Pin<Box<dyn Future<Output = Result<TcpStream, String>>>>;
-
 enum Link {
-    Up(TcpStream),
+    Up(mio::net::TcpStream),
     Down { retry_at: Instant },
-    Connecting(Connecting),
+    Connecting { stream: mio::net::TcpStream, since: Instant },
 }
 
-/// One thread's event loop.
+/// One thread's loop.
 struct Engine<W> {
     conns: Vec<Conn<W>>,
-    addresses: Arc<[SocketAddr]>,
+    poll: mio::Poll,
+    events: mio::Events,
     /// The next request to send.
     next: u64,
     stride: u64,
@@ -254,72 +268,87 @@ struct Engine<W> {
     cursor: usize,
     /// A request due found no room: those sent until the engine catches up count from when due.
     stalled: bool,
-    last_batch: Instant,
     next_check: Instant,
     last_connect_error: Option<String>,
-    timer: Timer,
     stats: Stats,
     plan: Arc<Plan>,
 }
 
 impl<W: Wire> Engine<W> {
     /// Runs until every request has been sent and answered (or failed).
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+    fn run(&mut self) -> std::io::Result<()> {
         loop {
+            let tick = Instant::now();
+            // Open loop: the sockets are only looked at here, each tick, so answers do not wake
+            // the thread one by one. Closed loop: an answer is what lets the next request go, so
+            // wait for one.
+            let wait = match self.plan.rate {
+                Some(_) => Some(Duration::ZERO),
+                None => Some(self.next_check.saturating_duration_since(tick)),
+            };
+            self.poll.poll(&mut self.events, wait)?;
+            for event in self.events.iter() {
+                if let Some(conn) = self.conns.get_mut(event.token().0) {
+                    conn.readable |= event.is_readable() || event.is_read_closed() || event.is_error();
+                    conn.writable |= event.is_writable() || event.is_write_closed() || event.is_error();
+                }
+            }
             let now = Instant::now();
             for conn in &mut self.conns {
-                if let Some(error) = conn.poll_link(cx, now, &self.addresses, self.plan.timeout, &mut self.stats) {
+                let registry = self.poll.registry();
+                if let Some(error) = conn.service(now, registry, self.plan.timeout, &mut self.stats) {
                     self.last_connect_error = Some(error);
                 }
             }
             let now = Instant::now();
             self.send(now);
             for conn in &mut self.conns {
-                conn.flush(cx, now, &mut self.stats);
+                conn.flush(now, &mut self.stats);
             }
             if now >= self.next_check {
                 self.check_timeouts(now);
                 self.next_check = now + CHECK_EVERY;
             }
-            let wake = match self.next_wake(now) {
-                Some(wake) => wake.min(self.next_check),
-                None if self.conns.iter().all(|c| c.wire.in_flight() == 0) => return Poll::Ready(Ok(())),
-                None => self.next_check,
+            let in_flight = self.conns.iter().any(|c| c.wire.in_flight() > 0 || c.written < c.out.len());
+            let wake = match self.next_wake(tick, in_flight) {
+                Some(wake) => wake,
+                None if !in_flight => return Ok(()),
+                None => tick + self.plan.tick,
             };
-            if wake <= Instant::now() {
-                continue;
-            }
-            self.timer.arm(wake)?;
-            match self.timer.poll_fired(cx) {
-                Poll::Ready(result) => result?,
-                Poll::Pending => return Poll::Pending,
+            if self.plan.rate.is_some() {
+                let pause = wake.saturating_duration_since(Instant::now());
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
             }
         }
     }
 
-    /// When to wake for the next request or reconnection; `None` when no more will be sent.
-    fn next_wake(&self, now: Instant) -> Option<Instant> {
+    /// When to look again, in open loop: the next tick while requests are in flight or waiting
+    /// for room, else when the next request is due (or a connection is to be opened again).
+    /// `None` when no more requests will be sent (closed loop: after the deadline).
+    fn next_wake(&self, tick: Instant, in_flight: bool) -> Option<Instant> {
         let plan = &*self.plan;
+        let next_tick = tick + self.plan.tick;
         let reconnect = self
             .conns
             .iter()
             .filter_map(|c| match c.link {
                 Link::Down { retry_at } => Some(retry_at),
-                _ => None,
+                Link::Connecting { .. } => Some(next_tick),
+                Link::Up(_) => None,
             })
             .min();
         let send = match plan.rate {
-            Some(rate) => match plan.due(self.next, rate).filter(|due| *due < plan.deadline) {
-                // Nothing to wake for while stalled: an answer makes room.
-                Some(_) if self.stalled => Some(self.next_check),
-                Some(due) => Some(due.max(self.last_batch + TICK)),
-                None => None,
-            },
-            None => (now < plan.deadline).then_some(self.next_check),
+            Some(rate) => plan
+                .due(self.next, rate)
+                .filter(|due| *due < plan.deadline)
+                .map(|due| if in_flight || self.stalled { next_tick } else { due.max(next_tick) }),
+            None => (tick < plan.deadline).then_some(self.next_check),
         };
         match (send, reconnect) {
             (Some(send), Some(reconnect)) => Some(send.min(reconnect)),
-            (None, Some(_)) if self.conns.iter().all(|c| c.wire.in_flight() == 0) => None,
+            (None, Some(_)) if !in_flight => None,
             (send, reconnect) => send.or(reconnect),
         }
     }
@@ -370,7 +399,6 @@ impl<W: Wire> Engine<W> {
             None => {}
         }
         if sent_any {
-            self.last_batch = now;
             self.cursor = (self.cursor + 1) % self.conns.len();
         }
     }
@@ -389,7 +417,7 @@ impl<W: Wire> Engine<W> {
         let timeout = self.plan.timeout;
         for conn in &mut self.conns {
             if conn.wire.oldest().is_some_and(|oldest| now.saturating_duration_since(oldest) > timeout) {
-                conn.close(&format!("no answer within {timeout:?}"), now, &mut self.stats);
+                conn.close(&format!("no answer within {timeout:?}"), now, self.poll.registry(), &mut self.stats);
             }
         }
     }
@@ -398,11 +426,10 @@ impl<W: Wire> Engine<W> {
 impl<W: Wire> Conn<W> {
     /// Reads and handles what the connection has, or moves its reconnection on. Returns the
     /// error of a reconnection that failed.
-    fn poll_link(
+    fn service(
         &mut self,
-        cx: &mut Context<'_>,
         now: Instant,
-        addresses: &Arc<[SocketAddr]>,
+        registry: &mio::Registry,
         timeout: Duration,
         stats: &mut Stats,
     ) -> Option<String> {
@@ -412,53 +439,82 @@ impl<W: Wire> Conn<W> {
                     if now < *retry_at {
                         return None;
                     }
-                    self.link = Link::Connecting(Box::pin(connect(addresses.clone(), timeout)));
+                    let connecting = mio::net::TcpStream::connect(self.peer)
+                        .and_then(|mut stream| registry.register(&mut stream, self.token, READ_WRITE).map(|()| stream));
+                    match connecting {
+                        Ok(stream) => self.link = Link::Connecting { stream, since: now },
+                        Err(e) => {
+                            self.link = Link::Down { retry_at: now + BACKOFF };
+                            return Some(e.to_string());
+                        }
+                    }
                 }
-                Link::Connecting(connecting) => match connecting.as_mut().poll(cx) {
-                    Poll::Ready(Ok(stream)) => {
-                        (self.filled, self.written) = (0, 0);
+                Link::Connecting { stream, since } => {
+                    let failed = match stream.take_error() {
+                        Ok(Some(e)) | Err(e) => Some(e.to_string()),
+                        Ok(None) => None,
+                    };
+                    let connected = failed.is_none() && stream.peer_addr().is_ok();
+                    if connected {
+                        let Link::Connecting { stream, .. } =
+                            std::mem::replace(&mut self.link, Link::Down { retry_at: now })
+                        else {
+                            return None;
+                        };
+                        let _ = stream.set_nodelay(true);
+                        (self.filled, self.written, self.readable, self.writable) = (0, 0, true, true);
                         self.out.clear();
                         self.wire.open(&mut self.out);
                         self.link = Link::Up(stream);
+                        return None;
                     }
-                    Poll::Ready(Err(e)) => {
-                        self.link = Link::Down { retry_at: now + BACKOFF };
-                        return Some(e);
+                    if failed.is_none() && now.saturating_duration_since(*since) <= timeout {
+                        return None;
                     }
-                    Poll::Pending => return None,
-                },
+                    if let Link::Connecting { mut stream, .. } =
+                        std::mem::replace(&mut self.link, Link::Down { retry_at: now + BACKOFF })
+                    {
+                        let _ = registry.deregister(&mut stream);
+                    }
+                    return Some(failed.unwrap_or_else(|| format!("no connection within {timeout:?}")));
+                }
                 Link::Up(stream) => {
+                    if !self.readable {
+                        return None;
+                    }
                     if self.filled == self.input.len() {
                         if self.input.len() >= MAX_INPUT {
-                            self.close("an answer larger than 16 MiB", now, stats);
+                            self.close("an answer larger than 16 MiB", now, registry, stats);
                             return None;
                         }
                         self.input.resize(self.input.len() * 2, 0);
                     }
-                    let mut buf = ReadBuf::new(&mut self.input[self.filled..]);
-                    match Pin::new(stream).poll_read(cx, &mut buf) {
-                        Poll::Pending => return None,
-                        Poll::Ready(Ok(())) if buf.filled().is_empty() => {
-                            self.close("the server closed the connection", Instant::now(), stats);
+                    match std::io::Read::read(stream, &mut self.input[self.filled..]) {
+                        Ok(0) => {
+                            self.close("the server closed the connection", now, registry, stats);
                             return None;
                         }
-                        Poll::Ready(Ok(())) => {
-                            self.filled += buf.filled().len();
-                            let answered = Instant::now();
-                            let mut record = |sent: Sent, verdict| stats.record(sent, verdict, answered);
+                        Ok(n) => {
+                            self.filled += n;
+                            let mut record = |sent: Sent, verdict| stats.record(sent, verdict, now);
                             match self.wire.receive(&self.input[..self.filled], &mut self.out, &mut record) {
                                 Ok(consumed) => {
                                     self.input.copy_within(consumed..self.filled, 0);
                                     self.filled -= consumed;
                                 }
                                 Err(e) => {
-                                    self.close(&e, answered, stats);
+                                    self.close(&e, now, registry, stats);
                                     return None;
                                 }
                             }
                         }
-                        Poll::Ready(Err(e)) => {
-                            self.close(&e.to_string(), Instant::now(), stats);
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            self.readable = false;
+                            return None;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            self.close(&e.to_string(), now, registry, stats);
                             return None;
                         }
                     }
@@ -468,28 +524,42 @@ impl<W: Wire> Conn<W> {
     }
 
     /// Writes what the buffer holds, as far as the socket takes it.
-    fn flush(&mut self, cx: &mut Context<'_>, now: Instant, stats: &mut Stats) {
-        while self.written < self.out.len() {
+    fn flush(&mut self, now: Instant, stats: &mut Stats) {
+        while self.written < self.out.len() && self.writable {
             let Link::Up(stream) = &mut self.link else {
-                break;
+                return;
             };
-            match Pin::new(stream).poll_write(cx, &self.out[self.written..]) {
-                Poll::Ready(Ok(0)) => self.close("the connection takes no more bytes", now, stats),
-                Poll::Ready(Ok(n)) => self.written += n,
-                Poll::Ready(Err(e)) => self.close(&e.to_string(), now, stats),
-                Poll::Pending => return,
+            match std::io::Write::write(stream, &self.out[self.written..]) {
+                Ok(0) => self.fail(&"the connection takes no more bytes", now, stats),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.writable = false,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => self.fail(&e, now, stats),
             }
         }
-        self.out.clear();
-        self.written = 0;
+        if self.written == self.out.len() {
+            self.out.clear();
+            self.written = 0;
+        }
     }
 
-    /// Drops the connection, failing its requests in flight with `why`; it is opened again later.
-    fn close(&mut self, why: &str, now: Instant, stats: &mut Stats) {
-        self.wire.fail_all(&mut |sent| stats.fail(sent, why, now));
+    /// A write failed: the next read finds the connection closed, or this closes it now.
+    fn fail(&mut self, why: &dyn std::fmt::Display, now: Instant, stats: &mut Stats) {
+        self.wire.fail_all(&mut |sent| stats.fail(sent, &why.to_string(), now));
+        if let Link::Up(stream) = &self.link {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
         self.link = Link::Down { retry_at: now + BACKOFF };
         (self.filled, self.written) = (0, 0);
         self.out.clear();
+    }
+
+    /// Drops the connection, failing its requests in flight with `why`; it is opened again later.
+    fn close(&mut self, why: &str, now: Instant, registry: &mio::Registry, stats: &mut Stats) {
+        if let Link::Up(stream) = &mut self.link {
+            let _ = registry.deregister(stream);
+        }
+        self.fail(&why, now, stats);
     }
 }
 

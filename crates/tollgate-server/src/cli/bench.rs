@@ -67,11 +67,17 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = tollgate::parse_duration)]
     timeout: Duration,
 
-    /// raw: engine threads, each a current-thread runtime with its share of the connections;
+    /// raw: engine threads, each with its share of the connections (at most one per connection);
     /// client: the runtime's worker threads [default: the cores this process may use, e.g. 1 under
     /// `taskset -c 1`].
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+
+    /// raw engine, open loop: how often it reads its connections while requests are in flight.
+    /// Answers are timed at the tick that reads them (latencies read high by up to a tick);
+    /// shorter ticks cost more CPU per request.
+    #[arg(long, default_value = "50us", value_name = "DURATION", value_parser = tollgate::parse_duration)]
+    tick: Duration,
 
     /// Print one JSON object (parameters and results) instead of the summary.
     #[arg(long)]
@@ -155,6 +161,7 @@ pub(crate) fn main(args: BenchArgs) -> ExitCode {
         keys: args.keys,
         rate: args.rate,
         timeout: args.timeout,
+        tick: args.tick,
     };
     // The raw engine runs its own threads; the caller's runtime only connects and waits for them.
     let runtime = match config.engine {
@@ -208,6 +215,7 @@ fn json(config: &BenchConfig, threads: usize, report: &BenchReport) -> serde_jso
         "descriptors": config.descriptors,
         "keys": config.keys,
         "rate": config.rate,
+        "tick_us": config.tick.as_secs_f64() * 1e6,
     });
     if let (Some(object), Ok(serde_json::Value::Object(fields))) =
         (object.as_object_mut(), serde_json::to_value(report))
