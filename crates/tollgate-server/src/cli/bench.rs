@@ -32,8 +32,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "M")]
     concurrency: Option<usize>,
 
-    /// raw: requests written as bytes on plain TCP, a few µs of CPU each; client: tonic's and
-    /// hyper's clients (the engine before raw, several times the CPU per request).
+    /// raw: requests written as bytes on plain TCP; client: tonic's and hyper's clients (the engine
+    /// before raw; about 2-3 times raw's CPU per request, measured on a 2-core VM).
     #[arg(long, value_enum, default_value = "raw")]
     engine: EngineArg,
 
@@ -76,7 +76,7 @@ pub(crate) struct BenchArgs {
     /// raw engine, open loop: how often it reads its connections while requests are in flight.
     /// Answers are timed at the tick that reads them (latencies read high by up to a tick);
     /// shorter ticks cost more CPU per request.
-    #[arg(long, default_value = "50us", value_name = "DURATION", value_parser = tollgate::parse_duration)]
+    #[arg(long, default_value = "100us", value_name = "DURATION", value_parser = tollgate::parse_duration)]
     tick: Duration,
 
     /// Print one JSON object (parameters and results) instead of the summary.
