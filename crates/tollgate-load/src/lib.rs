@@ -38,14 +38,23 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`run`] opens [`BenchConfig::connections`] connections to the target, runs
-//! [`BenchConfig::concurrency`] tasks on each (the requests in flight per connection), and sends
-//! for [`BenchConfig::warmup`] plus [`BenchConfig::duration`]:
+//! [`run`] opens [`BenchConfig::connections`] connections to the target, keeps at most
+//! [`BenchConfig::concurrency`] requests in flight on each, and sends for [`BenchConfig::warmup`]
+//! plus [`BenchConfig::duration`]: [`Protocol::Grpc`] calls `ShouldRateLimit`, each request an
+//! HTTP/2 stream; [`Protocol::Http`] posts `/check_and_report` on HTTP/1.1 keep-alive connections.
+//! Two [engines](Engine) do it:
 //!
-//! - [`Protocol::Grpc`]: `ShouldRateLimit`, one tonic channel (one HTTP/2 connection) per
-//!   connection, its tasks sharing it as HTTP/2 streams;
-//! - [`Protocol::Http`]: `POST /check_and_report`, one HTTP/1.1 keep-alive connection per task
-//!   (HTTP/1.1 carries one request at a time, so the concurrency must be 1).
+//! - [`Engine::Raw`] (the default) writes each request's bytes, encoded from parts made once, on
+//!   plain TCP connections and reads the answers with the least parsing that tells them apart
+//!   (for gRPC, HTTP/2 frames written and read by this crate; for HTTP, requests pipelined up to
+//!   the concurrency). [`BenchConfig::threads`] threads share the connections. In open loop each
+//!   looks at its sockets once per [tick](BenchConfig::tick) (100 µs) and sleeps in between, so answers do not wake it one
+//!   by one: on a 2-core VM, about a third to a half of the client engine's CPU per request
+//!   (measured: README, "Rate-limit server"), so the load tool keeps spare capacity at half a
+//!   server's peak. Latencies read high by up to a tick.
+//! - [`Engine::Client`]: tonic's client (one channel per connection, a task per stream) and
+//!   hyper's (a task per connection, so the HTTP concurrency must be 1) on the caller's runtime;
+//!   about one core at 48,000 RLS calls/s on that VM. Kept to compare with.
 //!
 //! Request `i` (numbered across all tasks) has `req.method` = `POST` when `i % 3 == 0`, `GET`
 //! otherwise, and `user_id` = `user-{i % keys}`: the RLS request's first descriptor, or the HTTP
@@ -53,14 +62,16 @@
 //! `{"k{d}": "v{i % keys}"}`; the domain (the HTTP `namespace`) is [`BenchConfig::namespace`], the
 //! hits 1.
 //!
-//! **Closed loop** (no [`BenchConfig::rate`]): each task sends its next request as soon as the
-//! previous one is answered: the most the server does at that concurrency. **Open loop** (a rate
-//! `R`): request `i` is due at `i / R` seconds after the start, whoever answers when; a task still
-//! waiting for its previous answer when the next request is due sends it late, and its latency is
-//! counted from when it was due, so a slow server is not hidden by the load slowing down with it
-//! (no coordinated omission). A task sleeps until 1 ms before a request is due and yields until
-//! it is, so requests go out when due rather than in the timer's 1 ms bursts (which the server
-//! would have to queue); a task that was idle counts from the actual send.
+//! **Closed loop** (no [`BenchConfig::rate`]): each request in flight is followed by the next as
+//! soon as it is answered: the most the server does at that concurrency. **Open loop** (a rate
+//! `R`): request `i` is due at `i / R` seconds after the start, whoever answers when. A request
+//! that finds no room when due (every request in flight on its connection, or every connection's,
+//! still waiting for an answer) goes out late, and its latency is counted from when it was due, so
+//! a slow server is not hidden by the load slowing down with it (no coordinated omission). One
+//! that had room counts from when it was sent: the load tool's own lateness is not the server's.
+//! Requests go out when due rather than in bursts: the raw engine at the first of its 100 µs ticks
+//! at or after the due time, and the client engine's tasks sleep until 1 ms before a request is
+//! due and then yield until it is.
 //!
 //! What counts: the requests due (closed loop: sent) after the warmup and before the end of the
 //! duration, every one of them waited for: `requests == allowed + limited + errors` is everything
@@ -73,6 +84,7 @@
 
 mod grpc;
 mod http;
+mod raw;
 
 use std::fmt;
 use std::sync::Arc;
@@ -90,6 +102,40 @@ const MAX_TASKS: usize = 100_000;
 const MAX_DESCRIPTORS: usize = 64;
 /// How long a task waits after a connection-level error before trying again.
 const BACKOFF: Duration = Duration::from_millis(10);
+/// The most threads of the raw engine.
+const MAX_THREADS: usize = 1024;
+
+/// What sends the requests and reads the answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// Requests as bytes on plain TCP connections, answers read with the least parsing that tells
+    /// them apart (HTTP/2 frames written and read by this crate for gRPC, HTTP/1.1 pipelined), on
+    /// [`BenchConfig::threads`] threads of its own that look at their sockets in 100 µs ticks (open
+    /// loop): less CPU per request than [`Engine::Client`]. Latencies read high by up to a tick.
+    #[default]
+    Raw,
+    /// tonic's gRPC client (a channel per connection, a task per stream) and hyper's HTTP/1.1
+    /// client (a task per connection, one request at a time), on the caller's runtime: the
+    /// engine before [`Engine::Raw`], kept to compare with.
+    Client,
+}
+
+impl Engine {
+    /// `raw` or `client`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Raw => "raw",
+            Engine::Client => "client",
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// Which API to load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -141,10 +187,16 @@ pub struct BenchConfig {
     pub protocol: Protocol,
     /// The server, `host:port` (an `http://` in front is accepted).
     pub target: String,
+    /// What sends the requests.
+    pub engine: Engine,
     /// Connections to open.
     pub connections: usize,
-    /// Requests in flight on each connection (1 for HTTP).
+    /// Requests in flight on each connection at most: HTTP/2 streams for gRPC; for HTTP, requests
+    /// pipelined with [`Engine::Raw`], and 1 with [`Engine::Client`].
     pub concurrency: usize,
+    /// Threads of [`Engine::Raw`] (at most one per connection); [`Engine::Client`] runs on the
+    /// caller's runtime and ignores it.
+    pub threads: usize,
     /// How long to measure.
     pub duration: Duration,
     /// How long to send before measuring (not counted; the server does count these hits).
@@ -159,18 +211,26 @@ pub struct BenchConfig {
     pub rate: Option<f64>,
     /// How long to wait for a connection or an answer; an answer later than that is an error.
     pub timeout: Duration,
+    /// How often a thread of [`Engine::Raw`] looks at its sockets in open loop while requests are
+    /// in flight: answers are timed when the tick that reads them starts (latencies read high by
+    /// up to a tick), and the requests due within a tick go out together. Shorter ticks time
+    /// answers closer and cost the load tool more CPU per request (each tick is a wake-up).
+    pub tick: Duration,
 }
 
 impl BenchConfig {
-    /// The defaults for `protocol` against `target`: the protocol's connections and concurrency,
+    /// The defaults for `protocol` against `target`: [`Engine::Raw`] on as many threads as the
+    /// process may use cores, ticking every 100 µs, the protocol's connections and concurrency,
     /// 10 s after 1 s of warmup, namespace `example.org`, 2 descriptors, 1000 keys, closed loop,
     /// 5 s timeout.
     pub fn new(protocol: Protocol, target: impl Into<String>) -> BenchConfig {
         BenchConfig {
             protocol,
             target: target.into(),
+            engine: Engine::Raw,
             connections: protocol.default_connections(),
             concurrency: protocol.default_concurrency(),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             duration: Duration::from_secs(10),
             warmup: Duration::from_secs(1),
             namespace: "example.org".to_string(),
@@ -178,6 +238,7 @@ impl BenchConfig {
             keys: 1000,
             rate: None,
             timeout: Duration::from_secs(5),
+            tick: Duration::from_micros(100),
         }
     }
 }
@@ -242,7 +303,7 @@ pub enum BenchError {
         /// The target as given (trimmed).
         target: String,
     },
-    /// A count out of its range: `connections`, `concurrency` or `descriptors`.
+    /// A count out of its range: `connections`, `concurrency`, `threads` or `descriptors`.
     #[error("--{setting} must be between {min} and {max}, not {value}")]
     OutOfRange {
         /// The setting.
@@ -254,10 +315,11 @@ pub enum BenchError {
         /// The most accepted.
         max: usize,
     },
-    /// [`Protocol::Http`] with more than one request in flight per connection.
+    /// [`Protocol::Http`] on [`Engine::Client`] with more than one request in flight per
+    /// connection.
     #[error(
-        "--concurrency must be 1 for http, not {concurrency}: HTTP/1.1 carries one request at a time; \
-         open more --connections instead"
+        "--concurrency must be 1 for http on the client engine, not {concurrency}: hyper's HTTP/1.1 \
+         client carries one request at a time; open more --connections, or use --engine raw (pipelined)"
     )]
     HttpConcurrency {
         /// The concurrency given.
@@ -273,7 +335,7 @@ pub enum BenchError {
         /// The most tasks accepted.
         max: usize,
     },
-    /// A duration that must not be zero is: `duration` or `timeout`.
+    /// A duration that must not be zero is: `duration`, `timeout` or `tick`.
     #[error("--{setting} must be longer than zero")]
     ZeroDuration {
         /// The setting.
@@ -318,6 +380,9 @@ pub enum BenchError {
     /// The tasks' latency histograms could not be merged.
     #[error("latency histogram: {0}")]
     Merge(#[source] hdrhistogram::AdditionError),
+    /// The raw engine could not set up or poll its sockets.
+    #[error("the raw engine: {0}")]
+    Engine(#[source] std::io::Error),
 }
 
 impl BenchError {
@@ -333,7 +398,11 @@ impl BenchError {
             | BenchError::EmptyNamespace
             | BenchError::ZeroKeys
             | BenchError::Rate { .. } => true,
-            BenchError::Connect { .. } | BenchError::Task(_) | BenchError::Histogram(_) | BenchError::Merge(_) => false,
+            BenchError::Connect { .. }
+            | BenchError::Task(_)
+            | BenchError::Histogram(_)
+            | BenchError::Merge(_)
+            | BenchError::Engine(_) => false,
         }
     }
 }
@@ -343,8 +412,15 @@ impl BenchError {
 /// or if a connection cannot be opened.
 pub async fn run(config: BenchConfig) -> Result<BenchReport, BenchError> {
     let authority = validate(&config)?;
-    let shape =
-        Arc::new(Shape { namespace: config.namespace.clone(), descriptors: config.descriptors, keys: config.keys });
+    let shape = Shape { namespace: config.namespace.clone(), descriptors: config.descriptors, keys: config.keys };
+    match config.engine {
+        Engine::Raw => raw::run(&config, &authority, shape).await,
+        Engine::Client => run_client(config, authority, Arc::new(shape)).await,
+    }
+}
+
+/// [`run`] on [`Engine::Client`].
+async fn run_client(config: BenchConfig, authority: String, shape: Arc<Shape>) -> Result<BenchReport, BenchError> {
     let tasks = config.connections * config.concurrency;
     let clients = connect(&config, &authority, &shape).await?;
 
@@ -369,10 +445,22 @@ pub async fn run(config: BenchConfig) -> Result<BenchReport, BenchError> {
         running.spawn(worker(client, index as u64, plan.clone(), latency));
     }
 
+    let mut stats = Vec::with_capacity(tasks);
+    while let Some(joined) = running.join_next().await {
+        stats.push(joined.map_err(BenchError::Task)?);
+    }
+    merge(stats, measure_start.into_std(), deadline.into_std())
+}
+
+/// The report of a run whose tasks or threads measured `stats`.
+fn merge(
+    stats: Vec<Stats>,
+    measure_start: std::time::Instant,
+    deadline: std::time::Instant,
+) -> Result<BenchReport, BenchError> {
     let mut total = Stats::new(histogram()?);
     let mut end = deadline;
-    while let Some(joined) = running.join_next().await {
-        let stats = joined.map_err(BenchError::Task)?;
+    for stats in stats {
         if let Some(last) = stats.last_answer {
             end = end.max(last);
         }
@@ -403,7 +491,8 @@ fn validate(config: &BenchConfig) -> Result<String, BenchError> {
     };
     in_range("connections", config.connections, MAX_CONNECTIONS)?;
     in_range("concurrency", config.concurrency, MAX_CONNECTIONS)?;
-    if config.protocol == Protocol::Http && config.concurrency != 1 {
+    in_range("threads", config.threads, MAX_THREADS)?;
+    if config.protocol == Protocol::Http && config.engine == Engine::Client && config.concurrency != 1 {
         return Err(BenchError::HttpConcurrency { concurrency: config.concurrency });
     }
     if config.connections * config.concurrency > MAX_TASKS {
@@ -419,6 +508,9 @@ fn validate(config: &BenchConfig) -> Result<String, BenchError> {
     if config.timeout.is_zero() {
         return Err(BenchError::ZeroDuration { setting: "timeout" });
     }
+    if config.tick.is_zero() {
+        return Err(BenchError::ZeroDuration { setting: "tick" });
+    }
     if config.namespace.is_empty() {
         return Err(BenchError::EmptyNamespace);
     }
@@ -433,6 +525,7 @@ fn validate(config: &BenchConfig) -> Result<String, BenchError> {
 }
 
 /// What every request shares.
+#[derive(Debug)]
 struct Shape {
     namespace: String,
     descriptors: usize,
@@ -578,7 +671,7 @@ async fn worker(mut client: Client, index: u64, plan: Arc<Plan>, latency: Histog
         previous_answer = answered;
         let measured = due >= plan.measure_start;
         if measured {
-            stats.last_answer = Some(answered);
+            stats.last_answer = Some(answered.into_std());
         }
         let error = match result {
             Ok(Ok(verdict)) => {
@@ -623,7 +716,7 @@ struct Stats {
     limited: u64,
     errors: u64,
     first_error: Option<String>,
-    last_answer: Option<Instant>,
+    last_answer: Option<std::time::Instant>,
 }
 
 impl Stats {
@@ -689,14 +782,19 @@ mod tests {
         let base = BenchConfig::new(Protocol::Http, "127.0.0.1:8080");
         // A change to the base configuration, and what the error says.
         type Case = (fn(&mut BenchConfig), &'static str);
-        let cases: [Case; 12] = [
+        let cases: [Case; 14] = [
             (|c| c.target = "nowhere".into(), "invalid --target `nowhere`: expected HOST:PORT"),
             (|c| c.connections = 0, "--connections must be between 1 and 10000, not 0"),
-            (|c| c.concurrency = 2, "--concurrency must be 1 for http, not 2"),
+            (
+                |c| (c.engine, c.concurrency) = (Engine::Client, 2),
+                "--concurrency must be 1 for http on the client engine, not 2",
+            ),
             (|c| c.duration = Duration::ZERO, "--duration must be longer than zero"),
             (|c| c.timeout = Duration::ZERO, "--timeout must be longer than zero"),
+            (|c| c.tick = Duration::ZERO, "--tick must be longer than zero"),
             (|c| c.namespace.clear(), "--namespace must not be empty"),
             (|c| c.descriptors = 65, "--descriptors must be between 1 and 64, not 65"),
+            (|c| c.threads = 0, "--threads must be between 1 and 1024, not 0"),
             (|c| c.keys = 0, "--keys must be at least 1"),
             (|c| c.rate = Some(0.0), "--rate must be a positive number of requests per second, not 0"),
             (|c| c.rate = Some(f64::NAN), "not NaN"),

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use tollgate::SystemClock;
-use tollgate_load::{BenchConfig, BenchReport, Protocol, run};
+use tollgate_load::{BenchConfig, BenchReport, Engine, Protocol, run};
 use tollgate_server::serve::{Running, ServeConfig, start};
 
 const NAMESPACE: &str = "bench.test";
@@ -60,18 +60,47 @@ fn assert_limit_held(report: &BenchReport) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_over_grpc_sees_the_limit_exactly() {
-    let running = server("grpc").await;
-    let report = run(config(Protocol::Grpc, running.grpc.to_string())).await.expect("the bench runs");
-    assert_limit_held(&report);
-    running.shutdown().await;
+    for engine in [Engine::Raw, Engine::Client] {
+        let running = server(&format!("grpc-{engine}")).await;
+        let mut config = config(Protocol::Grpc, running.grpc.to_string());
+        config.engine = engine;
+        let report = run(config).await.expect("the bench runs");
+        assert_limit_held(&report);
+        running.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_over_http_sees_the_limit_exactly() {
-    let running = server("http").await;
-    let report = run(config(Protocol::Http, running.http.to_string())).await.expect("the bench runs");
-    assert_limit_held(&report);
-    running.shutdown().await;
+    for engine in [Engine::Raw, Engine::Client] {
+        let running = server(&format!("http-{engine}")).await;
+        let mut config = config(Protocol::Http, running.http.to_string());
+        config.engine = engine;
+        let report = run(config).await.expect("the bench runs");
+        assert_limit_held(&report);
+        running.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_on_the_raw_engine_sees_the_limit_exactly() {
+    for protocol in [Protocol::Grpc, Protocol::Http] {
+        let running = server(&format!("raw-{protocol}")).await;
+        let target = match protocol {
+            Protocol::Grpc => running.grpc,
+            Protocol::Http => running.http,
+        };
+        // 1000/s for 300 ms on 2 threads, HTTP pipelined: 300 requests, the first 50 allowed.
+        let mut config = config(protocol, target.to_string());
+        (config.engine, config.rate, config.threads) = (Engine::Raw, Some(1000.0), 2);
+        if protocol == Protocol::Http {
+            (config.connections, config.concurrency) = (2, 8);
+        }
+        let report = run(config).await.expect("the bench runs");
+        assert_limit_held(&report);
+        assert!((299..=301).contains(&report.requests), "{protocol}: {report:?}");
+        running.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,6 +156,7 @@ async fn the_binary_prints_json_and_a_summary() {
     assert!(out.status.success(), "{out:?}");
     let json: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
     assert_eq!(json["protocol"], "http");
+    assert_eq!(json["engine"], "raw");
     assert_eq!(json["target"], http.to_string());
     assert_eq!(json["connections"], 4);
     assert_eq!(json["allowed"], LIMIT);
@@ -140,11 +170,13 @@ async fn the_binary_prints_json_and_a_summary() {
     assert!(json["first_error"].is_null());
 
     let grpc = running.grpc;
-    let line = format!("bench --target {grpc} --duration 200ms --warmup 0s --namespace {NAMESPACE} --threads 1");
+    let line = format!(
+        "bench --target {grpc} --duration 200ms --warmup 0s --namespace {NAMESPACE} --threads 1 --engine client"
+    );
     let out = tokio::task::spawn_blocking(move || tollgate(args(&line))).await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    for part in ["grpc", "requests", "req/s", "allowed   0", "errors    0", "p99.9"] {
+    for part in ["grpc", "client engine", "requests", "req/s", "allowed   0", "errors    0", "p99.9"] {
         assert!(stdout.contains(part), "{part}: {stdout}");
     }
     running.shutdown().await;
@@ -159,12 +191,14 @@ fn the_binary_exits_1_when_nothing_listens_and_2_on_bad_arguments() {
     assert!(stderr.contains(&target), "{stderr}");
 
     for bad in [
-        "bench --protocol http --concurrency 4",
+        "bench --protocol http --concurrency 4 --engine client",
+        "bench --engine tonic",
         "bench --connections 0",
         "bench --duration soon",
         "bench --rate -5",
         "bench --target nowhere",
         "bench --threads 0",
+        "bench --tick 0s",
         "bench --protocol udp",
     ] {
         let out = tollgate(args(bad));

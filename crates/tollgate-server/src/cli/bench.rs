@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_load::{BenchConfig, BenchReport, Protocol, run};
+use tollgate_load::{BenchConfig, BenchReport, Engine, Protocol, run};
 
 /// The most runtime threads accepted.
 const MAX_THREADS: usize = 1024;
@@ -27,10 +27,15 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N")]
     connections: Option<usize>,
 
-    /// Requests in flight on each connection: HTTP/2 streams for grpc [default: 16]; must be 1 for
-    /// http (HTTP/1.1 carries one request at a time).
+    /// Requests in flight on each connection at most: HTTP/2 streams for grpc [default: 16]; for
+    /// http [default: 1], requests pipelined (raw engine; must be 1 on the client engine).
     #[arg(long, value_name = "M")]
     concurrency: Option<usize>,
+
+    /// raw: requests written as bytes on plain TCP; client: tonic's and hyper's clients (the engine
+    /// before raw; about 2-3 times raw's CPU per request, measured on a 2-core VM).
+    #[arg(long, value_enum, default_value = "raw")]
+    engine: EngineArg,
 
     /// How long to measure, e.g. 10s, 500ms, 1m.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = tollgate::parse_duration)]
@@ -62,9 +67,17 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = tollgate::parse_duration)]
     timeout: Duration,
 
-    /// Runtime worker threads [default: the available cores].
+    /// raw: engine threads, each with its share of the connections (at most one per connection);
+    /// client: the runtime's worker threads [default: the cores this process may use, e.g. 1 under
+    /// `taskset -c 1`].
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+
+    /// raw engine, open loop: how often it reads its connections while requests are in flight.
+    /// Answers are timed at the tick that reads them (latencies read high by up to a tick);
+    /// shorter ticks cost more CPU per request.
+    #[arg(long, default_value = "100us", value_name = "DURATION", value_parser = tollgate::parse_duration)]
+    tick: Duration,
 
     /// Print one JSON object (parameters and results) instead of the summary.
     #[arg(long)]
@@ -78,6 +91,24 @@ enum ProtocolArg {
     Grpc,
     /// The HTTP API's `POST /check_and_report`.
     Http,
+}
+
+/// `--engine`: the library's [`Engine`], spelled for the command line.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum EngineArg {
+    /// Requests written as bytes on plain TCP connections.
+    Raw,
+    /// tonic's gRPC client and hyper's HTTP/1.1 client.
+    Client,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(engine: EngineArg) -> Engine {
+        match engine {
+            EngineArg::Raw => Engine::Raw,
+            EngineArg::Client => Engine::Client,
+        }
+    }
 }
 
 impl From<ProtocolArg> for Protocol {
@@ -98,7 +129,9 @@ Examples:
   tollgate serve --limits examples/limits.yaml &
   tollgate bench --duration 10s
   tollgate bench --protocol http --connections 64 --json
-  tollgate bench --rate 20000 --duration 30s";
+  tollgate bench --rate 20000 --duration 30s
+  taskset -c 1 tollgate bench --protocol http --connections 4 --concurrency 16 --rate 69000 --json
+  tollgate bench --engine client --rate 20000   # tonic's / hyper's clients, to compare";
 
 pub(crate) fn main(args: BenchArgs) -> ExitCode {
     let threads = match args.threads {
@@ -117,8 +150,10 @@ pub(crate) fn main(args: BenchArgs) -> ExitCode {
     let config = BenchConfig {
         protocol,
         target: args.target.unwrap_or_else(|| default_target.to_string()),
+        engine: Engine::from(args.engine),
         connections: args.connections.unwrap_or(protocol.default_connections()),
         concurrency: args.concurrency.unwrap_or(protocol.default_concurrency()),
+        threads,
         duration: args.duration,
         warmup: args.warmup,
         namespace: args.namespace,
@@ -126,8 +161,14 @@ pub(crate) fn main(args: BenchArgs) -> ExitCode {
         keys: args.keys,
         rate: args.rate,
         timeout: args.timeout,
+        tick: args.tick,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build() {
+    // The raw engine runs its own threads; the caller's runtime only connects and waits for them.
+    let runtime = match config.engine {
+        Engine::Raw => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        Engine::Client => tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build(),
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -163,6 +204,7 @@ pub(crate) fn main(args: BenchArgs) -> ExitCode {
 fn json(config: &BenchConfig, threads: usize, report: &BenchReport) -> serde_json::Value {
     let mut object = serde_json::json!({
         "protocol": config.protocol,
+        "engine": config.engine,
         "target": config.target,
         "connections": config.connections,
         "concurrency": config.concurrency,
@@ -173,6 +215,7 @@ fn json(config: &BenchConfig, threads: usize, report: &BenchReport) -> serde_jso
         "descriptors": config.descriptors,
         "keys": config.keys,
         "rate": config.rate,
+        "tick_us": config.tick.as_secs_f64() * 1e6,
     });
     if let (Some(object), Ok(serde_json::Value::Object(fields))) =
         (object.as_object_mut(), serde_json::to_value(report))
@@ -194,13 +237,14 @@ fn summary(config: &BenchConfig, threads: usize, report: &BenchReport) -> String
     };
     let _ = writeln!(
         out,
-        "{} {}: {} connections x {} in flight, {load}, {} after {} warmup, runtime threads {threads}",
+        "{} {}: {} connections x {} in flight, {load}, {} after {} warmup, {} engine, threads {threads}",
         config.protocol,
         config.target,
         config.connections,
         config.concurrency,
         humantime::format_duration(config.duration),
         humantime::format_duration(config.warmup),
+        config.engine,
     );
     let _ = writeln!(out, "namespace {}{descriptors}, {} keys", config.namespace, config.keys);
     let _ = writeln!(out);
