@@ -32,24 +32,7 @@ impl Client {
 
     /// Sends request `i`.
     pub(super) async fn call(&mut self, i: u64) -> Result<Verdict, CallError> {
-        let shape = &*self.shape;
-        let key = i % shape.keys;
-        let mut descriptors = Vec::with_capacity(shape.descriptors);
-        descriptors.push(RateLimitDescriptor {
-            entries: vec![
-                Entry { key: "req.method".to_string(), value: Shape::method(i).to_string() },
-                Entry { key: "user_id".to_string(), value: format!("user-{key}") },
-            ],
-            ..Default::default()
-        });
-        for d in 1..shape.descriptors {
-            descriptors.push(RateLimitDescriptor {
-                entries: vec![Entry { key: format!("k{d}"), value: format!("v{key}") }],
-                ..Default::default()
-            });
-        }
-        let request = RateLimitRequest { domain: shape.namespace.clone(), descriptors, hits_addend: 1 };
-        match self.client.should_rate_limit(request).await {
+        match self.client.should_rate_limit(request(&self.shape, i)).await {
             Ok(response) => match Code::try_from(response.get_ref().overall_code) {
                 Ok(Code::Ok) => Ok(Verdict::Allowed),
                 Ok(Code::OverLimit) => Ok(Verdict::Limited),
@@ -67,4 +50,24 @@ impl Client {
             }
         }
     }
+}
+
+/// Request `i` of `shape` (the raw engine writes the same bytes, checked against this).
+pub(crate) fn request(shape: &Shape, i: u64) -> RateLimitRequest {
+    let key = i % shape.keys;
+    let mut descriptors = Vec::with_capacity(shape.descriptors);
+    descriptors.push(RateLimitDescriptor {
+        entries: vec![
+            Entry { key: "req.method".to_string(), value: Shape::method(i).to_string() },
+            Entry { key: "user_id".to_string(), value: format!("user-{key}") },
+        ],
+        ..Default::default()
+    });
+    for d in 1..shape.descriptors {
+        descriptors.push(RateLimitDescriptor {
+            entries: vec![Entry { key: format!("k{d}"), value: format!("v{key}") }],
+            ..Default::default()
+        });
+    }
+    RateLimitRequest { domain: shape.namespace.clone(), descriptors, hits_addend: 1 }
 }

@@ -428,10 +428,7 @@ async fn run_client(config: BenchConfig, authority: String, shape: Arc<Shape>) -
     for _ in 0..tasks {
         histograms.push(histogram()?);
     }
-    let start = Instant::now();
-    let too_long = || BenchError::TooLong { warmup: config.warmup, duration: config.duration };
-    let measure_start = start.checked_add(config.warmup).ok_or_else(too_long)?;
-    let deadline = measure_start.checked_add(config.duration).ok_or_else(too_long)?;
+    let (start, measure_start, deadline) = run_times(&config)?;
     let plan = Arc::new(Plan {
         start,
         measure_start,
@@ -760,6 +757,15 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = inner.source();
     }
     message
+}
+
+/// When a run starts, when measuring starts (after the warm-up), and when it ends.
+pub(crate) fn run_times(config: &BenchConfig) -> Result<(Instant, Instant, Instant), BenchError> {
+    let start = Instant::now();
+    let too_long = || BenchError::TooLong { warmup: config.warmup, duration: config.duration };
+    let measure_start = start.checked_add(config.warmup).ok_or_else(too_long)?;
+    let deadline = measure_start.checked_add(config.duration).ok_or_else(too_long)?;
+    Ok((start, measure_start, deadline))
 }
 
 #[cfg(test)]

@@ -128,10 +128,8 @@ pub(crate) async fn run(config: &BenchConfig, authority: &str, shape: Shape) -> 
     for (n, stream) in streams.into_iter().enumerate() {
         groups[n % threads].push(stream);
     }
-    let start = Instant::now();
-    let too_long = || BenchError::TooLong { warmup: config.warmup, duration: config.duration };
-    let measure_start = start.checked_add(config.warmup).ok_or_else(too_long)?;
-    let deadline = measure_start.checked_add(config.duration).ok_or_else(too_long)?;
+    let (start, measure_start, deadline) = crate::run_times(config)?;
+    let (start, measure_start, deadline) = (start.into_std(), measure_start.into_std(), deadline.into_std());
     let plan = Arc::new(Plan {
         start,
         measure_start,

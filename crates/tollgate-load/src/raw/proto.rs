@@ -198,30 +198,14 @@ fn varint(bytes: &mut &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
     use prost::Message;
 
     use super::*;
 
-    /// The request `grpc::Client` sends, built the same way.
+    /// The request `grpc::Client` sends, as prost encodes it.
     fn prost_request(shape: &Shape, i: u64) -> Vec<u8> {
-        let key = i % shape.keys;
-        let mut descriptors = vec![RateLimitDescriptor {
-            entries: vec![
-                Entry { key: "req.method".to_string(), value: Shape::method(i).to_string() },
-                Entry { key: "user_id".to_string(), value: format!("user-{key}") },
-            ],
-            ..Default::default()
-        }];
-        for d in 1..shape.descriptors {
-            descriptors.push(RateLimitDescriptor {
-                entries: vec![Entry { key: format!("k{d}"), value: format!("v{key}") }],
-                ..Default::default()
-            });
-        }
-        RateLimitRequest { domain: shape.namespace.clone(), descriptors, hits_addend: 1 }.encode_to_vec()
+        crate::grpc::request(shape, i).encode_to_vec()
     }
 
     #[test]

@@ -12,9 +12,9 @@ use tollgate_policy::Policy;
 use tollgate_redis::BackendError;
 
 use super::cache::Cache;
-use super::redis::{InRedis, key_head, parse_key, statuses};
+use super::redis::{InRedis, chosen_by, statuses};
 use super::{Answer, Call, Later, RedisStore, Store, redis_accepts};
-use crate::serve::admin::{CounterFilter, CounterList, limits_by_id};
+use crate::serve::admin::{CounterFilter, CounterList};
 use crate::serve::engine::{Action, Loaded, Mode, Status, StorageError, StorageKind};
 
 /// Counters decided here, kept in step with Redis.
@@ -96,13 +96,7 @@ impl<C: Clock> Store<C> for Cached {
             let flushed = self.cache.flush_held(&held, &store.redis, clock.now(), store.now_us(clock)).await;
             flushed.inspect_err(|e| self.redis.metrics.error(e))?;
             let reset = self.redis.reset_now(loaded, namespace, filter, clock).await?;
-            let by_id = limits_by_id(loaded, namespace);
-            let head = key_head(&store.prefix, namespace);
-            self.cache.forget(&held, |key| {
-                parse_key(&head, key)
-                    .and_then(|(id, values)| Some(filter.matches(by_id.get(&id)?.1, &values)))
-                    .unwrap_or(false)
-            });
+            self.cache.forget(&held, chosen_by(loaded, &store.prefix, namespace, filter));
             Ok(reset)
         })
     }

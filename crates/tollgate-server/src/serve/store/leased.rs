@@ -19,9 +19,9 @@ use tollgate::{Clock, Lease, Meta, Quota};
 use tollgate_policy::Policy;
 use tollgate_redis::{BackendError, LeasedLimiter, WindowCounter};
 
-use super::redis::{InRedis, key_head, parse_key, statuses};
+use super::redis::{InRedis, chosen_by, statuses};
 use super::{Answer, Call, Later, RedisStore, Store, TimeSource, redis_accepts};
-use crate::serve::admin::{CounterFilter, CounterList, limits_by_id};
+use crate::serve::admin::{CounterFilter, CounterList};
 use crate::serve::engine::{Action, Loaded, Mode, Status, StorageError, StorageKind};
 
 /// Counters in Redis, spent from leases held here.
@@ -165,15 +165,9 @@ impl<C: Clock> Store<C> for Leased<C> {
     ) -> Later<'a, Result<u64, BackendError>> {
         Box::pin(async move {
             let reset = self.redis.reset_now(loaded, namespace, filter, clock).await?;
-            let by_id = limits_by_id(loaded, namespace);
-            let head = key_head(&self.redis.store.prefix, namespace);
-            let chosen = |key: &str| {
-                parse_key(&head, key)
-                    .and_then(|(id, values)| Some(filter.matches(by_id.get(&id)?.1, &values)))
-                    .unwrap_or(false)
-            };
+            let chosen = chosen_by(loaded, &self.redis.store.prefix, namespace, filter);
             for limiter in self.all() {
-                limiter.forget(chosen);
+                limiter.forget(&chosen);
             }
             Ok(reset)
         })

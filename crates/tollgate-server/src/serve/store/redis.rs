@@ -315,6 +315,21 @@ pub(crate) fn counter_key(prefix: &str, namespace: &str, limit: LimitId, values:
     key
 }
 
+/// Whether a counter key of `namespace` is one `filter` chooses (a key of a limit no longer
+/// loaded, or of another namespace, is not).
+pub(crate) fn chosen_by<'a, C: Clock>(
+    loaded: &'a Loaded<C>,
+    prefix: &str,
+    namespace: &'a str,
+    filter: &'a CounterFilter,
+) -> impl Fn(&str) -> bool + 'a {
+    let by_id = limits_by_id(loaded, namespace);
+    let head = key_head(prefix, namespace);
+    move |key| {
+        parse_key(&head, key).and_then(|(id, values)| Some(filter.matches(by_id.get(&id)?.1, &values))).unwrap_or(false)
+    }
+}
+
 /// `{prefix}{namespace}:`: what every counter key of the namespace starts with.
 pub(crate) fn key_head(prefix: &str, namespace: &str) -> String {
     format!("{prefix}{{{namespace}}}:")
