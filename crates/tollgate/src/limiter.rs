@@ -254,6 +254,12 @@ pub(crate) struct Gate(AtomicU64);
 impl Gate {
     const CLOSED: u64 = 1 << 63;
 
+    /// Open, with nobody queued: a request may decide at once.
+    #[inline]
+    pub(crate) fn is_clear(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
+    }
+
     /// Permits waiting in the queue.
     pub(crate) fn queued(&self) -> u64 {
         self.0.load(Ordering::Acquire) & !Gate::CLOSED

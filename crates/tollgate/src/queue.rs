@@ -82,6 +82,15 @@ impl Queue {
 
 impl<A: Algorithm, C: Clock> Shared<A, C> {
     pub(crate) async fn acquire(self: &Arc<Self>, n: u64) -> Result<Lease, Rejected> {
+        // Open and nobody queued: what fits now is taken as `try_acquire` takes it, without the
+        // queue's lock (nobody to overtake). What does not fit takes the queue's path, which
+        // decides again under the lock.
+        if n > 0 && self.gate.is_clear() {
+            let now = self.now();
+            if let Ok(meta) = self.algo.decide(&self.state, now, n, true) {
+                return Ok(self.lease(meta, n, now));
+            }
+        }
         let (id, slot) = match self.enqueue(n) {
             Enqueued::Done(outcome) => return outcome,
             Enqueued::Waiting(id, slot) => (id, slot),
