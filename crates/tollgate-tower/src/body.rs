@@ -18,9 +18,26 @@ pin_project! {
 }
 
 pin_project! {
+    // The common case, a body that holds nothing, is the inner body alone: a response is then no
+    // bigger than the inner one, and moving it through `oneshot` and the server costs no more
+    // (a bigger one is copied out of line at every hop, and those copies stall). The rest is
+    // boxed behind one pointer, which fits beside the inner body's own niche.
     #[project = Proj]
     enum Kind<B> {
-        Inner {
+        Plain {
+            #[pin]
+            body: B,
+        },
+        Boxed {
+            other: Pin<Box<Other<B>>>,
+        },
+    }
+}
+
+pin_project! {
+    #[project = OtherProj]
+    enum Other<B> {
+        Holding {
             #[pin]
             body: B,
             permit: Option<Box<dyn Any + Send>>,
@@ -33,19 +50,15 @@ pin_project! {
 
 impl<B> RateLimitBody<B> {
     pub(crate) fn inner(body: B, permit: Option<Box<dyn Any + Send>>) -> Self {
-        RateLimitBody { kind: Kind::Inner { body, permit } }
+        let kind = match permit {
+            None => Kind::Plain { body },
+            Some(permit) => Kind::Boxed { other: Box::pin(Other::Holding { body, permit: Some(permit) }) },
+        };
+        RateLimitBody { kind }
     }
 
     pub(crate) fn rejected(bytes: Bytes) -> Self {
-        RateLimitBody { kind: Kind::Rejected { bytes: Some(bytes) } }
-    }
-
-    /// Turns a rejection body into one typed for any inner body.
-    pub(crate) fn cast<C>(self) -> RateLimitBody<C> {
-        match self.kind {
-            Kind::Rejected { bytes } => RateLimitBody { kind: Kind::Rejected { bytes } },
-            Kind::Inner { .. } => unreachable!("only rejection bodies are cast"),
-        }
+        RateLimitBody { kind: Kind::Boxed { other: Box::pin(Other::Rejected { bytes: Some(bytes) }) } }
     }
 }
 
@@ -53,8 +66,11 @@ impl<B> std::fmt::Debug for RateLimitBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("RateLimitBody");
         match &self.kind {
-            Kind::Inner { permit, .. } => d.field("kind", &"inner").field("holds_permit", &permit.is_some()),
-            Kind::Rejected { bytes } => d.field("kind", &"rejected").field("bytes", bytes),
+            Kind::Plain { .. } => d.field("kind", &"inner").field("holds_permit", &false),
+            Kind::Boxed { other } => match &**other {
+                Other::Holding { permit, .. } => d.field("kind", &"inner").field("holds_permit", &permit.is_some()),
+                Other::Rejected { bytes } => d.field("kind", &"rejected").field("bytes", bytes),
+            },
         };
         d.finish_non_exhaustive()
     }
@@ -69,29 +85,38 @@ where
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
-            Proj::Inner { body, permit } => {
-                let polled = body.poll_frame(cx);
-                if let Poll::Ready(None | Some(Err(_))) = &polled {
-                    // The body is done: release now, not whenever the connection drops it.
-                    permit.take();
+            Proj::Plain { body } => body.poll_frame(cx),
+            Proj::Boxed { other } => match other.as_mut().project() {
+                OtherProj::Holding { body, permit } => {
+                    let polled = body.poll_frame(cx);
+                    if let Poll::Ready(None | Some(Err(_))) = &polled {
+                        // The body is done: release now, not whenever the connection drops it.
+                        permit.take();
+                    }
+                    polled
                 }
-                polled
-            }
-            Proj::Rejected { bytes } => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+                OtherProj::Rejected { bytes } => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            },
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body, .. } => body.is_end_stream(),
-            Kind::Rejected { bytes } => bytes.is_none(),
+            Kind::Plain { body } => body.is_end_stream(),
+            Kind::Boxed { other } => match &**other {
+                Other::Holding { body, .. } => body.is_end_stream(),
+                Other::Rejected { bytes } => bytes.is_none(),
+            },
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body, .. } => body.size_hint(),
-            Kind::Rejected { bytes } => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Plain { body } => body.size_hint(),
+            Kind::Boxed { other } => match &**other {
+                Other::Holding { body, .. } => body.size_hint(),
+                Other::Rejected { bytes } => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
+            },
         }
     }
 }

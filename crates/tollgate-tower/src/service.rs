@@ -232,15 +232,20 @@ where
 #[inline]
 fn settle<P: Policies>(shared: &Shared<P>, permit: P::Permit) -> Kept {
     shared.policies.count_admitted();
-    let headers = shared.config.headers_on_success.then(|| {
-        let mut states = Vec::new();
-        shared.policies.describe(&permit, &mut states);
-        let mut h = http::HeaderMap::new();
-        insert_ratelimit(&mut h, &states);
-        Box::new(h)
-    });
-    let permit = P::holds(&permit).then(|| Box::new(permit) as Box<dyn std::any::Any + Send>);
+    let headers = if shared.config.headers_on_success { Some(success_headers(shared, &permit)) } else { None };
+    let permit = if P::holds(&permit) { Some(Box::new(permit) as Box<dyn std::any::Any + Send>) } else { None };
     Kept { permit, headers }
+}
+
+/// The `RateLimit` headers of an admitted request; out of line, so that the common path (no
+/// headers on success) stays small enough to inline.
+#[inline(never)]
+fn success_headers<P: Policies>(shared: &Shared<P>, permit: &P::Permit) -> Box<http::HeaderMap> {
+    let mut states = Vec::new();
+    shared.policies.describe(permit, &mut states);
+    let mut h = http::HeaderMap::new();
+    insert_ratelimit(&mut h, &states);
+    Box::new(h)
 }
 
 struct Kept {
@@ -278,7 +283,7 @@ fn grpc_code(status: StatusCode, reason: Option<Reason>) -> u8 {
     }
 }
 
-fn rejection<B>(config: &Config, denied: &Denied, grpc: bool) -> Response<RateLimitBody<B>> {
+fn rejection(config: &Config, denied: &Denied, grpc: bool) -> Response<Bytes> {
     let reason = denied.rejected.map(|r| r.reason());
     // A backend that could not decide is not the client's fault: by default 503, not 429.
     let status = if reason == Some(Reason::Unavailable) { config.unavailable_status } else { denied.status };
@@ -294,7 +299,7 @@ fn rejection<B>(config: &Config, denied: &Denied, grpc: bool) -> Response<RateLi
         grpc_rejection(denied, grpc_code(status, reason))
     } else {
         let (content_type, body) = (config.body)(denied);
-        let mut res = Response::new(RateLimitBody::rejected(body));
+        let mut res = Response::new(body);
         *res.status_mut() = status;
         res.headers_mut().insert(header::CONTENT_TYPE, content_type);
         res
@@ -312,8 +317,8 @@ fn rejection<B>(config: &Config, denied: &Denied, grpc: bool) -> Response<RateLi
 /// A gRPC "trailers-only" answer: HTTP 200, no message, the status in `grpc-status` and
 /// `grpc-message`, and when waiting helps, `grpc-retry-pushback-ms` (what gRPC's retry policy
 /// reads) beside `retry-after`.
-fn grpc_rejection<B>(denied: &Denied, code: u8) -> Response<RateLimitBody<B>> {
-    let mut res = Response::new(RateLimitBody::rejected(Bytes::new()));
+fn grpc_rejection(denied: &Denied, code: u8) -> Response<Bytes> {
+    let mut res = Response::new(Bytes::new());
     let h = res.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     h.insert("grpc-status", HeaderValue::from(u16::from(code)));
@@ -377,7 +382,7 @@ pin_project! {
             headers: Option<Box<http::HeaderMap>>,
         },
         Rejected {
-            response: Option<Box<Response<RateLimitBody<()>>>>,
+            response: Option<Box<Response<Bytes>>>,
         },
     }
 }
@@ -404,16 +409,17 @@ where
                     }
                 }
                 StateProj::Admitted { fut, permit, headers } => {
-                    let res = std::task::ready!(fut.poll(cx))?;
-                    let (mut parts, body) = res.into_parts();
-                    if let Some(h) = headers.take() {
-                        parts.headers.extend(*h);
-                    }
-                    return Poll::Ready(Ok(Response::from_parts(parts, RateLimitBody::inner(body, permit.take()))));
+                    return fut.poll(cx).map_ok(|res| {
+                        let mut res = res.map(|body| RateLimitBody::inner(body, permit.take()));
+                        if let Some(h) = headers.take() {
+                            res.headers_mut().extend(*h);
+                        }
+                        res
+                    });
                 }
                 StateProj::Rejected { response } => {
                     let res = *response.take().expect("polled after completion");
-                    return Poll::Ready(Ok(res.map(RateLimitBody::cast)));
+                    return Poll::Ready(Ok(res.map(RateLimitBody::rejected)));
                 }
             };
             self.as_mut().project().state.set(next);

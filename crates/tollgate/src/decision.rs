@@ -206,6 +206,7 @@ impl Lease {
     }
     /// True when dropping this lease gives permits back (a concurrency limit, or a chain with one),
     /// so it must be kept for as long as the work runs.
+    #[inline]
     pub fn releases_on_drop(&self) -> bool {
         match &*self.hold {
             None => false,
