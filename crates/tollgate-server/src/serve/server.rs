@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Format, PolicyError};
 use tonic::transport::server::TcpIncoming;
@@ -307,7 +308,16 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         let stopped = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
-        if let Err(e) = axum::serve(http_listener, app).with_graceful_shutdown(stopped).await {
+        // No Nagle, as on the gRPC listener: an answer is written whole as soon as it is ready,
+        // never held back behind an unacknowledged one. (Measured 2026-11-24: no change in CPU
+        // per call or in p99 for the bench's one-request-at-a-time connections; it is there
+        // for clients that pipeline.)
+        let listener = http_listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY not set on an HTTP connection: {e}");
+            }
+        });
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stopped).await {
             tracing::error!("HTTP server stopped: {e}");
         }
     });
