@@ -4,7 +4,8 @@
 //! A throttled item is retried by the same worker once the pacer allows (its Retry-After and the
 //! cut rate apply to everyone); a failed one is left to the queue (retried after the idle timeout,
 //! dead-lettered after `max_attempts`); a handler that panics counts as a failure — the item is
-//! never lost.
+//! never lost. A queue that cannot be reached for a while (Redis restarting, failing over) is
+//! waited out, up to [`PumpOptions::outage`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,6 +20,9 @@ use crate::{PaceError, Pacer};
 
 /// Items are taken from the queue for about this much work at the current rate.
 const TAKE_AHEAD: Duration = Duration::from_millis(500);
+
+/// The longest pause between two tries of a queue that cannot be reached.
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(5);
 
 /// What the handler made of an item.
 #[derive(Clone, Debug)]
@@ -118,10 +122,16 @@ pub struct PumpOptions {
     pub stop_when_empty: bool,
     /// How long to wait before asking an empty queue again.
     pub empty_poll: Duration,
+    /// How long the queue may stay unreachable (errors that may pass: see
+    /// [`PaceError::is_transient`]) before the pump gives up and returns the last error. Until
+    /// then it tries again, pausing from `empty_poll` up to 5 s between tries; items already
+    /// being handled go on. Other errors end the pump at once.
+    pub outage: Duration,
 }
 
 impl PumpOptions {
-    /// Defaults for `consumer`: batches of 32, 16 handlers, runs until the queue is drained.
+    /// Defaults for `consumer`: batches of 32, 16 handlers, runs until the queue is drained,
+    /// rides out a queue outage of up to a minute.
     pub fn new(consumer: &str) -> PumpOptions {
         PumpOptions {
             consumer: consumer.to_string(),
@@ -129,7 +139,50 @@ impl PumpOptions {
             concurrency: 16,
             stop_when_empty: true,
             empty_poll: Duration::from_millis(100),
+            outage: Duration::from_secs(60),
         }
+    }
+}
+
+/// A queue that cannot be reached: since when, and the pause before the next try.
+struct Outage {
+    since: Option<tokio::time::Instant>,
+    pause: Duration,
+}
+
+impl Outage {
+    fn new() -> Outage {
+        Outage { since: None, pause: Duration::ZERO }
+    }
+
+    /// A queue call answered: any outage is over.
+    fn over(&mut self) {
+        if let Some(since) = self.since.take() {
+            tracing::info!("the queue answers again after {:.1} s", since.elapsed().as_secs_f64());
+        }
+        self.pause = Duration::ZERO;
+    }
+
+    /// A queue call failed: after a pause, `Ok` to try again; the error itself when it will not
+    /// pass by itself or the outage has lasted `options.outage`.
+    async fn wait(&mut self, error: PaceError, options: &PumpOptions) -> Result<(), PaceError> {
+        if !error.is_transient() {
+            return Err(error);
+        }
+        let now = tokio::time::Instant::now();
+        let lasted = now - *self.since.get_or_insert(now);
+        let Some(left) = options.outage.checked_sub(lasted).filter(|left| !left.is_zero()) else {
+            return Err(error);
+        };
+        let first = options.empty_poll.max(Duration::from_millis(10));
+        self.pause = (self.pause * 2).clamp(first, MAX_RETRY_PAUSE.max(first)).min(left);
+        tracing::warn!(
+            "queue unavailable for {:.1} s, trying again in {:?}: {error}",
+            lasted.as_secs_f64(),
+            self.pause
+        );
+        tokio::time::sleep(self.pause).await;
+        Ok(())
     }
 }
 
@@ -149,16 +202,31 @@ where
 {
     let handler = Arc::new(handler);
     let slots = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
+    let mut outage = Outage::new();
     loop {
         // Take only what can be sent soon: an item held longer than the queue's idle timeout is
         // delivered to another worker too.
         pacer.ready().await;
         let soon = (pacer.rate() * TAKE_AHEAD.as_secs_f64()).ceil().max(1.0) as usize;
-        let items = queue.take(&options.consumer, options.batch.clamp(1, soon)).await?;
+        let items = match queue.take(&options.consumer, options.batch.clamp(1, soon)).await {
+            Ok(items) => items,
+            Err(e) => {
+                outage.wait(e, &options).await?;
+                continue;
+            }
+        };
+        outage.over();
         if items.is_empty() {
             let idle = slots.available_permits() == options.concurrency.max(1);
-            if options.stop_when_empty && idle && queue.outstanding().await? == 0 {
-                return Ok(());
+            if options.stop_when_empty && idle {
+                match queue.outstanding().await {
+                    Ok(0) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) => {
+                        outage.wait(e, &options).await?;
+                        continue;
+                    }
+                }
             }
             tokio::time::sleep(options.empty_poll).await;
             continue;

@@ -120,3 +120,19 @@ where
         }
     }
 }
+
+#[cfg(all(test, feature = "axum"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_that_holds_nothing_is_no_bigger_than_the_inner_one() {
+        // What keeps the layer's responses as cheap to move through `oneshot` and the server as
+        // the inner service's: a bigger response is copied out of line at every hop.
+        assert_eq!(size_of::<RateLimitBody<axum::body::Body>>(), size_of::<axum::body::Body>());
+        assert_eq!(
+            size_of::<http::Response<RateLimitBody<axum::body::Body>>>(),
+            size_of::<http::Response<axum::body::Body>>()
+        );
+    }
+}

@@ -88,6 +88,10 @@ struct RunArgs {
     /// Keep waiting for work when the queue is empty.
     #[arg(long)]
     follow: bool,
+    /// How long Redis may stay unreachable (restarting, failing over) before the pump gives up;
+    /// until then it tries again, pausing up to 5 s between tries.
+    #[arg(long, default_value = "1m", value_name = "DURATION", value_parser = parse_duration)]
+    outage: Duration,
 }
 
 pub(crate) fn main(args: PumpArgs) -> ExitCode {
@@ -182,6 +186,7 @@ async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let mut options = PumpOptions::new(&consumer);
     options.concurrency = args.concurrency.max(1);
     options.stop_when_empty = !args.follow;
+    options.outage = args.outage;
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
     let total_at_start = queue.outstanding().await.map_err(|e| Failure::Run(e.to_string()))?;
