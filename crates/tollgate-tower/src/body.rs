@@ -57,6 +57,12 @@ impl<B> RateLimitBody<B> {
         RateLimitBody { kind }
     }
 
+    /// The inner body, holding nothing.
+    #[inline]
+    pub(crate) fn plain(body: B) -> Self {
+        RateLimitBody { kind: Kind::Plain { body } }
+    }
+
     pub(crate) fn rejected(bytes: Bytes) -> Self {
         RateLimitBody { kind: Kind::Boxed { other: Box::pin(Other::Rejected { bytes: Some(bytes) }) } }
     }

@@ -409,13 +409,13 @@ where
                     }
                 }
                 StateProj::Admitted { fut, permit, headers } => {
-                    return fut.poll(cx).map_ok(|res| {
-                        let mut res = res.map(|body| RateLimitBody::inner(body, permit.take()));
-                        if let Some(h) = headers.take() {
-                            res.headers_mut().extend(*h);
-                        }
-                        res
-                    });
+                    let res = std::task::ready!(fut.poll(cx))?;
+                    if permit.is_none() && headers.is_none() {
+                        // The common case: the inner response moved as it is (its body is the
+                        // wrapper's whole content).
+                        return Poll::Ready(Ok(res.map(RateLimitBody::plain)));
+                    }
+                    return Poll::Ready(Ok(holding(res, permit.take(), headers.take())));
                 }
                 StateProj::Rejected { response } => {
                     let res = *response.take().expect("polled after completion");
@@ -425,6 +425,20 @@ where
             self.as_mut().project().state.set(next);
         }
     }
+}
+
+/// An admitted response that holds a permit or gets success headers.
+#[inline(never)]
+fn holding<B>(
+    res: Response<B>,
+    permit: Option<Box<dyn std::any::Any + Send>>,
+    headers: Option<Box<http::HeaderMap>>,
+) -> Response<RateLimitBody<B>> {
+    let mut res = res.map(|body| RateLimitBody::inner(body, permit));
+    if let Some(h) = headers {
+        res.headers_mut().extend(*h);
+    }
+    res
 }
 
 impl std::fmt::Debug for Config {
