@@ -146,10 +146,23 @@ pub const TRUNCATED_HEADER: &str = "x-tollgate-truncated";
 /// call, and at u64 scale it would wrap the `authorized_hits` counter in one request.
 pub const MAX_DELTA: u64 = u32::MAX as u64;
 
-struct Api<C: Clock> {
+/// What the API's routes decide with.
+pub(super) struct Api<C: Clock> {
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
-    trace_parent: Option<Arc<dyn TraceParent>>,
+    pub(super) trace_parent: Option<Arc<dyn TraceParent>>,
+}
+
+impl<C: Clock> Api<C> {
+    /// Deciding with `engine`, each decision span's parent set by `trace_parent` from the
+    /// request's headers.
+    pub(super) fn new(
+        engine: Arc<Engine<C>>,
+        metrics: Arc<Metrics>,
+        trace_parent: Option<Arc<dyn TraceParent>>,
+    ) -> Arc<Api<C>> {
+        Arc::new(Api { engine, metrics, trace_parent })
+    }
 }
 
 /// The API's routes, deciding with `engine`.
@@ -164,7 +177,11 @@ pub fn router_with_trace_parent<C: Clock + Clone>(
     metrics: Arc<Metrics>,
     trace_parent: Option<Arc<dyn TraceParent>>,
 ) -> Router {
-    let api = Arc::new(Api { engine, metrics, trace_parent });
+    routes(Api::new(engine, metrics, trace_parent))
+}
+
+/// The API's routes over `api`.
+pub(super) fn routes<C: Clock + Clone>(api: Arc<Api<C>>) -> Router {
     Router::new()
         .route("/check", post(|s, r| call(s, r, Action::Check)))
         .route("/report", post(|s, r| call(s, r, Action::Report)))
@@ -181,24 +198,72 @@ pub fn router_with_trace_parent<C: Clock + Clone>(
 async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, request: Request, action: Action) -> Response {
     let decision = Decision::start(Protocol::Http, action, api.trace_parent.as_deref(), request.headers());
     let span = decision.span().clone();
-    decide(&api, request, action, &decision).instrument(span).await
+    async {
+        // As the `Bytes` extractor would (the same limit, the same rejections).
+        match Bytes::from_request(request, &()).await {
+            Ok(body) => answer(&api, &body, action, &decision).await.into_response(),
+            Err(rejection) => {
+                decision.invalid();
+                rejection.into_response()
+            }
+        }
+    }
+    .instrument(span)
+    .await
 }
 
-async fn decide<C: Clock + Clone>(api: &Api<C>, request: Request, action: Action, decision: &Decision) -> Response {
-    // As the `Bytes` extractor would (the same limit, the same rejections).
-    let body = match Bytes::from_request(request, &()).await {
-        Ok(body) => body,
-        Err(rejection) => {
-            decision.invalid();
-            return rejection.into_response();
+/// What a check, report or check-and-report answers, before it is framed: by axum here, or
+/// written by hand on [`super::http1`]'s connections. One answer, two framings.
+#[derive(Debug)]
+pub(super) struct Answer {
+    /// 200, 429, or the status of a refusal.
+    pub(super) status: StatusCode,
+    /// The RateLimit and quota headers of a decided call (lower-case names).
+    pub(super) headers: Vec<(&'static str, HeaderValue)>,
+    /// `None`: the JSON `null` of a decided call; `Some`: why it was refused, as plain text.
+    pub(super) reason: Option<String>,
+}
+
+impl Answer {
+    fn refused(status: StatusCode, reason: String) -> Answer {
+        Answer { status, headers: Vec::new(), reason: Some(reason) }
+    }
+
+    /// The `Content-Type` and the body.
+    pub(super) fn content(&self) -> (&'static str, &str) {
+        match &self.reason {
+            None => ("application/json", "null"),
+            // As axum's `String` response.
+            Some(reason) => ("text/plain; charset=utf-8", reason),
         }
-    };
+    }
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        let content_type = self.content().0;
+        let mut response = match self.reason {
+            None => "null".into_response(),
+            Some(reason) => reason.into_response(),
+        };
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        for (name, value) in self.headers {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+        response
+    }
+}
+
+/// Decides the call whose body is `body`.
+pub(super) async fn answer<C: Clock + Clone>(api: &Api<C>, body: &[u8], action: Action, decision: &Decision) -> Answer {
     let started = Instant::now();
-    let body: CallBody = match serde_json::from_slice(&body) {
+    let body: CallBody = match serde_json::from_slice(body) {
         Ok(body) => body,
         Err(e) => {
             decision.invalid();
-            return (StatusCode::BAD_REQUEST, format!("invalid request body: {e}\n")).into_response();
+            return Answer::refused(StatusCode::BAD_REQUEST, format!("invalid request body: {e}\n"));
         }
     };
     decision.request(&body.namespace, body.delta);
@@ -208,13 +273,13 @@ async fn decide<C: Clock + Clone>(api: &Api<C>, request: Request, action: Action
             "invalid delta {}: at most {MAX_DELTA} hits per call (as Envoy's 32-bit hits_addend)\n",
             body.delta
         );
-        return (StatusCode::BAD_REQUEST, why).into_response();
+        return Answer::refused(StatusCode::BAD_REQUEST, why);
     }
     let draft = match HeaderDraft::from_body(body.response_headers.as_deref().unwrap_or("")) {
         Ok(draft) => draft,
         Err(why) => {
             decision.invalid();
-            return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response();
+            return Answer::refused(StatusCode::BAD_REQUEST, format!("{why}\n"));
         }
     };
     let descriptors = [Descriptor::from(body.values)];
@@ -222,7 +287,7 @@ async fn decide<C: Clock + Clone>(api: &Api<C>, request: Request, action: Action
         Ok(outcome) => outcome,
         Err(e) => {
             decision.unavailable();
-            return (StatusCode::SERVICE_UNAVAILABLE, format!("counter storage unavailable: {e}\n")).into_response();
+            return Answer::refused(StatusCode::SERVICE_UNAVAILABLE, format!("counter storage unavailable: {e}\n"));
         }
     };
     decision.decided(&outcome);
@@ -233,13 +298,12 @@ async fn decide<C: Clock + Clone>(api: &Api<C>, request: Request, action: Action
     }
     let status =
         if outcome.allowed || action == Action::Report { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
-    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], "null").into_response();
-    for (name, value) in response_headers(&outcome, draft) {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            response.headers_mut().insert(HeaderName::from_static(name), value);
-        }
-    }
-    response
+    // A value that is no header value (a limit's name with a control character) is left out.
+    let headers = response_headers(&outcome, draft)
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, HeaderValue::from_str(&value).ok()?)))
+        .collect();
+    Answer { status, headers, reason: None }
 }
 
 async fn limits<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, Path(namespace): Path<String>) -> Response {

@@ -15,6 +15,7 @@ mod counters;
 mod engine;
 pub mod headers;
 pub mod http;
+mod http1;
 mod kuadrant;
 mod metrics;
 mod reload;

@@ -4,7 +4,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Format, PolicyError};
 use tonic::transport::server::TcpIncoming;
@@ -13,6 +12,7 @@ use super::counters::CounterCap;
 use super::engine::{Engine, Mode, StorageError};
 use super::headers::HeaderDraft;
 use super::http;
+use super::http1;
 use super::metrics::Metrics;
 use super::reload::Reloader;
 use super::rls::{KuadrantServer, RateLimitServiceServer, Rls};
@@ -302,25 +302,9 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         }));
     }
 
-    let app = http::router_with_trace_parent(engine.clone(), metrics.clone(), config.trace_parent.clone());
-    let mut stop = signal;
-    let http_task = tokio::spawn(async move {
-        let stopped = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        // No Nagle, as on the gRPC listener: an answer is written whole as soon as it is ready,
-        // never held back behind an unacknowledged one. (Measured 2026-11-24: no change in CPU
-        // per call or in p99 for the bench's one-request-at-a-time connections; it is there
-        // for clients that pipeline.)
-        let listener = http_listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("TCP_NODELAY not set on an HTTP connection: {e}");
-            }
-        });
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stopped).await {
-            tracing::error!("HTTP server stopped: {e}");
-        }
-    });
+    let api = http::Api::new(engine.clone(), metrics.clone(), config.trace_parent.clone());
+    let routes = http::routes(api.clone());
+    let http_task = tokio::spawn(http1::serve(http_listener, api, routes, signal));
     Ok(Running {
         grpc,
         http,

@@ -1,0 +1,448 @@
+//! The HTTP API's connections: decision calls read and answered here, everything else by hyper.
+//!
+//! `POST /check`, `/report` and `/check_and_report` are answered in memory in a few hundred
+//! nanoseconds; hyper's and axum's per-request machinery around them (the request and response
+//! types, header maps, routing, the body stream) cost several times that (README, "Cost per
+//! decision, beside Limitador"). A connection starts here: each request is parsed with
+//! `httparse`, and when it is one of those three calls as they usually come — HTTP/1.1, its body
+//! sized by `Content-Length` (at most axum's 2 MiB), no `Transfer-Encoding`, `Expect` or
+//! `Upgrade`, `Connection` absent, `keep-alive` or `close` — it is decided by
+//! [`http::answer`](super::http::answer), the code axum's route calls, and its answer written by
+//! hand. Requests sent back to back are answered with one write. The first request that is not
+//! taken hands the connection, with the bytes read so far, to hyper and axum's routes for the
+//! rest of its life: they answer it (and any protocol, HTTP/2 with prior knowledge included) as
+//! `axum::serve` did before this module existed.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use bytes::{Buf, Bytes, BytesMut};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tollgate::Clock;
+use tracing::Instrument;
+
+use super::engine::Action;
+use super::http::{Answer, Api, answer};
+use super::trace::{Decision, Protocol};
+
+/// A request whose head is larger is not taken (hyper reads it, with its own limits).
+const MAX_HEAD: usize = 16 * 1024;
+
+/// A body larger is not taken: axum's default body limit, whose 413 its route answers.
+const MAX_BODY: usize = 2 * 1024 * 1024;
+
+/// Header lines parsed at most; a request with more is not taken.
+const MAX_HEADERS: usize = 32;
+
+/// What the connection reads at a time, at least.
+const READ_CHUNK: usize = 4096;
+
+/// Accepts connections on `listener` until `stop` says so (or its sender is gone), then waits for
+/// the connections to finish: idle ones close at once, a call in flight is answered first.
+pub(super) async fn serve<C: Clock + Clone>(
+    listener: TcpListener,
+    api: Arc<Api<C>>,
+    routes: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Each connection holds a receiver; `closed` resolves when the last one is dropped.
+    let (open_tx, open_rx) = watch::channel(());
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stopped(&mut stop) => break,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                accept_failed(e).await;
+                continue;
+            }
+        };
+        // No Nagle, as on the gRPC listener: an answer is written whole as soon as it is ready.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY not set on an HTTP connection: {e}");
+        }
+        let connection = Connection { api: api.clone(), routes: routes.clone(), stop: stop.clone() };
+        let open = open_rx.clone();
+        tokio::spawn(async move {
+            connection.run(tcp).await;
+            drop(open);
+        });
+    }
+    drop(open_rx);
+    drop(listener);
+    open_tx.closed().await;
+}
+
+/// Resolves when `stop` says so, or its sender is gone.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // The borrow `wait_for` returns is dropped here, not held across the caller's awaits.
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// As `axum::serve` (and hyper 0.14 before it): a refused or reset connection is the client's
+/// business; any other error (out of file descriptors, say) is logged, and accepting pauses a
+/// second rather than spin on it.
+async fn accept_failed(e: io::Error) {
+    use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset) {
+        return;
+    }
+    tracing::error!("HTTP accept error: {e}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// One connection's state.
+struct Connection<C: Clock> {
+    api: Arc<Api<C>>,
+    routes: Router,
+    stop: watch::Receiver<bool>,
+}
+
+impl<C: Clock + Clone> Connection<C> {
+    async fn run(mut self, mut tcp: TcpStream) {
+        let mut input = BytesMut::with_capacity(READ_CHUNK);
+        let mut output = Vec::with_capacity(512);
+        loop {
+            // Every whole request read so far is answered, then the answers written at once.
+            let mut close = false;
+            while !close {
+                let call = match parse(&input, self.api.trace_parent.is_some()) {
+                    Parsed::Call(call) => call,
+                    Parsed::Partial { wanted } => {
+                        input.reserve(wanted.saturating_sub(input.len()).max(READ_CHUNK));
+                        break;
+                    }
+                    Parsed::NotTaken => {
+                        if tcp.write_all(&output).await.is_ok() {
+                            self.hand_over(tcp, input.freeze()).await;
+                        }
+                        return;
+                    }
+                };
+                let body = &input[call.head..call.head + call.body];
+                let answer = self.decide(call.action, body, &call.headers).await;
+                write_answer(&mut output, &answer, call.close);
+                input.advance(call.head + call.body);
+                close = call.close;
+            }
+            if !output.is_empty() {
+                if tcp.write_all(&output).await.is_err() {
+                    return;
+                }
+                output.clear();
+            }
+            if close {
+                let _ = tcp.shutdown().await;
+                return;
+            }
+            // Stopping: an idle connection closes; one midway through a request reads it first.
+            let read = if input.is_empty() {
+                tokio::select! {
+                    biased;
+                    read = tcp.read_buf(&mut input) => read,
+                    () = stopped(&mut self.stop) => return,
+                }
+            } else {
+                tcp.read_buf(&mut input).await
+            };
+            if !matches!(read, Ok(n) if n > 0) {
+                return;
+            }
+        }
+    }
+
+    /// Decides one call in its decision span, as axum's route does.
+    async fn decide(&self, action: Action, body: &[u8], headers: &HeaderMap) -> Answer {
+        let api = &*self.api;
+        let decision = Decision::start(Protocol::Http, action, api.trace_parent.as_deref(), headers);
+        let span = decision.span().clone();
+        answer(api, body, action, &decision).instrument(span).await
+    }
+
+    /// Serves the rest of the connection with hyper and axum's routes, `read` first.
+    async fn hand_over(mut self, tcp: TcpStream, read: Bytes) {
+        let io = TokioIo::new(Rewind { read, tcp });
+        let service = TowerToHyperService::new(self.routes);
+        let builder = Builder::new(TokioExecutor::new());
+        let connection = builder.serve_connection_with_upgrades(io, service);
+        tokio::pin!(connection);
+        let served = tokio::select! {
+            served = connection.as_mut() => served,
+            () = stopped(&mut self.stop) => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(e) = served {
+            tracing::trace!("HTTP connection ended: {e}");
+        }
+    }
+}
+
+/// A call this module takes: where its body is, and what the request said about the connection.
+struct Call {
+    action: Action,
+    /// Bytes of the request line and headers.
+    head: usize,
+    /// Bytes of the body, after the head.
+    body: usize,
+    /// `Connection: close`: answer, then close.
+    close: bool,
+    /// The request's headers, when a trace parent reads them; empty otherwise.
+    headers: HeaderMap,
+}
+
+enum Parsed {
+    /// A whole call is in the buffer.
+    Call(Call),
+    /// Not all of it yet: at least `wanted` bytes in all.
+    Partial { wanted: usize },
+    /// Not one of the calls this module takes, as it is: hyper's.
+    NotTaken,
+}
+
+/// Reads the request at the start of `input`.
+fn parse(input: &[u8], keep_headers: bool) -> Parsed {
+    let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut lines);
+    let head = match request.parse(input) {
+        Ok(httparse::Status::Complete(head)) => head,
+        Ok(httparse::Status::Partial) if input.len() < MAX_HEAD => return Parsed::Partial { wanted: 0 },
+        // Too large, or not HTTP/1.x as httparse reads it (HTTP/2's preface, a malformed head).
+        _ => return Parsed::NotTaken,
+    };
+    let action = match (request.method, request.path) {
+        (Some("POST"), Some("/check")) => Action::Check,
+        (Some("POST"), Some("/report")) => Action::Report,
+        (Some("POST"), Some("/check_and_report")) => Action::CheckAndReport,
+        _ => return Parsed::NotTaken,
+    };
+    if request.version != Some(1) {
+        return Parsed::NotTaken;
+    }
+    let (mut body, mut close) = (None, false);
+    for line in request.headers.iter() {
+        let name = line.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let length = std::str::from_utf8(line.value).ok().and_then(|v| v.parse::<usize>().ok());
+            match (body, length) {
+                (None, Some(length)) if length <= MAX_BODY => body = Some(length),
+                _ => return Parsed::NotTaken,
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            match line.value {
+                v if v.eq_ignore_ascii_case(b"close") => close = true,
+                v if v.eq_ignore_ascii_case(b"keep-alive") => {}
+                _ => return Parsed::NotTaken,
+            }
+        } else if ["transfer-encoding", "expect", "upgrade"].iter().any(|n| name.eq_ignore_ascii_case(n)) {
+            return Parsed::NotTaken;
+        }
+    }
+    let Some(body) = body else { return Parsed::NotTaken };
+    if input.len() < head + body {
+        return Parsed::Partial { wanted: head + body };
+    }
+    let mut headers = HeaderMap::new();
+    if keep_headers {
+        for line in request.headers.iter() {
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::from_bytes(line.name.as_bytes()), HeaderValue::from_bytes(line.value))
+            {
+                headers.append(name, value);
+            }
+        }
+    }
+    Parsed::Call(Call { action, head, body, close, headers })
+}
+
+/// Appends `answer` to `output` as hyper would write axum's response to it.
+fn write_answer(output: &mut Vec<u8>, answer: &Answer, close: bool) {
+    use std::io::Write as _;
+    let (content_type, body) = answer.content();
+    let status = answer.status;
+    let reason = status.canonical_reason().unwrap_or("");
+    let _ = write!(output, "HTTP/1.1 {} {reason}\r\ncontent-type: {content_type}\r\n", status.as_u16());
+    for (name, value) in &answer.headers {
+        output.extend_from_slice(name.as_bytes());
+        output.extend_from_slice(b": ");
+        output.extend_from_slice(value.as_bytes());
+        output.extend_from_slice(b"\r\n");
+    }
+    if close {
+        output.extend_from_slice(b"connection: close\r\n");
+    }
+    let _ = write!(output, "content-length: {}\r\ndate: ", body.len());
+    DATE.with(|date| output.extend_from_slice(date.borrow_mut().now()));
+    output.extend_from_slice(b"\r\n\r\n");
+    output.extend_from_slice(body.as_bytes());
+}
+
+thread_local! {
+    static DATE: std::cell::RefCell<Date> = const { std::cell::RefCell::new(Date { second: u64::MAX, text: [0; 29] }) };
+}
+
+/// The `Date` header's value, formatted once a second per thread (as hyper caches it).
+struct Date {
+    second: u64,
+    text: [u8; 29],
+}
+
+impl Date {
+    fn now(&mut self) -> &[u8] {
+        // The HTTP date is wall time by definition: no `Clock` here, as none in hyper.
+        let now = SystemTime::now();
+        let second = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if second != self.second {
+            let text = httpdate::fmt_http_date(now);
+            if text.len() == self.text.len() {
+                self.text.copy_from_slice(text.as_bytes());
+                self.second = second;
+            }
+        }
+        &self.text
+    }
+}
+
+/// The connection as hyper reads it: the bytes this module read first, then the socket.
+struct Rewind {
+    read: Bytes,
+    tcp: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.read.is_empty() {
+            return Pin::new(&mut self.tcp).poll_read(cx, buf);
+        }
+        let n = self.read.len().min(buf.remaining());
+        buf.put_slice(&self.read[..n]);
+        self.read.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(input: &[u8]) -> Call {
+        match parse(input, false) {
+            Parsed::Call(call) => call,
+            Parsed::Partial { wanted } => panic!("partial, wanted {wanted}"),
+            Parsed::NotTaken => panic!("not taken"),
+        }
+    }
+
+    fn taken(input: &str) -> bool {
+        !matches!(parse(input.as_bytes(), false), Parsed::NotTaken)
+    }
+
+    #[test]
+    fn a_call_with_a_sized_body_is_taken() {
+        let request = b"POST /check_and_report HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nnullPOST";
+        let call = parsed(request);
+        assert_eq!((call.action, call.head, call.body, call.close), (Action::CheckAndReport, 63, 4, false));
+        assert_eq!(&request[call.head..call.head + call.body], b"null");
+        assert!(call.headers.is_empty(), "headers are kept only for a trace parent");
+        let close = parsed(b"POST /check HTTP/1.1\r\ncontent-length: 0\r\nConnection: Close\r\n\r\n");
+        assert_eq!((close.action, close.close), (Action::Check, true));
+    }
+
+    #[test]
+    fn what_is_not_taken_as_it_is_goes_to_hyper() {
+        for request in [
+            "GET /status HTTP/1.1\r\n\r\n",
+            "POST /check_and_report?x=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n",
+            "POST /check_and_report HTTP/1.0\r\ncontent-length: 0\r\n\r\n",
+            "POST /check_and_report HTTP/1.1\r\n\r\n",
+            "POST /check_and_report HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+            "POST /check_and_report HTTP/1.1\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n{}",
+            "POST /check_and_report HTTP/1.1\r\ncontent-length: -1\r\n\r\n",
+            "POST /check_and_report HTTP/1.1\r\ncontent-length: 2097153\r\n\r\n",
+            "POST /check_and_report HTTP/1.1\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n",
+            "POST /check_and_report HTTP/1.1\r\ncontent-length: 0\r\nconnection: upgrade\r\nupgrade: h2c\r\n\r\n",
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+            "POST /check_and_report HTTP/1.1\r\nbad header\r\n\r\n",
+        ] {
+            assert!(!taken(request), "{request:?}");
+        }
+        let many = format!("POST /check HTTP/1.1\r\n{}content-length: 0\r\n\r\n", "a: b\r\n".repeat(MAX_HEADERS));
+        assert!(!taken(&many), "more header lines than parsed");
+        let long = format!("POST /check HTTP/1.1\r\nx: {}", "a".repeat(MAX_HEAD));
+        assert!(!taken(&long), "a head past the limit, even unfinished");
+    }
+
+    #[test]
+    fn a_partial_request_asks_for_the_rest() {
+        assert!(matches!(parse(b"POST /check HTTP/1.1\r\ncontent-le", false), Parsed::Partial { wanted: 0 }));
+        let head = "POST /check HTTP/1.1\r\ncontent-length: 10\r\n\r\n";
+        let partial = parse(format!("{head}{{}}").as_bytes(), false);
+        assert!(matches!(partial, Parsed::Partial { wanted } if wanted == head.len() + 10));
+    }
+
+    #[test]
+    fn headers_are_kept_for_a_trace_parent() {
+        let request = b"POST /report HTTP/1.1\r\ntraceparent: 00-ab-cd-01\r\ncontent-length: 0\r\n\r\n";
+        let Parsed::Call(call) = parse(request, true) else { panic!("not a call") };
+        assert_eq!(call.headers["traceparent"], "00-ab-cd-01");
+    }
+
+    #[test]
+    fn answers_are_written_as_hyper_writes_them() {
+        let answer = Answer {
+            status: axum::http::StatusCode::TOO_MANY_REQUESTS,
+            headers: vec![("x-ratelimit-remaining", HeaderValue::from_static("0"))],
+            reason: None,
+        };
+        let mut output = Vec::new();
+        write_answer(&mut output, &answer, true);
+        let text = String::from_utf8(output).unwrap();
+        let (head, date) = text.split_once("date: ").unwrap();
+        assert_eq!(
+            head,
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nx-ratelimit-remaining: 0\r\n\
+             connection: close\r\ncontent-length: 4\r\n"
+        );
+        assert!(date.ends_with(" GMT\r\n\r\nnull"), "{date:?}");
+        assert!(httpdate::parse_http_date(&date[..29]).is_ok(), "{date:?}");
+    }
+}

@@ -1,0 +1,211 @@
+//! The HTTP API's connections as raw bytes on a socket: calls sent back to back, trickled, handed
+//! to hyper midway, closed; and the same answers whichever path frames them.
+
+mod support;
+
+use std::time::Duration;
+
+use support::server;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tollgate_server::serve::Mode;
+
+const LIMITS: &str = r#"
+- namespace: ns
+  name: per app
+  max_value: 3
+  seconds: 60
+  variables: ["descriptors[0].app_id"]
+"#;
+
+/// One answer: status, headers (lower-case names, in order), body.
+#[derive(Debug, PartialEq)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Headers as a set, without `date` (it moves with the second).
+    fn dateless(&self) -> Vec<(String, String)> {
+        let mut headers: Vec<_> = self.headers.iter().filter(|(n, _)| n != "date").cloned().collect();
+        headers.sort();
+        headers
+    }
+}
+
+/// A `POST` of `body` to `path`, sized by `Content-Length` (the form this path takes).
+fn sized(path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// The same `POST` in one chunk (the form hyper's path takes).
+fn chunked(path: &str, body: &str) -> String {
+    let chunk = if body.is_empty() { String::new() } else { format!("{:x}\r\n{body}\r\n", body.len()) };
+    format!("POST {path} HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n{chunk}0\r\n\r\n")
+}
+
+fn call(app: &str, delta: u64) -> String {
+    format!(r#"{{"namespace":"ns","values":{{"app_id":"{app}"}},"delta":{delta},"response_headers":"DraftVersion03"}}"#)
+}
+
+/// Reads `n` answers from `tcp` (bodies sized by `Content-Length`, as both paths write them).
+async fn read_replies(tcp: &mut TcpStream, n: usize) -> Vec<Reply> {
+    let mut input = Vec::new();
+    let mut replies = Vec::new();
+    while replies.len() < n {
+        let mut lines = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut lines);
+        if let httparse::Status::Complete(head) = response.parse(&input).unwrap() {
+            let headers: Vec<(String, String)> = response
+                .headers
+                .iter()
+                .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8(h.value.to_vec()).unwrap()))
+                .collect();
+            let length: usize =
+                headers.iter().find(|(n, _)| n == "content-length").expect("content-length").1.parse().unwrap();
+            if input.len() >= head + length {
+                let body = String::from_utf8(input[head..head + length].to_vec()).unwrap();
+                replies.push(Reply { status: response.code.unwrap(), headers, body });
+                input.drain(..head + length);
+                continue;
+            }
+        }
+        let mut chunk = [0; 4096];
+        let n = tcp.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the connection closed after {} answers: {:?}", replies.len(), String::from_utf8_lossy(&input));
+        input.extend_from_slice(&chunk[..n]);
+    }
+    assert!(input.is_empty(), "more than asked for: {:?}", String::from_utf8_lossy(&input));
+    replies
+}
+
+async fn connect(server: &support::Server) -> TcpStream {
+    TcpStream::connect(server.running.http).await.unwrap()
+}
+
+/// Reads until the server closes the connection; fails on anything read.
+async fn assert_closed(tcp: &mut TcpStream) {
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(0))), "{read:?} {:?}", String::from_utf8_lossy(&rest));
+}
+
+#[tokio::test]
+async fn calls_sent_back_to_back_are_answered_in_order() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let mut tcp = connect(&server).await;
+    let calls: String = (0..4).map(|_| sized("/check_and_report", &call("a", 1))).collect();
+    tcp.write_all(calls.as_bytes()).await.unwrap();
+    let replies = read_replies(&mut tcp, 4).await;
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    let remaining: Vec<_> = replies.iter().map(|r| r.header("x-ratelimit-remaining").unwrap()).collect();
+    assert_eq!(remaining, ["2", "1", "0", "0"]);
+    for reply in &replies {
+        assert_eq!((reply.header("content-type"), reply.body.as_str()), (Some("application/json"), "null"));
+    }
+}
+
+#[tokio::test]
+async fn a_call_trickled_byte_by_byte_is_answered() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let mut tcp = connect(&server).await;
+    for _ in 0..2 {
+        for byte in sized("/check_and_report", &call("a", 1)).bytes() {
+            tcp.write_all(&[byte]).await.unwrap();
+            tcp.flush().await.unwrap();
+        }
+        let reply = read_replies(&mut tcp, 1).await.remove(0);
+        assert_eq!(reply.header("x-ratelimit-limit"), Some("3, 3;w=60;name=\"per app\""));
+    }
+    // Both trickled calls counted, once each: 1 more fits in 3, 2 more do not.
+    assert_eq!(server.post("/check", &call("a", 1)).await.0, 200);
+    assert_eq!(server.post("/check", &call("a", 2)).await.0, 429);
+}
+
+#[tokio::test]
+async fn hyper_takes_the_connection_at_the_first_request_not_taken_with_what_was_read() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let mut tcp = connect(&server).await;
+    // In one write: a call taken, one chunked (not taken), a GET, then calls hyper answers.
+    let mut requests = sized("/check_and_report", &call("a", 1));
+    requests += &chunked("/check_and_report", &call("a", 1));
+    requests += "GET /status HTTP/1.1\r\nhost: t\r\n\r\n";
+    requests += &sized("/check_and_report", &call("a", 1));
+    requests += &sized("/check_and_report", &call("a", 1));
+    tcp.write_all(requests.as_bytes()).await.unwrap();
+    let replies = read_replies(&mut tcp, 5).await;
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 429], "{replies:#?}");
+    assert!(replies[2].body.contains("\"status\":\"ok\""), "{:?}", replies[2].body);
+    let remaining = [0, 1, 3, 4].map(|i| replies[i].header("x-ratelimit-remaining").unwrap());
+    assert_eq!(remaining, ["2", "1", "0", "0"], "one counter, whichever path counted");
+}
+
+#[tokio::test]
+async fn both_paths_answer_alike() {
+    // Two servers on the same limits and clock time: one is sent each request sized, the other
+    // chunked, in the same order; every answer must match but for the date.
+    let (taken, handed) =
+        (server(LIMITS, Mode::Accuracy, false, false).await, server(LIMITS, Mode::Accuracy, false, false).await);
+    let draft10 = r#"{"namespace":"ns","values":{"app_id":"b"},"delta":1,"response_headers":"draft10"}"#;
+    let requests = [
+        ("/check_and_report", call("a", 2)),
+        ("/check", call("a", 2)),
+        ("/report", call("a", 5)),
+        ("/check_and_report", call("a", 1)),
+        ("/check_and_report", draft10.to_string()),
+        ("/check_and_report", r#"{"namespace":"ns","delta":1}"#.to_string()),
+        ("/check_and_report", "{not json".to_string()),
+        ("/check", r#"{"namespace":"ns","delta":4294967296}"#.to_string()),
+        ("/report", r#"{"namespace":"ns","delta":1,"response_headers":"v99"}"#.to_string()),
+        ("/check_and_report", String::new()),
+    ];
+    for (path, body) in &requests {
+        let mut first = connect(&taken).await;
+        first.write_all(sized(path, body).as_bytes()).await.unwrap();
+        let mut second = connect(&handed).await;
+        second.write_all(chunked(path, body).as_bytes()).await.unwrap();
+        let (a, b) = (read_replies(&mut first, 1).await.remove(0), read_replies(&mut second, 1).await.remove(0));
+        assert_eq!((a.status, a.dateless(), &a.body), (b.status, b.dateless(), &b.body), "{path} {body}");
+        assert!(a.header("date").is_some_and(|d| httpdate::parse_http_date(d).is_ok()), "{a:?}");
+    }
+}
+
+#[tokio::test]
+async fn connection_close_is_answered_then_closed() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let mut tcp = connect(&server).await;
+    let body = call("a", 1);
+    let request =
+        format!("POST /check HTTP/1.1\r\nhost: t\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+    // A request after `close` is not answered.
+    tcp.write_all(format!("{request}{request}").as_bytes()).await.unwrap();
+    let reply = read_replies(&mut tcp, 1).await.remove(0);
+    assert_eq!((reply.status, reply.header("connection")), (200, Some("close")));
+    assert_closed(&mut tcp).await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_idle_connections_on_either_path() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let mut taken = connect(&server).await;
+    taken.write_all(sized("/check_and_report", &call("a", 1)).as_bytes()).await.unwrap();
+    let mut handed = connect(&server).await;
+    handed.write_all(b"GET /status HTTP/1.1\r\nhost: t\r\n\r\n").await.unwrap();
+    assert_eq!(read_replies(&mut taken, 1).await[0].status, 200);
+    assert_eq!(read_replies(&mut handed, 1).await[0].status, 200);
+    // Both connections stay open, idle, while the server stops.
+    tokio::time::timeout(Duration::from_secs(10), server.running.shutdown()).await.expect("shutdown waits for nothing");
+    assert_closed(&mut taken).await;
+    assert_closed(&mut handed).await;
+}
