@@ -236,7 +236,11 @@ fn parse(input: &[u8], keep_headers: bool) -> Parsed {
     for line in request.headers.iter() {
         let name = line.name;
         if name.eq_ignore_ascii_case("content-length") {
-            let length = std::str::from_utf8(line.value).ok().and_then(|v| v.parse::<usize>().ok());
+            // Digits only, as hyper reads it (`parse` alone would take `+5`).
+            let length = std::str::from_utf8(line.value)
+                .ok()
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<usize>().ok());
             match (body, length) {
                 (None, Some(length)) if length <= MAX_BODY => body = Some(length),
                 _ => return Parsed::NotTaken,
@@ -397,6 +401,8 @@ mod tests {
             "POST /check_and_report HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
             "POST /check_and_report HTTP/1.1\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\n{}",
             "POST /check_and_report HTTP/1.1\r\ncontent-length: -1\r\n\r\n",
+            "POST /check_and_report HTTP/1.1\r\ncontent-length: +2\r\n\r\n{}",
+            "POST /check_and_report HTTP/1.1\r\ncontent-length: 2, 2\r\n\r\n{}",
             "POST /check_and_report HTTP/1.1\r\ncontent-length: 2097153\r\n\r\n",
             "POST /check_and_report HTTP/1.1\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n",
             "POST /check_and_report HTTP/1.1\r\ncontent-length: 0\r\nconnection: upgrade\r\nupgrade: h2c\r\n\r\n",
