@@ -4,6 +4,7 @@ mod support;
 
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use support::server;
 use tollgate_server::serve::Mode;
 
@@ -106,6 +107,28 @@ async fn metrics_and_status() {
     assert!(max.ends_with(" 2"), "{max}");
     let status: serde_json::Value = serde_json::from_str(&server.get("/status").await.1).unwrap();
     assert_eq!((status["config_version"].as_u64(), status["mode"].as_str()), (Some(1), Some("accuracy")));
+}
+
+#[tokio::test]
+async fn namespaces_the_limits_do_not_name_share_one_metric_series() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    for i in 0..50 {
+        let body = format!(r#"{{"namespace":"made-up-{i}","values":{{}},"delta":2}}"#);
+        assert_eq!(server.post("/check_and_report", &body).await.0, 200);
+    }
+    // Kuadrant's Report, on a made-up domain too.
+    let report = RateLimitRequest {
+        domain: "made-up-rls".into(),
+        descriptors: vec![support::descriptor(&[("k", "v")])],
+        hits_addend: 3,
+    };
+    server.kuadrant("Report", report).await.unwrap();
+    server.post("/check_and_report", &call("a", 1, false)).await;
+    let text = server.get("/metrics").await.1;
+    assert!(text.contains("authorized_calls{limitador_namespace=\"(unconfigured)\"} 50"), "{text}");
+    assert!(text.contains("authorized_hits{limitador_namespace=\"(unconfigured)\"} 103"), "{text}");
+    assert!(!text.contains("made-up"), "no series per made-up namespace:\n{text}");
+    assert!(text.contains("authorized_calls{limitador_namespace=\"ns\"} 1"), "a named one keeps its own:\n{text}");
 }
 
 #[tokio::test]

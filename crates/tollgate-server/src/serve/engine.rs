@@ -79,6 +79,11 @@ impl<C: Clock> Outcome<C> {
         self.loaded.generation
     }
 
+    /// True when the limits that decided have a limit in `namespace`.
+    pub fn names_namespace(&self, namespace: &str) -> bool {
+        !self.loaded.policy.namespace_indexes(namespace).is_empty()
+    }
+
     /// The counters without room whose limit did not deny: shadow limits (and every limit under
     /// `--shadow`) and quota limits, with what each did instead.
     pub fn marked(&self) -> impl Iterator<Item = (&Status, Enforcement)> + '_ {

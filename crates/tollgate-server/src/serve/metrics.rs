@@ -21,6 +21,10 @@ use super::engine::{CounterTable, Engine, Outcome};
 const LATENCY_BUCKETS: &[f64] =
     &[2e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1];
 
+/// The `limitador_namespace` of calls in a namespace the limits do not name: one series for all
+/// of them, so that made-up namespaces cannot grow `/metrics` (each would be a series for good).
+pub const UNCONFIGURED_NAMESPACE: &str = "(unconfigured)";
+
 /// One server's metrics (not the process-global recorder: several servers can run in one process,
 /// as in tests).
 pub struct Metrics {
@@ -104,37 +108,47 @@ impl Metrics {
     /// Records one decided call: allowed or limited (by the first enforcing limit without room),
     /// `hits` added to `authorized_hits` when allowed, and each shadow or quota limit it went over
     /// (`shadow_limited_calls`, `quota_exceeded_calls`, labelled with the limit's name).
+    /// A namespace the limits do not name is labelled [`UNCONFIGURED_NAMESPACE`].
     pub fn record<C: Clock>(&self, namespace: &str, outcome: &Outcome<C>, hits: u64, took: Duration) {
         self.latency.record(took.as_secs_f64());
         let name = |s: &super::engine::Status| outcome.limit(s).name().unwrap_or("");
         if outcome.allowed {
-            self.add("authorized_calls", namespace, None, 1);
+            self.add("authorized_calls", namespace, None, 1, outcome);
             if hits > 0 {
-                self.add("authorized_hits", namespace, None, hits);
+                self.add("authorized_hits", namespace, None, hits, outcome);
             }
         } else if let Some(by) = outcome.statuses.iter().find(|s| s.limited) {
-            self.add("limited_calls", namespace, Some(name(by)), 1);
+            self.add("limited_calls", namespace, Some(name(by)), 1, outcome);
         }
         for (status, enforcement) in outcome.marked() {
             let metric = match enforcement {
                 Enforcement::Quota => "quota_exceeded_calls",
                 _ => "shadow_limited_calls",
             };
-            self.add(metric, namespace, Some(name(status)), 1);
+            self.add(metric, namespace, Some(name(status)), 1, outcome);
         }
     }
 
-    /// Records hits reported without a decision (Kuadrant's `Report`).
-    pub fn record_report(&self, namespace: &str, hits: u64) {
-        self.add("authorized_hits", namespace, None, hits);
+    /// Records hits reported without a decision (Kuadrant's `Report`), decided as `outcome`; a
+    /// namespace the limits do not name is labelled [`UNCONFIGURED_NAMESPACE`].
+    pub fn record_report<C: Clock>(&self, namespace: &str, outcome: &Outcome<C>, hits: u64) {
+        self.add("authorized_hits", namespace, None, hits, outcome);
     }
 
     /// Adds `n` to one labelled counter. Its handle is registered once and kept: building the
-    /// labels and finding the series on every call would cost more than the decision.
-    fn add(&self, metric: &'static str, namespace: &str, limit: Option<&str>, n: u64) {
-        let key = SeriesRef { metric, namespace, limit };
-        if let Some(counter) = self.series.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            counter.increment(n);
+    /// labels and finding the series on every call would cost more than the decision. Whether
+    /// the limits name the namespace is asked only when its series is not found.
+    fn add<C: Clock>(&self, metric: &'static str, namespace: &str, limit: Option<&str>, n: u64, outcome: &Outcome<C>) {
+        let found = |namespace| {
+            let key = SeriesRef { metric, namespace, limit };
+            let series = self.series.read().unwrap_or_else(|e| e.into_inner());
+            series.get(&key).map(|counter| counter.increment(n)).is_some()
+        };
+        if found(namespace) {
+            return;
+        }
+        let namespace = if outcome.names_namespace(namespace) { namespace } else { UNCONFIGURED_NAMESPACE };
+        if namespace == UNCONFIGURED_NAMESPACE && found(namespace) {
             return;
         }
         let counter = with_local_recorder(&self.recorder, || match limit {

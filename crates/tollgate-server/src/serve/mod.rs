@@ -29,7 +29,7 @@ pub use admin::{CounterFilter, CounterList};
 pub use counters::CounterCap;
 pub use engine::{Action, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, Status, StorageError, StorageKind};
 pub use headers::{HeaderDraft, UnknownHeaderDraft};
-pub use metrics::Metrics;
+pub use metrics::{Metrics, UNCONFIGURED_NAMESPACE};
 pub use reload::{Reloaded, Reloader};
 pub use server::{Running, ServeConfig, ServeError, Storage, start};
 pub use store::{RedisStore, SCAN_COUNT, TimeSource};

@@ -108,7 +108,7 @@ impl<C: Clock + Clone> Rls<C> {
         match action {
             Action::CheckAndReport => self.metrics.record(&request.domain, &outcome, delta, started.elapsed()),
             Action::Check => self.metrics.record(&request.domain, &outcome, 0, started.elapsed()),
-            Action::Report => self.metrics.record_report(&request.domain, delta),
+            Action::Report => self.metrics.record_report(&request.domain, &outcome, delta),
         }
         let mut reply = response(&outcome, descriptors.len());
         reply.response_headers_to_add = response_headers(&outcome, self.headers)
