@@ -20,6 +20,11 @@
 //! Counters are listed and reset on every storage (with Redis, by a bounded scan of the
 //! namespace's keys: see [`Engine::list_counters`]); a storage that cannot answer is a 503. The
 //! API has no access control, as Limitador's: whoever reaches its port can reset counters.
+//!
+//! [`router`] serves every route. `tollgate serve` puts its own connection handling in front of
+//! it: the three decision calls sent as they usually come (HTTP/1.1, a `Content-Length` body) are
+//! parsed and answered on the connection by the same decision code, without the router; any
+//! other request hands its connection to hyper and this router (README, "Cost per decision").
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
