@@ -432,6 +432,52 @@ mod tests {
         assert_eq!(call.headers["traceparent"], "00-ab-cd-01");
     }
 
+    proptest::proptest! {
+        /// Whatever arrives, parsing answers without panicking, and a call lies within what was read.
+        #[test]
+        fn any_bytes_parse_within_bounds(input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            match parse(&input, true) {
+                Parsed::Call(call) => proptest::prop_assert!(call.head + call.body <= input.len()),
+                Parsed::Partial { wanted } => proptest::prop_assert!(wanted == 0 || wanted > input.len()),
+                Parsed::NotTaken => {}
+            }
+        }
+
+        /// A call cut anywhere is partial until its last byte, then read whole with its body, and
+        /// the next request's bytes after it are left alone.
+        #[test]
+        fn a_call_cut_anywhere_is_read_whole(
+            body in "[ -~]{0,120}",
+            extra in proptest::collection::vec(("[a-z]{1,8}", "[!-~]([ -~]{0,14}[!-~])?"), 0..6),
+            close in proptest::prelude::any::<bool>(),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let mut request = String::from("POST /report HTTP/1.1\r\n");
+            for (name, value) in &extra {
+                request += &format!("x-{name}: {value}\r\n");
+            }
+            if close {
+                request += "Connection: close\r\n";
+            }
+            request += &format!("Content-Length: {}\r\n\r\n{body}", body.len());
+            let whole = request.len();
+            let input = format!("{request}GET /status HTTP/1.1\r\n\r\n");
+            let cut = cut.index(whole + 1);
+            match parse(&input.as_bytes()[..cut], false) {
+                Parsed::Call(call) => {
+                    proptest::prop_assert_eq!(cut, whole);
+                    proptest::prop_assert_eq!(&input[call.head..call.head + call.body], body.as_str());
+                    proptest::prop_assert_eq!((call.action, call.close, call.head + call.body), (Action::Report, close, whole));
+                }
+                Parsed::Partial { .. } => proptest::prop_assert!(cut < whole),
+                Parsed::NotTaken => proptest::prop_assert!(false, "not taken at {cut} of {request:?}"),
+            }
+            // With the next request's bytes after it, the call is read just the same.
+            let Parsed::Call(call) = parse(input.as_bytes(), false) else { panic!("not read: {input:?}") };
+            proptest::prop_assert_eq!(call.head + call.body, whole);
+        }
+    }
+
     #[test]
     fn answers_are_written_as_hyper_writes_them() {
         let answer = Answer {
