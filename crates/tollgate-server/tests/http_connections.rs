@@ -209,3 +209,49 @@ async fn shutdown_closes_idle_connections_on_either_path() {
     assert_closed(&mut taken).await;
     assert_closed(&mut handed).await;
 }
+
+#[tokio::test]
+async fn shutdown_closes_a_connection_midway_through_a_request() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let mut tcp = connect(&server).await;
+    let next = sized("/check_and_report", &call("a", 1));
+    let (half, _) = next.split_at(next.len() / 2);
+    tcp.write_all(format!("{next}{half}").as_bytes()).await.unwrap();
+    assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200);
+    // The rest of the second request never comes: stopping does not wait for it.
+    tokio::time::timeout(Duration::from_secs(10), server.running.shutdown()).await.expect("shutdown waits for nothing");
+    assert_closed(&mut tcp).await;
+}
+
+#[tokio::test]
+async fn a_connection_answered_here_stays_http1() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let mut tcp = connect(&server).await;
+    // A call, then HTTP/2's preface and an empty SETTINGS frame on the same connection.
+    let mut bytes = sized("/check", &call("a", 1)).into_bytes();
+    bytes.extend_from_slice(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0");
+    tcp.write_all(&bytes).await.unwrap();
+    assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200);
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(_))), "{read:?}");
+    assert!(rest.is_empty() || rest.starts_with(b"HTTP/1.1 4"), "hyper's HTTP/1 refuses it: {rest:?}");
+}
+
+#[tokio::test]
+async fn a_large_body_then_small_calls_on_one_connection() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let mut tcp = connect(&server).await;
+    // 1 MiB of JSON whitespace around a call: as valid as the call.
+    let padded = format!("{}{}", " ".repeat(1 << 20), call("a", 1));
+    let requests = format!("{}{}", sized("/check_and_report", &padded), sized("/check_and_report", &call("a", 1)));
+    tcp.write_all(requests.as_bytes()).await.unwrap();
+    let remaining: Vec<_> = read_replies(&mut tcp, 2)
+        .await
+        .iter()
+        .map(|r| r.header("x-ratelimit-remaining").unwrap().to_string())
+        .collect();
+    assert_eq!(remaining, ["2", "1"]);
+    tcp.write_all(sized("/check_and_report", &call("a", 1)).as_bytes()).await.unwrap();
+    assert_eq!(read_replies(&mut tcp, 1).await[0].header("x-ratelimit-remaining"), Some("0"));
+}

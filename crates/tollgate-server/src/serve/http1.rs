@@ -47,8 +47,12 @@ const MAX_HEADERS: usize = 32;
 /// What the connection reads at a time, at least.
 const READ_CHUNK: usize = 4096;
 
+/// Answers kept before they are written, and buffer room kept between requests, at most.
+const MAX_KEPT: usize = 64 * 1024;
+
 /// Accepts connections on `listener` until `stop` says so (or its sender is gone), then waits for
-/// the connections to finish: idle ones close at once, a call in flight is answered first.
+/// the connections to finish: whole requests already read are answered, the last answer saying
+/// `connection: close`; a connection idle or midway through a request closes at once.
 pub(super) async fn serve<C: Clock + Clone>(
     listener: TcpListener,
     api: Arc<Api<C>>,
@@ -114,8 +118,12 @@ impl<C: Clock + Clone> Connection<C> {
     async fn run(mut self, mut tcp: TcpStream) {
         let mut input = BytesMut::with_capacity(READ_CHUNK);
         let mut output = Vec::with_capacity(512);
+        // Once a call is answered here, the connection is HTTP/1 for good (no HTTP/2 preface later).
+        let mut answered = false;
         loop {
-            // Every whole request read so far is answered, then the answers written at once.
+            // Every whole request read so far is answered, then the answers written at once. Once
+            // the server is stopping, the next answer says `connection: close` and is the last.
+            let stopping = *self.stop.borrow();
             let mut close = false;
             while !close {
                 let call = match parse(&input, self.api.trace_parent.is_some()) {
@@ -126,16 +134,25 @@ impl<C: Clock + Clone> Connection<C> {
                     }
                     Parsed::NotTaken => {
                         if tcp.write_all(&output).await.is_ok() {
-                            self.hand_over(tcp, input.freeze()).await;
+                            self.hand_over(tcp, input.freeze(), answered).await;
                         }
                         return;
                     }
                 };
+                // A long run of pipelined calls yields to the other tasks now and then.
+                tokio::task::consume_budget().await;
                 let body = &input[call.head..call.head + call.body];
                 let answer = self.decide(call.action, body, &call.headers).await;
-                write_answer(&mut output, &answer, call.close);
+                close = call.close || stopping;
+                write_answer(&mut output, &answer, close);
                 input.advance(call.head + call.body);
-                close = call.close;
+                answered = true;
+                if output.len() >= MAX_KEPT && !close {
+                    if tcp.write_all(&output).await.is_err() {
+                        return;
+                    }
+                    output.clear();
+                }
             }
             if !output.is_empty() {
                 if tcp.write_all(&output).await.is_err() {
@@ -147,15 +164,19 @@ impl<C: Clock + Clone> Connection<C> {
                 let _ = tcp.shutdown().await;
                 return;
             }
-            // Stopping: an idle connection closes; one midway through a request reads it first.
-            let read = if input.is_empty() {
-                tokio::select! {
-                    biased;
-                    read = tcp.read_buf(&mut input) => read,
-                    () = stopped(&mut self.stop) => return,
-                }
-            } else {
-                tcp.read_buf(&mut input).await
+            // A large body's room is not kept for the connection's life.
+            if input.is_empty() && input.capacity() > MAX_KEPT {
+                input = BytesMut::with_capacity(READ_CHUNK);
+            }
+            if output.capacity() > MAX_KEPT {
+                output = Vec::with_capacity(512);
+            }
+            // Stopping: a connection with no whole request closes, idle or midway through one
+            // (as hyper closes a kept-alive connection that has not sent a whole head).
+            let read = tokio::select! {
+                biased;
+                read = tcp.read_buf(&mut input) => read,
+                () = stopped(&mut self.stop) => return,
             };
             if !matches!(read, Ok(n) if n > 0) {
                 return;
@@ -171,12 +192,18 @@ impl<C: Clock + Clone> Connection<C> {
         answer(api, body, action, &decision).instrument(span).await
     }
 
-    /// Serves the rest of the connection with hyper and axum's routes, `read` first.
-    async fn hand_over(mut self, tcp: TcpStream, read: Bytes) {
+    /// Serves the rest of the connection with hyper and axum's routes, `read` first; HTTP/1 only
+    /// once a call was `answered` here.
+    async fn hand_over(mut self, tcp: TcpStream, read: Bytes, answered: bool) {
         let io = TokioIo::new(Rewind { read, tcp });
         let service = TowerToHyperService::new(self.routes);
-        let builder = Builder::new(TokioExecutor::new());
-        let connection = builder.serve_connection_with_upgrades(io, service);
+        let mut builder = Builder::new(TokioExecutor::new());
+        if answered {
+            builder = builder.http1_only();
+        }
+        // Without upgrades (the API has no WebSocket or other upgraded route): `http1_only` is
+        // honoured only so.
+        let connection = builder.serve_connection(io, service);
         tokio::pin!(connection);
         let served = tokio::select! {
             served = connection.as_mut() => served,
@@ -218,7 +245,7 @@ fn parse(input: &[u8], keep_headers: bool) -> Parsed {
     let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut lines);
     let head = match request.parse(input) {
-        Ok(httparse::Status::Complete(head)) => head,
+        Ok(httparse::Status::Complete(head)) if head <= MAX_HEAD => head,
         Ok(httparse::Status::Partial) if input.len() < MAX_HEAD => return Parsed::Partial { wanted: 0 },
         // Too large, or not HTTP/1.x as httparse reads it (HTTP/2's preface, a malformed head).
         _ => return Parsed::NotTaken,
@@ -334,6 +361,10 @@ impl AsyncRead for Rewind {
         let n = self.read.len().min(buf.remaining());
         buf.put_slice(&self.read[..n]);
         self.read.advance(n);
+        if self.read.is_empty() {
+            // The buffer it points into is freed now, not when the connection ends.
+            self.read = Bytes::new();
+        }
         Poll::Ready(Ok(()))
     }
 }
