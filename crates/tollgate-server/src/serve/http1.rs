@@ -33,6 +33,7 @@ use tracing::Instrument;
 
 use super::engine::Action;
 use super::http::{Answer, Api, answer};
+use super::server::stopped;
 use super::trace::{Decision, Protocol};
 
 /// A request whose head is larger is not taken (hyper reads it, with its own limits).
@@ -87,12 +88,6 @@ pub(super) async fn serve<C: Clock + Clone>(
     drop(open_rx);
     drop(listener);
     open_tx.closed().await;
-}
-
-/// Resolves when `stop` says so, or its sender is gone.
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // The borrow `wait_for` returns is dropped here, not held across the caller's awaits.
-    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// As `axum::serve` (and hyper 0.14 before it): a refused or reset connection is the client's

@@ -147,9 +147,12 @@ impl Metrics {
         if found(namespace) {
             return;
         }
-        let namespace = if outcome.names_namespace(namespace) { namespace } else { UNCONFIGURED_NAMESPACE };
-        if namespace == UNCONFIGURED_NAMESPACE && found(namespace) {
-            return;
+        let mut namespace = namespace;
+        if !outcome.names_namespace(namespace) {
+            namespace = UNCONFIGURED_NAMESPACE;
+            if found(namespace) {
+                return;
+            }
         }
         let counter = with_local_recorder(&self.recorder, || match limit {
             None => counter!(metric, "limitador_namespace" => namespace.to_string()),

@@ -256,12 +256,10 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let mut stop = signal.clone();
     let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
     let grpc_task = tokio::spawn(async move {
-        let stopped = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
+        let stopping = async move { stopped(&mut stop).await };
         let served = tonic::transport::Server::builder()
             .layer(tower::util::MapResponseLayer::new(decode_errors_are_invalid_argument))
-            .serve_with_incoming_shutdown(service, incoming, stopped)
+            .serve_with_incoming_shutdown(service, incoming, stopping)
             .await;
         if let Err(e) = served {
             tracing::error!("gRPC server stopped: {e}");
@@ -275,7 +273,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         loop {
             tokio::select! {
                 _ = every.tick() => upkeep_metrics.upkeep(),
-                _ = stop.wait_for(|s| *s) => return,
+                () = stopped(&mut stop) => return,
             }
         }
     });
@@ -317,6 +315,12 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         },
         _watcher: watcher,
     })
+}
+
+/// Resolves when `stop` says so, or its sender is gone (every task of the server stops on it).
+pub(super) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    // The borrow `wait_for` returns is dropped here, not held across the caller's awaits.
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// tonic answers a request it cannot decode with INTERNAL; it is the caller's mistake, so say
