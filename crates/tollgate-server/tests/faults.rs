@@ -524,15 +524,19 @@ async fn redis_storage_answers_unavailable_while_redis_is_down_and_exactly_after
     after.check(&SHARED_BOUND).unwrap();
 }
 
-/// The bound documented for redis-cached (`serve/cache.rs`, README): with R replicas a window may
-/// admit up to (R − 1) × max_value beyond the limit before they hear of each other.
+/// The bounds documented for redis-cached (`serve/store/cache.rs`, README): with R replicas a
+/// window may admit up to (R − 1) × max_value beyond the limit before they hear of each other.
+/// While Redis is down each replica opens its windows at its own first hit, so the replicas'
+/// windows drift apart: one window-long interval can then meet two windows of every replica,
+/// up to (2R − 1) × max_value beyond the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cached_overshoot_across_two_replicas_stays_within_its_bound() {
     let restart = Restart::run(true).await;
     let (before, after) = restart.report("redis-cached");
     restart.assert_common();
-    let documented = (REPLICAS as u64 - 1) * SHARED_MAX;
-    for (when, history) in [("before the fault", before), ("after the kill", after)] {
+    let aligned = (REPLICAS as u64 - 1) * SHARED_MAX;
+    let drifting = (2 * REPLICAS as u64 - 1) * SHARED_MAX;
+    for (when, history, documented) in [("before the fault", before, aligned), ("after the kill", after, drifting)] {
         let (excess, counter) = worst_excess(&history, &SHARED_BOUND);
         if excess > documented {
             let mut admitted: Vec<_> = restart

@@ -9,6 +9,12 @@
 //! as remaining, so with R replicas a window can admit up to R × (what one replica saw remaining)
 //! before they hear of each other — at most (R − 1) × max_value beyond the limit in the worst case,
 //! and about (R − 1) × (hits per flush interval) in steady traffic. With one replica it is exact.
+//! That bound is per window, and the replicas' windows agree only while they hear from Redis: a
+//! replica opens a window at its own first hit and takes Redis's end at its next flush. While
+//! Redis is unreachable each replica keeps deciding the counters it knows, alone, and its windows
+//! drift from the others' by the gaps between their first hits; one window-long interval can then
+//! meet two windows of every replica: up to (2R − 1) × max_value beyond the limit. A flush that
+//! succeeds again brings them back to Redis's windows.
 //!
 //! A reset (`DELETE /counters/{namespace}`) holds off flushes while it runs: it first sends what
 //! is pending, then deletes the counters in Redis, then forgets them here ([`Cache::forget`]), so
