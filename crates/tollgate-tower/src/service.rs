@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use pin_project_lite::pin_project;
 use tollgate::{Answer, Reason};
 use tower_layer::Layer;
@@ -66,38 +67,20 @@ fn text_body(d: &Denied) -> (HeaderValue, Bytes) {
 
 /// An RFC 9457 problem detail: `{"type","title","status","detail","retry_after_ms"?}`.
 pub fn problem_json(d: &Denied) -> (HeaderValue, Bytes) {
-    let title = d.status.canonical_reason().unwrap_or("Rejected");
     let detail = match &d.rejected {
         Some(r) => format!("{} (policy {})", r.reason(), d.policy.name),
         None => format!("no rate-limit key in request (policy {})", d.policy.name),
     };
-    let retry = d
-        .rejected
-        .and_then(|r| r.retry_after())
-        .map(|r| format!(",\"retry_after_ms\":{}", r.as_millis()))
-        .unwrap_or_default();
-    let json = format!(
-        "{{\"type\":\"about:blank\",\"title\":{},\"status\":{},\"detail\":{}{retry}}}",
-        json_string(title),
-        d.status.as_u16(),
-        json_string(&detail)
-    );
-    (HeaderValue::from_static("application/problem+json"), Bytes::from(json))
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
+    let mut problem = serde_json::json!({
+        "type": "about:blank",
+        "title": d.status.canonical_reason().unwrap_or("Rejected"),
+        "status": d.status.as_u16(),
+        "detail": detail,
+    });
+    if let Some(retry) = d.rejected.and_then(|r| r.retry_after()) {
+        problem["retry_after_ms"] = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX).into();
     }
-    out.push('"');
-    out
+    (HeaderValue::from_static("application/problem+json"), Bytes::from(problem.to_string()))
 }
 
 impl<P: Policies> RateLimitLayer<P> {
@@ -327,17 +310,10 @@ fn grpc_rejection(denied: &Denied, code: u8) -> Response<Bytes> {
         8 => format!("rate limited by {}", denied.policy.name),
         _ => format!("request has no key for rate limit {}", denied.policy.name),
     };
-    // grpc-message is percent-encoded: keep the unreserved characters and spaces as they are.
-    let encoded: String = message
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b" -_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
+    // grpc-message is percent-encoded: every byte but printable ASCII other than '%' (gRPC over
+    // HTTP/2, "Status-Message").
+    const GRPC_MESSAGE: &AsciiSet = &CONTROLS.add(b'%');
+    let encoded = utf8_percent_encode(&message, GRPC_MESSAGE).to_string();
     if let Ok(v) = HeaderValue::from_str(&encoded) {
         h.insert("grpc-message", v);
     }
@@ -496,6 +472,38 @@ mod tests {
             assert!(!is_grpc(&with(other)), "{other}");
         }
         assert!(!is_grpc(&Request::new(())));
+    }
+
+    fn denied(name: &str) -> Denied {
+        let meta = tollgate::Meta { limit: 10, remaining: 0, reset_ns: 1_500_000_000, retry_ns: Some(1_500_000_000) };
+        let policy = crate::policy::PolicyState { name: name.into(), meta, window: None };
+        let rejected = tollgate::Rejected::new(meta, 1, Reason::Exhausted);
+        Denied { status: StatusCode::TOO_MANY_REQUESTS, policy, rejected: Some(rejected) }
+    }
+
+    #[test]
+    fn a_problem_detail_is_json_whatever_the_policy_is_called() {
+        let name = "per \"user\"\\\n\u{1} ü";
+        let (content_type, body) = problem_json(&denied(name));
+        assert_eq!(content_type, "application/problem+json");
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["status"], 429);
+        assert_eq!(problem["title"], "Too Many Requests");
+        assert_eq!(problem["retry_after_ms"], 1500);
+        assert!(problem["detail"].as_str().unwrap().ends_with(&format!("(policy {name})")), "{problem}");
+        let no_key = Denied { rejected: None, ..denied("p") };
+        let problem: serde_json::Value = serde_json::from_slice(&problem_json(&no_key).1).unwrap();
+        assert_eq!(problem["detail"], "no rate-limit key in request (policy p)");
+        assert!(problem.get("retry_after_ms").is_none(), "{problem}");
+    }
+
+    #[test]
+    fn a_grpc_message_is_percent_encoded() {
+        let res = grpc_rejection(&denied("per user 100% ü\n"), 8);
+        let message = res.headers()["grpc-message"].to_str().unwrap();
+        assert_eq!(message, "rate limited by per user 100%25 %C3%BC%0A");
+        assert_eq!(res.headers()["grpc-status"], "8");
+        assert_eq!(res.headers()["grpc-retry-pushback-ms"], "1500");
     }
 
     #[test]
