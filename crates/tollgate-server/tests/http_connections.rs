@@ -255,3 +255,83 @@ async fn a_large_body_then_small_calls_on_one_connection() {
     tcp.write_all(sized("/check_and_report", &call("a", 1)).as_bytes()).await.unwrap();
     assert_eq!(read_replies(&mut tcp, 1).await[0].header("x-ratelimit-remaining"), Some("0"));
 }
+
+/// A server whose HTTP connections get `timeout` to send each request (time paused in these
+/// tests: it moves only when every task waits, straight to the next timer).
+async fn timed_server(timeout: Duration) -> support::Server {
+    support::server_with(LIMITS, |config| config.http_read_timeout = Some(timeout)).await
+}
+
+/// Reads until the connection closes, and says how long after `since` it did.
+async fn closed_after(tcp: &mut TcpStream, since: tokio::time::Instant) -> Duration {
+    assert_closed(tcp).await;
+    since.elapsed()
+}
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn within_a_tick(took: Duration, expected: Duration) -> bool {
+    took >= expected && took < expected + Duration::from_millis(50)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_sends_no_whole_request_in_time_is_closed() {
+    let server = timed_server(TIMEOUT).await;
+    // Nothing at all.
+    let opened = tokio::time::Instant::now();
+    let mut silent = connect(&server).await;
+    let took = closed_after(&mut silent, opened).await;
+    assert!(within_a_tick(took, TIMEOUT), "{took:?}");
+    // Half a head, then half a body: the timeout counts from the opening, not from the last byte.
+    let opened = tokio::time::Instant::now();
+    let mut slow = connect(&server).await;
+    let request = sized("/check_and_report", &call("a", 1));
+    let (head_half, rest) = request.split_at(20);
+    slow.write_all(head_half.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    slow.write_all(&rest.as_bytes()[..rest.len() - 5]).await.unwrap();
+    let took = closed_after(&mut slow, opened).await;
+    assert!(within_a_tick(took, TIMEOUT), "{took:?}");
+    // Neither was decided.
+    assert_eq!(server.post("/check", &call("a", 3)).await.0, 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_read_timeout_starts_again_at_each_answer_and_closes_an_idle_connection() {
+    let server = timed_server(TIMEOUT).await;
+    let mut tcp = connect(&server).await;
+    // A call every 4 s for 20 s, each under the timeout since the last answer: all answered.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        tcp.write_all(sized("/check", &call("a", 1)).as_bytes()).await.unwrap();
+        assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200);
+    }
+    // Then idle: closed 5 s after the last answer.
+    let answered = tokio::time::Instant::now();
+    let took = closed_after(&mut tcp, answered).await;
+    assert!(within_a_tick(took, TIMEOUT), "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn hyper_closes_a_connection_it_was_handed_that_idles_past_the_read_timeout() {
+    let server = timed_server(TIMEOUT).await;
+    let mut tcp = connect(&server).await;
+    // A GET is hyper's: the connection is handed over with it.
+    tcp.write_all(b"GET /status HTTP/1.1\r\nhost: t\r\n\r\n").await.unwrap();
+    assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200);
+    let answered = tokio::time::Instant::now();
+    // Half a head after 2 s: hyper's header timeout counts from its last answer too.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    tcp.write_all(b"GET /status HTTP/1.1\r\n").await.unwrap();
+    let took = closed_after(&mut tcp, answered).await;
+    assert!(within_a_tick(took, TIMEOUT), "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_read_timeout_a_connection_may_idle() {
+    let server = support::server_with(LIMITS, |config| config.http_read_timeout = None).await;
+    let mut tcp = connect(&server).await;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    tcp.write_all(sized("/check", &call("a", 1)).as_bytes()).await.unwrap();
+    assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200);
+}

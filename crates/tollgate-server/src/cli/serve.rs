@@ -53,6 +53,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "tollgate:", value_name = "PREFIX")]
     redis_prefix: String,
 
+    /// How long an HTTP connection may take, from its opening or its last answer, to send its
+    /// next request whole (a decision call's head and body; another request's head): past it the
+    /// connection closes, as a kept-alive one idle that long does. 0 for no limit.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = tollgate::parse_duration_or_zero)]
+    http_read_timeout: Duration,
+
     /// With `--storage redis-cached`: how often local counts are flushed to Redis.
     #[arg(long, default_value = "100ms", value_name = "DURATION", value_parser = tollgate::parse_duration)]
     flush_every: Duration,
@@ -227,6 +233,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         time: Default::default(),
         counters: CounterCap { max: args.max_counters, at_max: args.at_max_counters.into() },
         rate_limit_headers: args.rate_limit_headers.map(HeaderDraft::from),
+        http_read_timeout: Some(args.http_read_timeout).filter(|t| !t.is_zero()),
         storage: match args.storage {
             StorageKind::Memory => Storage::Memory,
             StorageKind::Redis => Storage::Redis { url: args.redis_url, prefix: args.redis_prefix },

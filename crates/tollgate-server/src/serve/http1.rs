@@ -12,6 +12,12 @@
 //! taken hands the connection, with the bytes read so far, to hyper and axum's routes for the
 //! rest of its life: they answer it (and any protocol, HTTP/2 with prior knowledge included) as
 //! `axum::serve` did before this module existed.
+//!
+//! A connection has a read timeout (`--http-read-timeout`): from its opening or its last answer,
+//! the next request must be read within it — its head and body here, its head in hyper (its
+//! `header_read_timeout`, which also starts at the last answer) — or the connection closes, as
+//! a kept-alive connection idle that long does. A client that opens connections and trickles
+//! bytes (slowloris) holds each for that long at most.
 
 use std::io;
 use std::pin::Pin;
@@ -22,12 +28,13 @@ use std::time::{Duration, SystemTime};
 use axum::Router;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use bytes::{Buf, Bytes, BytesMut};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
 use tollgate::Clock;
 use tracing::Instrument;
 
@@ -58,6 +65,7 @@ pub(super) async fn serve<C: Clock + Clone>(
     listener: TcpListener,
     api: Arc<Api<C>>,
     routes: Router,
+    read_timeout: Option<Duration>,
     mut stop: watch::Receiver<bool>,
 ) {
     // Each connection holds a receiver; `closed` resolves when the last one is dropped.
@@ -78,7 +86,7 @@ pub(super) async fn serve<C: Clock + Clone>(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY not set on an HTTP connection: {e}");
         }
-        let connection = Connection { api: api.clone(), routes: routes.clone(), stop: stop.clone() };
+        let connection = Connection { api: api.clone(), routes: routes.clone(), read_timeout, stop: stop.clone() };
         let open = open_rx.clone();
         tokio::spawn(async move {
             connection.run(tcp).await;
@@ -106,6 +114,7 @@ async fn accept_failed(e: io::Error) {
 struct Connection<C: Clock> {
     api: Arc<Api<C>>,
     routes: Router,
+    read_timeout: Option<Duration>,
     stop: watch::Receiver<bool>,
 }
 
@@ -115,11 +124,12 @@ impl<C: Clock + Clone> Connection<C> {
         let mut output = Vec::with_capacity(512);
         // Once a call is answered here, the connection is HTTP/1 for good (no HTTP/2 preface later).
         let mut answered = false;
+        let mut deadline = self.read_timeout.map(ReadDeadline::new);
         loop {
             // Every whole request read so far is answered, then the answers written at once. Once
             // the server is stopping, the next answer says `connection: close` and is the last.
             let stopping = *self.stop.borrow();
-            let mut close = false;
+            let (mut close, mut answered_now) = (false, false);
             while !close {
                 let call = match parse(&input, self.api.trace_parent.is_some()) {
                     Parsed::Call(call) => call,
@@ -141,7 +151,7 @@ impl<C: Clock + Clone> Connection<C> {
                 close = call.close || stopping;
                 write_answer(&mut output, &answer, close);
                 input.advance(call.head + call.body);
-                answered = true;
+                (answered, answered_now) = (true, true);
                 if output.len() >= MAX_KEPT && !close {
                     if tcp.write_all(&output).await.is_err() {
                         return;
@@ -159,6 +169,9 @@ impl<C: Clock + Clone> Connection<C> {
                 let _ = tcp.shutdown().await;
                 return;
             }
+            if let Some(deadline) = deadline.as_mut().filter(|_| answered_now) {
+                deadline.answered();
+            }
             // A large body's room is not kept for the connection's life.
             if input.is_empty() && input.capacity() > MAX_KEPT {
                 input = BytesMut::with_capacity(READ_CHUNK);
@@ -172,6 +185,10 @@ impl<C: Clock + Clone> Connection<C> {
                 biased;
                 read = tcp.read_buf(&mut input) => read,
                 () = stopped(&mut self.stop) => return,
+                () = expired(&mut deadline) => {
+                    tracing::debug!("HTTP connection closed: no whole request within the read timeout");
+                    return;
+                }
             };
             if !matches!(read, Ok(n) if n > 0) {
                 return;
@@ -193,6 +210,8 @@ impl<C: Clock + Clone> Connection<C> {
         let io = TokioIo::new(Rewind { read, tcp });
         let service = TowerToHyperService::new(self.routes);
         let mut builder = Builder::new(TokioExecutor::new());
+        // hyper applies its header timeout (30 s unless told) only with a timer.
+        builder.http1().timer(TokioTimer::new()).header_read_timeout(self.read_timeout);
         if answered {
             builder = builder.http1_only();
         }
@@ -210,6 +229,42 @@ impl<C: Clock + Clone> Connection<C> {
         if let Err(e) = served {
             tracing::trace!("HTTP connection ended: {e}");
         }
+    }
+}
+
+/// When a connection that has not sent its next request whole is closed: the read timeout after
+/// its opening or its last answer. One timer per connection, moved only when it fires early (an
+/// answer since): resetting it per request would cost a timer-wheel update per call.
+struct ReadDeadline {
+    timeout: Duration,
+    /// The opening or the last answer.
+    since: Instant,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl ReadDeadline {
+    fn new(timeout: Duration) -> ReadDeadline {
+        let since = Instant::now();
+        ReadDeadline { timeout, since, timer: Box::pin(tokio::time::sleep_until(since + timeout)) }
+    }
+
+    /// Answers were written: the next request's time starts.
+    fn answered(&mut self) {
+        self.since = Instant::now();
+    }
+}
+
+/// Resolves when the connection has had its read timeout without a whole request; never without
+/// a timeout.
+async fn expired(deadline: &mut Option<ReadDeadline>) {
+    let Some(deadline) = deadline else { return std::future::pending().await };
+    loop {
+        (&mut deadline.timer).await;
+        let due = deadline.since + deadline.timeout;
+        if Instant::now() >= due {
+            return;
+        }
+        deadline.timer.as_mut().reset(due);
     }
 }
 

@@ -31,6 +31,6 @@ pub use engine::{Action, CounterTable, CounterView, Engine, Loaded, Mode, Outcom
 pub use headers::{HeaderDraft, UnknownHeaderDraft};
 pub use metrics::{Metrics, UNCONFIGURED_NAMESPACE};
 pub use reload::{Reloaded, Reloader};
-pub use server::{Running, ServeConfig, ServeError, Storage, start};
+pub use server::{DEFAULT_HTTP_READ_TIMEOUT, Running, ServeConfig, ServeError, Storage, start};
 pub use store::{RedisStore, SCAN_COUNT, TimeSource};
 pub use trace::TraceParent;

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Format, PolicyError};
@@ -48,13 +49,20 @@ pub struct ServeConfig {
     /// Links each decision span to the caller's trace from the request's headers (see
     /// [`super::trace`]; `tollgate serve --otlp-endpoint` sets one); none by default.
     pub trace_parent: Option<Arc<dyn TraceParent>>,
+    /// How long an HTTP/1 connection may take, from its opening or its last answer, to send the
+    /// next request: its head, and its body too when the call is one the server reads itself
+    /// (`POST /check`, `/report`, `/check_and_report` as they usually come); a connection that
+    /// does not closes. It also closes kept-alive connections idle that long. `None`: no limit.
+    /// Default 30 s (hyper's header timeout).
+    pub http_read_timeout: Option<Duration>,
 }
 
 impl ServeConfig {
     /// `tollgate serve --limits FILE` with every other flag at its default: Limitador's format,
     /// RLS on 127.0.0.1:8081, HTTP on 127.0.0.1:8080, accuracy mode, no shadow, the file watched,
     /// counters in memory (10 million per limit at most, new ones rejected past that), no RateLimit
-    /// headers in RLS replies, no trace parent. Change fields to taste.
+    /// headers in RLS replies, no trace parent, HTTP connections given 30 s per request. Change
+    /// fields to taste.
     ///
     /// ```
     /// use tollgate_server::serve::{ServeConfig, Storage};
@@ -77,9 +85,13 @@ impl ServeConfig {
             counters: CounterCap::default(),
             rate_limit_headers: None,
             trace_parent: None,
+            http_read_timeout: Some(DEFAULT_HTTP_READ_TIMEOUT),
         }
     }
 }
+
+/// [`ServeConfig::http_read_timeout`]'s default.
+pub const DEFAULT_HTTP_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where counters live. Its `Debug` shows Redis URLs without credentials.
 #[derive(Clone, Default)]
@@ -302,7 +314,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
 
     let api = http::Api::new(engine.clone(), metrics.clone(), config.trace_parent.clone());
     let routes = http::routes(api.clone());
-    let http_task = tokio::spawn(http1::serve(http_listener, api, routes, signal));
+    let http_task = tokio::spawn(http1::serve(http_listener, api, routes, config.http_read_timeout, signal));
     Ok(Running {
         grpc,
         http,
