@@ -11,15 +11,19 @@
 --           3 = flush: each counter takes its hits, or what is left of its limit if less (a
 --               cache's hits that were already allowed, counted as far as the window can hold them).
 -- ARGV[3]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
--- ARGV[4 + 6(i-1)]  counter i: limit (max_value).
--- ARGV[5 + 6(i-1)]  counter i: window in microseconds.
--- ARGV[6 + 6(i-1)]  counter i: hits (0 = probe).
--- ARGV[7 + 6(i-1)]  counter i: 1 = enforcing, 0 = never denies (a shadow or quota limit).
--- ARGV[8 + 6(i-1)]  counter i: a calendar window's start in microseconds on the same clock as
+-- ARGV[4 + 7(i-1)]  counter i: limit (max_value).
+-- ARGV[5 + 7(i-1)]  counter i: window in microseconds.
+-- ARGV[6 + 7(i-1)]  counter i: hits (0 = probe).
+-- ARGV[7 + 7(i-1)]  counter i: 1 = enforcing, 0 = never denies (a shadow or quota limit).
+-- ARGV[8 + 7(i-1)]  counter i: a calendar window's start in microseconds on the same clock as
 --                   now (0 for a window opened by the first hit).
--- ARGV[9 + 6(i-1)]  counter i: that calendar window's end; 0 for a window opened by the first
+-- ARGV[9 + 7(i-1)]  counter i: that calendar window's end; 0 for a window opened by the first
 --                   hit. A counter stored for another start is from another window: it starts
 --                   at 0.
+-- ARGV[10 + 7(i-1)] counter i: for a window opened by the first hit, how long ago (µs) the
+--                   caller saw that hit (a cache flushing the hits it allowed): a window not
+--                   stored yet starts then rather than now, so that it is the caller's. Below
+--                   the window's length; 0 otherwise.
 --
 -- Returns {admitted (0|1), index of the first enforcing counter without room (1-based; 0 when
 --          none), then for each counter i: remaining_i, reset_us_i, limited_i (0|1)}, counters as
@@ -33,17 +37,18 @@ local min_ttl = tonumber(ARGV[3])
 local windows = {}
 local admitted, limiting = 1, 0
 for i, key in ipairs(KEYS) do
-  local at = 4 + 6 * (i - 1)
+  local at = 4 + 7 * (i - 1)
   local lim, period = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local hits, enforce = tonumber(ARGV[at + 2]), ARGV[at + 3] == '1'
   local astart, aend = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
+  local ago = math.min(tonumber(ARGV[at + 6]), period - 1)
   local stored = redis.call('HMGET', key, 's', 'c')
   local start, count = tonumber(stored[1]) or now, tonumber(stored[2]) or 0
   if aend > 0 then
     if start ~= astart then count = 0 end
     start, period = astart, aend - astart
   elseif count == 0 or now >= start + period then
-    start, count = now, 0
+    start, count = math.max(now - ago, 0), 0
   end
   local fits = count + hits <= lim
   if mode == 3 then fits = true end
@@ -71,7 +76,7 @@ local reply = {admitted, limiting}
 for i, _ in ipairs(KEYS) do
   local w = windows[i]
   local reset = 0
-  if w.count > 0 or tonumber(ARGV[9 + 6 * (i - 1)]) > 0 then reset = math.max(w.start + w.period - now, 0) end
+  if w.count > 0 or tonumber(ARGV[9 + 7 * (i - 1)]) > 0 then reset = math.max(w.start + w.period - now, 0) end
   local limited = 0
   if not w.fits and mode < 2 then limited = 1 end
   reply[#reply + 1] = math.max(w.lim - w.count, 0)

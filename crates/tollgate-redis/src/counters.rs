@@ -29,6 +29,11 @@ pub struct WindowCounter {
     /// `TIME`, or the `now_us` given): every counter stored for another start is from an older
     /// window. `None`: the window opens at the first hit, for `window`.
     pub calendar: Option<(u64, u64)>,
+    /// For a window opened by the first hit: how long ago the caller saw that hit — a cache
+    /// flushing the hits it allowed in the window it opened then. A window Redis does not hold
+    /// yet starts that long ago rather than now (so it is the caller's, not one flush interval
+    /// later); one it holds is kept. Zero for a decision made now; at most the window.
+    pub opened_ago: Duration,
 }
 
 impl WindowCounter {
@@ -40,7 +45,15 @@ impl WindowCounter {
     /// ```
     /// use std::time::Duration;
     /// use tollgate_redis::WindowCounter;
-    /// let c = WindowCounter { key: "k".into(), limit: 5, window: Duration::from_secs(1), hits: 2, enforce: true, calendar: None };
+    /// let c = WindowCounter {
+    ///     key: "k".into(),
+    ///     limit: 5,
+    ///     window: Duration::from_secs(1),
+    ///     hits: 2,
+    ///     enforce: true,
+    ///     calendar: None,
+    ///     opened_ago: Duration::ZERO,
+    /// };
     /// assert_eq!(c.meta(3, 700, false).retry_ns, Some(0));
     /// assert_eq!(c.meta(1, 700, true).retry_ns, Some(700));
     /// let too_many = WindowCounter { hits: 6, ..c };
@@ -91,7 +104,15 @@ pub struct CountersAnswer {
 /// use std::time::Duration;
 /// use tollgate_redis::{CountersMode, Redis, WindowCounter, decide_windows};
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let all = WindowCounter { key: "rl:{api}:all".into(), limit: 100, window: Duration::from_secs(60), hits: 1, enforce: true, calendar: None };
+/// let all = WindowCounter {
+///     key: "rl:{api}:all".into(),
+///     limit: 100,
+///     window: Duration::from_secs(60),
+///     hits: 1,
+///     enforce: true,
+///     calendar: None,
+///     opened_ago: Duration::ZERO,
+/// };
 /// let answer = decide_windows(&redis, &[all], CountersMode::Take, None).await?;
 /// assert!(answer.admitted);
 /// # Ok(()) }
@@ -110,7 +131,7 @@ pub async fn decide_windows(
         Some(now) => (now.to_string(), 60_000),
         None => (String::new(), 0),
     };
-    let mut args = Vec::with_capacity(3 + 6 * counters.len());
+    let mut args = Vec::with_capacity(3 + 7 * counters.len());
     args.extend([now, (mode as u8).to_string(), min_ttl.to_string()]);
     for c in counters {
         args.push(c.limit.to_string());
@@ -120,6 +141,7 @@ pub async fn decide_windows(
         let (start, end) = c.calendar.unwrap_or((0, 0));
         args.push(start.to_string());
         args.push(end.to_string());
+        args.push(c.opened_ago.as_micros().min(c.window.as_micros()).to_string());
     }
     let reply: Vec<i64> = redis.invoke(&scripts::COUNTERS, &keys, &args).await?;
     let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;

@@ -586,6 +586,7 @@ async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones
         hits: 3,
         enforce: true,
         calendar: None,
+        opened_ago: Duration::ZERO,
     };
     let now = 1_000_000_000;
     for i in 0..300 {

@@ -579,6 +579,41 @@ async fn a_reset_on_redis_cached_drops_the_local_counter_and_its_pending_hits() 
     assert_eq!(redis.cli(&["HGET", ann.trim(), "c"]).trim(), "3", "the new window's 3, not 3 more on the old");
 }
 
+/// With redis-cached, a replica's flush opens Redis's window when its first hit opened its own,
+/// not a flush interval later: the replicas' windows, and Redis's, end together.
+#[tokio::test]
+async fn redis_cached_windows_open_in_redis_at_the_first_hit_not_at_the_flush() {
+    let redis = RedisServer::start();
+    let yaml = "- {namespace: api, name: per user, max_value: 5, seconds: 60, variables: [user]}\n";
+    let storage = Storage::RedisCached { url: redis.url(), prefix: "w:".into(), flush: Duration::from_secs(3600) };
+    let a = server_on(yaml, Mode::Accuracy, false, false, storage.clone()).await;
+    let b = server_on(yaml, Mode::Accuracy, false, false, storage).await;
+    let advance = |by: Duration| {
+        a.clock.advance(by);
+        b.clock.advance(by);
+    };
+    /// Status, remaining, seconds to the reset.
+    async fn hit(server: &Server) -> (u16, String, String) {
+        let call = r#"{"namespace":"api","values":{"user":"ann"},"delta":1,"response_headers":"DraftVersion03"}"#;
+        let (status, headers, _) = server.post("/check_and_report", call).await;
+        let header = |name: &str| headers[name].to_str().unwrap().to_owned();
+        (status, header("x-ratelimit-remaining"), header("x-ratelimit-reset"))
+    }
+    let answer = |remaining: &str, reset: &str| (200, remaining.to_owned(), reset.to_owned());
+    advance(Duration::from_secs(1000));
+    assert_eq!(hit(&a).await, answer("4", "60"));
+    advance(Duration::from_secs(10));
+    assert_eq!(a.running.engine.flush().await.unwrap(), 1);
+    assert_eq!(hit(&a).await, answer("3", "50"), "the window opened 10 s ago, in Redis too");
+    // B reads the window from Redis: the same end, A's flushed hit counted.
+    assert_eq!(hit(&b).await, answer("3", "50"));
+    advance(Duration::from_secs(49));
+    assert_eq!(hit(&a).await.2, "1");
+    advance(Duration::from_secs(1));
+    assert_eq!(hit(&a).await, answer("4", "60"), "a new window on A");
+    assert_eq!(hit(&b).await, answer("4", "60"), "and on B, at the same moment");
+}
+
 #[tokio::test]
 async fn listing_and_reset_say_when_redis_is_down() {
     let mut redis = RedisServer::start();

@@ -10,7 +10,9 @@
 //! before they hear of each other — at most (R − 1) × max_value beyond the limit in the worst case,
 //! and about (R − 1) × (hits per flush interval) in steady traffic. With one replica it is exact.
 //! That bound is per window, and the replicas' windows agree only while they hear from Redis: a
-//! replica opens a window at its own first hit and takes Redis's end at its next flush. While
+//! replica opens a window at its own first hit; its flush opens Redis's window at that hit too
+//! (unless another replica's flush opened one first), and every replica takes Redis's end at its
+//! next flush. While
 //! Redis is unreachable each replica keeps deciding the counters it knows, alone, and its windows
 //! drift from the others' by the gaps between their first hits; one window-long interval can then
 //! meet two windows of every replica: up to (2R − 1) × max_value beyond the limit. A flush that
@@ -24,6 +26,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tollgate::Meta;
 use tollgate_redis::{BackendError, CountersMode, Redis, WindowCounter, decide_windows};
@@ -182,23 +185,35 @@ impl Cache {
         now: u64,
         redis_now: Option<u64>,
     ) -> Result<usize, BackendError> {
-        let batch: Vec<(String, u64, u64, u64)> = {
+        let batch: Vec<(String, u64, u64, u64, u64)> = {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             entries
                 .iter_mut()
-                .filter(|(_, e)| e.pending > 0)
-                .map(|(k, e)| {
-                    e.in_flight = e.pending;
-                    e.pending = 0;
-                    (k.clone(), e.limit, e.window_ns, e.in_flight)
+                .filter_map(|(k, e)| {
+                    // Hits of a window that is over are not sent (as `expire` drops them).
+                    e.expire(now);
+                    let end = e.ends?;
+                    (e.pending > 0).then(|| {
+                        e.in_flight = e.pending;
+                        e.pending = 0;
+                        // Redis opens the window when this replica did, if no other replica has.
+                        let opened_ago = (now + e.window_ns).saturating_sub(end);
+                        (k.clone(), e.limit, e.window_ns, e.in_flight, opened_ago)
+                    })
                 })
                 .collect()
         };
         let mut first_error = None;
-        for (key, limit, window_ns, hits) in &batch {
-            let window = std::time::Duration::from_nanos(*window_ns);
-            let counter =
-                WindowCounter { key: key.clone(), limit: *limit, window, hits: *hits, enforce: true, calendar: None };
+        for (key, limit, window_ns, hits, opened_ago) in &batch {
+            let counter = WindowCounter {
+                key: key.clone(),
+                limit: *limit,
+                window: Duration::from_nanos(*window_ns),
+                hits: *hits,
+                enforce: true,
+                calendar: None,
+                opened_ago: Duration::from_nanos(*opened_ago),
+            };
             let answer = decide_windows(redis, &[counter], CountersMode::Flush, redis_now).await;
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             let Some(e) = entries.get_mut(key) else { continue };

@@ -71,6 +71,7 @@ impl InRedis {
                 hits: call.hits_on(hit),
                 enforce: hit.limit.enforcement().denies(),
                 calendar: hit.limit.calendar().map(|c| self.store.calendar_us(c, call.clock)),
+                opened_ago: std::time::Duration::ZERO,
             })
             .collect();
         merge_repeated(counters)
