@@ -53,9 +53,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "tollgate:", value_name = "PREFIX")]
     redis_prefix: String,
 
-    /// How long an HTTP connection may take, from its opening or its last answer, to send its
-    /// next request whole (a decision call's head and body; another request's head): past it the
-    /// connection closes, as a kept-alive one idle that long does. 0 for no limit.
+    /// How long an HTTP connection may take to send a request whole (a decision call's head and
+    /// body; another request's head): the first within this of its opening, each next one within
+    /// one to two times this of the last answer. Past it the connection closes, as a kept-alive
+    /// one idle that long does. 0 for no limit.
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = tollgate::parse_duration_or_zero)]
     http_read_timeout: Duration,
 

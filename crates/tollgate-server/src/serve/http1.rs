@@ -13,11 +13,12 @@
 //! rest of its life: they answer it (and any protocol, HTTP/2 with prior knowledge included) as
 //! `axum::serve` did before this module existed.
 //!
-//! A connection has a read timeout (`--http-read-timeout`): from its opening or its last answer,
-//! the next request must be read within it — its head and body here, its head in hyper (its
-//! `header_read_timeout`, which also starts at the last answer) — or the connection closes, as
-//! a kept-alive connection idle that long does. A client that opens connections and trickles
-//! bytes (slowloris) holds each for that long at most.
+//! A connection has a read timeout T (`--http-read-timeout`): its first request must be read
+//! within T of its opening, and each next one within T to 2T of the last answer here (a tick
+//! every T, see [`ReadDeadline`]), within T in hyper (its `header_read_timeout`, which starts at
+//! its last answer; the head only) — or the connection closes, as a kept-alive connection idle
+//! that long does. A client that opens connections and trickles bytes (slowloris) holds each for
+//! 2T at most.
 
 use std::io;
 use std::pin::Pin;
@@ -232,39 +233,42 @@ impl<C: Clock + Clone> Connection<C> {
     }
 }
 
-/// When a connection that has not sent its next request whole is closed: the read timeout after
-/// its opening or its last answer. One timer per connection, moved only when it fires early (an
-/// answer since): resetting it per request would cost a timer-wheel update per call.
+/// When a connection that has not sent its next request whole is closed: at the first tick of a
+/// timer, every read timeout from the opening, that finds no answer written since the tick
+/// before — the read timeout after the opening, or between one and two read timeouts after the
+/// last answer. Reading the clock or moving a timer per request would cost more than the rest of
+/// the connection's work around a decision; counting answers costs an add.
 struct ReadDeadline {
     timeout: Duration,
-    /// The opening or the last answer.
-    since: Instant,
     timer: Pin<Box<Sleep>>,
+    /// Batches of answers written, and that count at the last tick.
+    answers: u64,
+    seen: u64,
 }
 
 impl ReadDeadline {
     fn new(timeout: Duration) -> ReadDeadline {
-        let since = Instant::now();
-        ReadDeadline { timeout, since, timer: Box::pin(tokio::time::sleep_until(since + timeout)) }
+        let timer = Box::pin(tokio::time::sleep_until(Instant::now() + timeout));
+        ReadDeadline { timeout, timer, answers: 0, seen: 0 }
     }
 
-    /// Answers were written: the next request's time starts.
+    /// Answers were written: the connection sent a request whole since the last tick.
     fn answered(&mut self) {
-        self.since = Instant::now();
+        self.answers += 1;
     }
 }
 
-/// Resolves when the connection has had its read timeout without a whole request; never without
-/// a timeout.
+/// Resolves when the connection has gone a tick without a whole request; never without a read
+/// timeout.
 async fn expired(deadline: &mut Option<ReadDeadline>) {
     let Some(deadline) = deadline else { return std::future::pending().await };
     loop {
         (&mut deadline.timer).await;
-        let due = deadline.since + deadline.timeout;
-        if Instant::now() >= due {
+        if deadline.answers == deadline.seen {
             return;
         }
-        deadline.timer.as_mut().reset(due);
+        deadline.seen = deadline.answers;
+        deadline.timer.as_mut().reset(Instant::now() + deadline.timeout);
     }
 }
 

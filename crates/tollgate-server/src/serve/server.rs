@@ -49,11 +49,12 @@ pub struct ServeConfig {
     /// Links each decision span to the caller's trace from the request's headers (see
     /// [`super::trace`]; `tollgate serve --otlp-endpoint` sets one); none by default.
     pub trace_parent: Option<Arc<dyn TraceParent>>,
-    /// How long an HTTP/1 connection may take, from its opening or its last answer, to send the
-    /// next request: its head, and its body too when the call is one the server reads itself
-    /// (`POST /check`, `/report`, `/check_and_report` as they usually come); a connection that
-    /// does not closes. It also closes kept-alive connections idle that long. `None`: no limit.
-    /// Default 30 s (hyper's header timeout).
+    /// How long an HTTP/1 connection may take to send a request: its head, and its body too when
+    /// the call is one the server reads itself (`POST /check`, `/report`, `/check_and_report` as
+    /// they usually come) — the first within this of the opening, each next one within one to
+    /// two times this of the last answer (exactly this for requests hyper reads). A connection
+    /// that does not closes, as a kept-alive one idle that long does. `None`: no limit. Default
+    /// 30 s (hyper's header timeout).
     pub http_read_timeout: Option<Duration>,
 }
 
