@@ -292,8 +292,10 @@ impl<C: Clock> LeasedLimiter<C> {
         match self.try_acquire_or_error(key, n).await {
             Ok(decided) => decided,
             Err(error) => {
+                // Decided at once: asking Redis again would make each decision of an outage wait
+                // for a second failure.
                 tracing::debug!(%error, key, "lease from redis failed; the failure policy decides");
-                self.inner.budget.try_acquire(key, n).await
+                self.inner.budget.failure_policy(key, n)
             }
         }
     }

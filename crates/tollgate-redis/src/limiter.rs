@@ -483,10 +483,17 @@ impl RedisLimiter {
             }
             Err(error) => {
                 tracing::debug!(%error, prefix = %i.prefix, key = tag, "redis decision failed; failure policy decides");
-                i.metrics.failure_policy(&i.failure);
-                i.failure.decide(tag, n, i.capacity).map(|lease| (lease, 0))
+                self.failure_policy(tag, n).map(|lease| (lease, 0))
             }
         }
+    }
+
+    /// The failure policy's answer for `n` permits under the hash tag `tag`, counted as its
+    /// answer: for a decision whose call to Redis failed (and was counted as an error).
+    pub(crate) fn failure_policy(&self, tag: &str, n: u64) -> Result<Lease, Rejected> {
+        let i = &self.inner;
+        i.metrics.failure_policy(&i.failure);
+        i.failure.decide(tag, n, i.capacity)
     }
 
     fn outcome(&self, answer: Reply, n: u64, reserve: bool) -> Result<Lease, Rejected> {

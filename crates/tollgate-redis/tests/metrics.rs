@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tollgate::{Quota, Reason};
-use tollgate_redis::{FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+use tollgate_redis::{FailurePolicy, LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter, RedisMetrics, RedisOptions};
 use tollgate_testkit::RedisServer;
 
 /// The value of the series `name{labels}` in the Prometheus text, `None` when it is not there.
@@ -97,4 +97,29 @@ async fn decisions_errors_and_failure_policies_are_measured_by_prefix() {
     for key in ["alice", "bob", "carol"] {
         assert!(!text.contains(key), "the key {key} leaked into a label:\n{text}");
     }
+}
+
+/// A leased limiter whose lease call fails lets its failure policy decide at once: one failed
+/// call to Redis per decision, not a second one first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_limiter_decides_an_outage_with_one_failed_call_each() {
+    let mut server = RedisServer::start();
+    let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
+    let redis = Redis::connect_with(&server.url(), options).await.unwrap();
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    let leased = metrics::with_local_recorder(&recorder, || {
+        LeasedLimiter::builder(&redis, "leased", Quota::per_second(100).unwrap())
+            .failure_policy(FailurePolicy::Allow)
+            .metrics(RedisMetrics::new("leased"))
+            .build()
+            .unwrap()
+    });
+    server.kill();
+    for _ in 0..3 {
+        assert_eq!(leased.try_acquire("dave", 1).await.unwrap().reason(), Reason::FailOpen);
+    }
+    let failed: f64 = KINDS.iter().map(|kind| errors(&metrics, "leased", kind)).sum();
+    assert_eq!(failed, 3.0, "one failed call per decision");
+    assert_eq!(failure_policy(&metrics, "leased", "allowed"), 3.0);
 }
