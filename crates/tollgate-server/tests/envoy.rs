@@ -128,6 +128,10 @@ async fn an_envoy_directory_is_served_over_rls_with_envoys_matching_and_windows(
     for _ in 0..10 {
         let unlimited = should_rate_limit(&mut client, "edge_proxy_per_ip", ip("10.0.0.1"), 1).await;
         assert_eq!(unlimited.overall_code, code(Code::Ok), "unlimited: never counted");
+        // As envoy/ratelimit answers an unlimited descriptor: a status with code OK alone.
+        let status = &unlimited.statuses[0];
+        assert_eq!((status.code, status.current_limit.as_ref(), status.limit_remaining), (code(Code::Ok), None, 0));
+        assert_eq!(status.duration_until_reset, None);
     }
     // 20 s on, a new minute: the address is allowed again; the day's marketing count is not.
     server.clock.advance(Duration::from_secs(20));
