@@ -125,7 +125,8 @@ pub struct PumpOptions {
     /// How long the queue may stay unreachable (errors that may pass: see
     /// [`PaceError::is_transient`]) before the pump gives up and returns the last error. Until
     /// then it tries again, pausing from `empty_poll` up to 5 s between tries; items already
-    /// being handled go on. Other errors end the pump at once.
+    /// being handled go on. Other errors end the pump at once. Either way the pump takes no new
+    /// item and returns its error once the items being handled are done.
     pub outage: Duration,
 }
 
@@ -203,51 +204,62 @@ where
     let handler = Arc::new(handler);
     let slots = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
     let mut outage = Outage::new();
-    loop {
-        // Take only what can be sent soon: an item held longer than the queue's idle timeout is
-        // delivered to another worker too.
-        pacer.ready().await;
-        let soon = (pacer.rate() * TAKE_AHEAD.as_secs_f64()).ceil().max(1.0) as usize;
-        let items = match queue.take(&options.consumer, options.batch.clamp(1, soon)).await {
-            Ok(items) => items,
-            Err(e) => {
-                outage.wait(e, &options).await?;
-                continue;
-            }
-        };
-        outage.over();
-        if items.is_empty() {
-            let idle = slots.available_permits() == options.concurrency.max(1);
-            if options.stop_when_empty && idle {
-                match queue.outstanding().await {
-                    Ok(0) => return Ok(()),
-                    Ok(_) => {}
-                    Err(e) => {
-                        outage.wait(e, &options).await?;
-                        continue;
+    let ended: Result<(), PaceError> = async {
+        loop {
+            // Take only what can be sent soon: an item held longer than the queue's idle timeout is
+            // delivered to another worker too.
+            pacer.ready().await;
+            let soon = (pacer.rate() * TAKE_AHEAD.as_secs_f64()).ceil().max(1.0) as usize;
+            let items = match queue.take(&options.consumer, options.batch.clamp(1, soon)).await {
+                Ok(items) => items,
+                Err(e) => {
+                    outage.wait(e, &options).await?;
+                    continue;
+                }
+            };
+            outage.over();
+            if items.is_empty() {
+                let idle = slots.available_permits() == options.concurrency.max(1);
+                if options.stop_when_empty && idle {
+                    match queue.outstanding().await {
+                        Ok(0) => return Ok(()),
+                        Ok(_) => {}
+                        Err(e) => {
+                            outage.wait(e, &options).await?;
+                            continue;
+                        }
                     }
                 }
+                tokio::time::sleep(options.empty_poll).await;
+                continue;
             }
-            tokio::time::sleep(options.empty_poll).await;
-            continue;
-        }
-        for item in items {
-            pacer.acquire(item.cost).await?;
-            // `slots` is never closed; the error is only the type's.
-            let slot = slots
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| PaceError::Closed { reason: tollgate::Reason::Closed })?;
-            let (queue, pacer, handler, progress) = (queue.clone(), pacer.clone(), handler.clone(), progress.clone());
-            pacer.metrics.in_flight.increment(1.0);
-            tokio::spawn(async move {
-                handle(&*queue, &pacer, &*handler, &progress, item).await;
-                pacer.metrics.in_flight.decrement(1.0);
-                drop(slot);
-            });
+            for item in items {
+                pacer.acquire(item.cost).await?;
+                // `slots` is never closed; the error is only the type's.
+                let slot = slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| PaceError::Closed { reason: tollgate::Reason::Closed })?;
+                let (queue, pacer, handler, progress) =
+                    (queue.clone(), pacer.clone(), handler.clone(), progress.clone());
+                pacer.metrics.in_flight.increment(1.0);
+                tokio::spawn(async move {
+                    handle(&*queue, &pacer, &*handler, &progress, item).await;
+                    pacer.metrics.in_flight.decrement(1.0);
+                    drop(slot);
+                });
+            }
         }
     }
+    .await;
+    if ended.is_err() {
+        // The items being handled finish (acknowledged or failed) before the error is returned:
+        // a caller that exits on it would cut them off midway, to be handled again elsewhere.
+        let all = u32::try_from(options.concurrency.max(1)).unwrap_or(u32::MAX);
+        let _ = slots.acquire_many(all).await;
+    }
+    ended
 }
 
 async fn handle<Q, C, H, F>(queue: &Q, pacer: &Pacer<C>, handler: &H, progress: &Progress, item: Item)

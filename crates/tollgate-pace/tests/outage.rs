@@ -114,3 +114,24 @@ async fn an_error_that_will_not_pass_ends_the_pump_at_once() {
     assert!(!error.is_transient() && matches!(error, PaceError::Closed { .. }), "{error}");
     assert_eq!(elapsed, Duration::ZERO);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pump_that_gives_up_returns_once_the_items_being_handled_are_done() {
+    // The first take answers 4 items; the next fails for good while their handlers still run.
+    let closed = || PaceError::Closed { reason: tollgate::Reason::Closed };
+    let queue = Arc::new(Flaky::new(20, 2..=2, closed));
+    let pacer = Arc::new(Pacer::builder(Budget::per_second(1_000_000).unwrap()).build().unwrap());
+    let mut options = PumpOptions::new("w");
+    options.batch = 4;
+    let progress = Arc::new(Progress::default());
+    let started = Instant::now();
+    let handler = |_item| async {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        Handled::Done
+    };
+    let error = pump(queue.clone(), pacer, options, progress.clone(), handler).await.unwrap_err();
+    assert!(matches!(error, PaceError::Closed { .. }), "{error}");
+    assert_eq!(progress.done.load(Ordering::SeqCst), 4, "the 4 items taken were handled and acknowledged");
+    assert_eq!(queue.outstanding.load(Ordering::SeqCst), 16);
+    assert_eq!(started.elapsed(), Duration::from_secs(10), "returned when the handlers were done");
+}
