@@ -236,8 +236,7 @@ impl<C: Clock + Clone> Connection<C> {
 /// When a connection that has not sent its next request whole is closed: at the first tick of a
 /// timer, every read timeout from the opening, that finds no answer written since the tick
 /// before — the read timeout after the opening, or between one and two read timeouts after the
-/// last answer. Reading the clock or moving a timer per request would cost more than the rest of
-/// the connection's work around a decision; counting answers costs an add.
+/// last answer. So a request costs an add here, not a clock read and a timer-wheel update.
 struct ReadDeadline {
     timeout: Duration,
     timer: Pin<Box<Sleep>>,

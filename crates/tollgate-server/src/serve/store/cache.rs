@@ -12,11 +12,10 @@
 //! That bound is per window, and the replicas' windows agree only while they hear from Redis: a
 //! replica opens a window at its own first hit; its flush opens Redis's window at that hit too
 //! (unless another replica's flush opened one first), and every replica takes Redis's end at its
-//! next flush. While
-//! Redis is unreachable each replica keeps deciding the counters it knows, alone, and its windows
-//! drift from the others' by the gaps between their first hits; one window-long interval can then
-//! meet two windows of every replica: up to (2R − 1) × max_value beyond the limit. A flush that
-//! succeeds again brings them back to Redis's windows.
+//! next flush. While Redis is unreachable each replica keeps deciding the counters it knows,
+//! alone, and its windows drift from the others' by the gaps between their first hits; one
+//! window-long interval can then meet two windows of every replica: up to (2R − 1) × max_value
+//! beyond the limit. A flush that succeeds again brings them back to Redis's windows.
 //!
 //! A reset (`DELETE /counters/{namespace}`) holds off flushes while it runs: it first sends what
 //! is pending, then deletes the counters in Redis, then forgets them here ([`Cache::forget`]), so
