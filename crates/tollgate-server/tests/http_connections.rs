@@ -336,3 +336,17 @@ async fn without_a_read_timeout_a_connection_may_idle() {
     tcp.write_all(sized("/check", &call("a", 1)).as_bytes()).await.unwrap();
     assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_never_reads_its_answers_is_closed_after_the_read_timeout() {
+    let server = timed_server(TIMEOUT).await;
+    let (_unread, mut tcp) = connect(&server).await.into_split();
+    let calls: String = (0..200).map(|_| sized("/check", &call("a", 1))).collect();
+    let started = tokio::time::Instant::now();
+    // Calls sent until the server stops reading them (its answers fill the socket's buffers and
+    // are never read), then until it closes the connection.
+    let writer = tokio::spawn(async move { while tcp.write_all(calls.as_bytes()).await.is_ok() {} });
+    tokio::time::timeout(Duration::from_secs(60), writer).await.expect("the server never closed").unwrap();
+    let took = started.elapsed();
+    assert!(within_a_tick(took, TIMEOUT), "{took:?}");
+}

@@ -18,7 +18,8 @@
 //! every T, see [`ReadDeadline`]), within T in hyper (its `header_read_timeout`, which starts at
 //! its last answer; the head only) — or the connection closes, as a kept-alive connection idle
 //! that long does. A client that opens connections and trickles bytes (slowloris) holds each for
-//! 2T at most.
+//! 2T at most; one that leaves answers unread, for T after the socket's buffers fill (here; in
+//! hyper, as long as it likes: hyper has no write timeout).
 
 use std::io;
 use std::pin::Pin;
@@ -139,7 +140,7 @@ impl<C: Clock + Clone> Connection<C> {
                         break;
                     }
                     Parsed::NotTaken => {
-                        if tcp.write_all(&output).await.is_ok() {
+                        if write(&mut tcp, &output, self.read_timeout).await {
                             self.hand_over(tcp, input.freeze(), answered).await;
                         }
                         return;
@@ -154,14 +155,14 @@ impl<C: Clock + Clone> Connection<C> {
                 input.advance(call.head + call.body);
                 (answered, answered_now) = (true, true);
                 if output.len() >= MAX_KEPT && !close {
-                    if tcp.write_all(&output).await.is_err() {
+                    if !write(&mut tcp, &output, self.read_timeout).await {
                         return;
                     }
                     output.clear();
                 }
             }
             if !output.is_empty() {
-                if tcp.write_all(&output).await.is_err() {
+                if !write(&mut tcp, &output, self.read_timeout).await {
                     return;
                 }
                 output.clear();
@@ -230,6 +231,34 @@ impl<C: Clock + Clone> Connection<C> {
         if let Err(e) = served {
             tracing::trace!("HTTP connection ended: {e}");
         }
+    }
+}
+
+/// Writes `bytes` whole; false when the connection failed, or when the client has not read them
+/// within `timeout` (a client that sends calls and never reads the answers would otherwise hold
+/// the connection for ever). The timer is set only when the socket's buffer is full.
+async fn write(tcp: &mut TcpStream, mut bytes: &[u8], timeout: Option<Duration>) -> bool {
+    while !bytes.is_empty() {
+        match tcp.try_write(bytes) {
+            Ok(0) => return false,
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    if bytes.is_empty() {
+        return true;
+    }
+    match timeout {
+        Some(timeout) => match tokio::time::timeout(timeout, tcp.write_all(bytes)).await {
+            Ok(written) => written.is_ok(),
+            Err(_) => {
+                tracing::debug!("HTTP connection closed: answers not read within the read timeout");
+                false
+            }
+        },
+        None => tcp.write_all(bytes).await.is_ok(),
     }
 }
 

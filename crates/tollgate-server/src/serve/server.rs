@@ -53,8 +53,8 @@ pub struct ServeConfig {
     /// the call is one the server reads itself (`POST /check`, `/report`, `/check_and_report` as
     /// they usually come) — the first within this of the opening, each next one within one to
     /// two times this of the last answer (exactly this for requests hyper reads). A connection
-    /// that does not closes, as a kept-alive one idle that long does. `None`: no limit. Default
-    /// 30 s (hyper's header timeout).
+    /// that does not closes, as a kept-alive one idle that long does, and one whose answers
+    /// stay unread that long. `None`: no limit. Default 30 s (hyper's header timeout).
     pub http_read_timeout: Option<Duration>,
 }
 
