@@ -168,6 +168,9 @@ struct Inner<K, A: Algorithm, C: Clock> {
     by_release: bool,
 }
 
+/// The fewest keys a shard holds when the shard count is left to the builder.
+const MIN_KEYS_PER_SHARD: usize = 1024;
+
 #[repr(align(128))]
 struct Shard<K, S> {
     table: RwLock<Table<K, S>>,
@@ -213,6 +216,8 @@ pub struct KeyedBuilder<K, A: Algorithm, C: Clock> {
     clock: C,
     max_keys: usize,
     shards: usize,
+    /// `shards` was chosen by the caller, not left at its default.
+    shards_chosen: bool,
     statistics: bool,
     at_limit: AtKeyLimit,
     _key: PhantomData<fn() -> K>,
@@ -226,6 +231,7 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
             clock,
             max_keys: self.max_keys,
             shards: self.shards,
+            shards_chosen: self.shards_chosen,
             statistics: self.statistics,
             at_limit: self.at_limit,
             _key: PhantomData,
@@ -240,6 +246,9 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
     }
 
     /// Hard cap on stored keys (default: 10 million). Rounded up to a multiple of the shard count.
+    /// Each shard holds its share of the cap, so a new key can meet a full shard before the whole
+    /// cap is used; unless [`KeyedBuilder::shards`] is set, a cap under 1,024 keys per default
+    /// shard gets fewer shards (one below 2,048 keys), so that a small cap holds what it says.
     ///
     /// A shard's table has a power of two of slots and holds up to 7/8 of them. When a shard's
     /// cap (`max_keys / shards`) is within 1/32 of what its table holds, the table doubles once
@@ -251,10 +260,12 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
         self
     }
 
-    /// Number of shards, rounded up to a power of two (default: 64; more shards, less contention
-    /// between threads, a little more memory when nearly empty).
+    /// Number of shards, rounded up to a power of two (default: 64, fewer for caps under 65,536
+    /// keys, see [`KeyedBuilder::max_keys`]; more shards, less contention between threads, a
+    /// little more memory when nearly empty).
     pub fn shards(mut self, shards: NonZeroUsize) -> Self {
         self.shards = shards.get().next_power_of_two();
+        self.shards_chosen = true;
         self
     }
 
@@ -266,7 +277,13 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
     }
 
     /// The keyed limiter.
-    pub fn build(self) -> Keyed<K, A, C> {
+    pub fn build(mut self) -> Keyed<K, A, C> {
+        if !self.shards_chosen {
+            // At least MIN_KEYS_PER_SHARD per shard: with 64 shards of one key each, a cap of 64
+            // turned new keys away from about the tenth.
+            let fit = (self.max_keys / MIN_KEYS_PER_SHARD).max(1);
+            self.shards = self.shards.min(1 << fit.ilog2());
+        }
         let shards: Box<[_]> = (0..self.shards)
             .map(|_| Shard {
                 table: RwLock::new(Table { map: HashTable::new(), expiry: Expiry::default(), swept: 0, evicted: 0 }),
@@ -309,6 +326,7 @@ impl<K, A: Algorithm> Keyed<K, A, SystemClock> {
             clock: SystemClock::new(),
             max_keys: 10_000_000,
             shards: 64,
+            shards_chosen: false,
             statistics: false,
             at_limit: AtKeyLimit::Reject,
             _key: PhantomData,

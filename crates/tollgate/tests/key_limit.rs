@@ -189,3 +189,32 @@ fn ten_million_new_keys_never_store_more_than_the_cap() {
         assert_eq!(at_limit, flood - 1024, "{policy:?}: every key past the cap met the policy");
     }
 }
+
+/// A small cap holds what it says whatever the keys hash to: the builder gives it fewer shards
+/// (with 64 shards of one key each, a cap of 64 turned new keys away from about the tenth), while
+/// a large cap keeps the default 64.
+#[test]
+fn a_small_cap_stores_every_key_up_to_it() {
+    for cap in [1, 10, 64, 1000, 2047] {
+        let k: Keyed<u64, _, _> = Keyed::builder(TokenBucket::new(Quota::per_minute(10).unwrap()))
+            .clock(ManualClock::new())
+            .max_keys(nz(cap))
+            .build();
+        assert_eq!(k.max_keys(), cap, "one shard below 2,048 keys");
+        for key in 0..cap as u64 {
+            assert!(k.try_acquire(&key, 1).is_ok(), "key {key} of a cap of {cap}");
+        }
+        let over = k.try_acquire(&(cap as u64), 1).unwrap_err();
+        assert_eq!(over.reason(), Reason::KeyLimit, "cap {cap}");
+    }
+    // The cap is rounded up to a multiple of the shard count: 4 shards at 5,001 keys, 64 from
+    // 65,536 on.
+    let rounded = |cap: usize| {
+        let k: Keyed<u64, _> =
+            Keyed::builder(TokenBucket::new(Quota::per_minute(10).unwrap())).max_keys(nz(cap)).build();
+        k.max_keys()
+    };
+    assert_eq!(rounded(5_001), 5_004);
+    assert_eq!(rounded(100_000), 100_032);
+    assert_eq!(rounded(10_000_000), 10_000_000);
+}
