@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tollgate::{Quota, Reason};
 use tollgate_redis::{FailurePolicy, LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter, RedisMetrics, RedisOptions};
 use tollgate_testkit::RedisServer;
@@ -29,13 +29,20 @@ fn failure_policy(metrics: &PrometheusHandle, prefix: &str, outcome: &str) -> f6
 
 const KINDS: [&str; 7] = ["invalid_url", "connect", "auth", "wrong_type", "timeout", "backing_off", "redis"];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn decisions_errors_and_failure_policies_are_measured_by_prefix() {
-    let mut server = RedisServer::start();
+/// A redis-server, a connection to it with a 50 ms deadline, and a Prometheus recorder for this
+/// test alone (install it with `metrics::with_local_recorder` while building limiters).
+async fn setup() -> (RedisServer, Redis, PrometheusRecorder, PrometheusHandle) {
+    let server = RedisServer::start();
     let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
     let redis = Redis::connect_with(&server.url(), options).await.unwrap();
     let recorder = PrometheusBuilder::new().build_recorder();
     let metrics = recorder.handle();
+    (server, redis, recorder, metrics)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_errors_and_failure_policies_are_measured_by_prefix() {
+    let (mut server, redis, recorder, metrics) = setup().await;
     let policies = [
         ("deny", FailurePolicy::Deny, "denied"),
         ("allow", FailurePolicy::Allow, "allowed"),
@@ -103,11 +110,7 @@ async fn decisions_errors_and_failure_policies_are_measured_by_prefix() {
 /// call to Redis per decision, not a second one first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_limiter_decides_an_outage_with_one_failed_call_each() {
-    let mut server = RedisServer::start();
-    let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
-    let redis = Redis::connect_with(&server.url(), options).await.unwrap();
-    let recorder = PrometheusBuilder::new().build_recorder();
-    let metrics = recorder.handle();
+    let (mut server, redis, recorder, metrics) = setup().await;
     let leased = metrics::with_local_recorder(&recorder, || {
         LeasedLimiter::builder(&redis, "leased", Quota::per_second(100).unwrap())
             .failure_policy(FailurePolicy::Allow)
