@@ -350,3 +350,24 @@ async fn a_client_that_never_reads_its_answers_is_closed_after_the_read_timeout(
     let took = started.elapsed();
     assert!(within_a_tick(took, TIMEOUT), "{took:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_body_hyper_reads_that_stalls_is_answered_408_and_closed() {
+    let server = timed_server(TIMEOUT).await;
+    // Chunked calls and a DELETE's body are hyper's; each sends half its body, then stalls.
+    let stalled = chunked("/check_and_report", &call("a", 1));
+    let reset = "DELETE /counters/ns HTTP/1.1\r\nhost: t\r\ncontent-length: 40\r\n\r\n{\"values\":";
+    for request in [&stalled[..stalled.len() - 12], reset] {
+        let mut tcp = connect(&server).await;
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let sent = tokio::time::Instant::now();
+        let reply = tokio::time::timeout(Duration::from_secs(60), read_replies(&mut tcp, 1)).await;
+        let reply = reply.expect("no answer in a minute").remove(0);
+        assert_eq!(reply.status, 408, "{reply:?}");
+        assert!(reply.body.contains("within 5s"), "{reply:?}");
+        let took = closed_after(&mut tcp, sent).await;
+        assert!(within_a_tick(took, TIMEOUT), "{took:?}");
+    }
+    // The call was not decided: 3 still fit.
+    assert_eq!(server.post("/check", &call("a", 3)).await.0, 200);
+}

@@ -60,6 +60,12 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = tollgate::parse_duration_or_zero)]
     http_read_timeout: Duration,
 
+    /// How long a gRPC connection may stay silent: a new one must send its HTTP/2 preface within
+    /// this of its opening, and one silent this long is pinged (HTTP/2 PING, which clients answer
+    /// by themselves) and closed if the answer does not come within this again. 0 for neither.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = tollgate::parse_duration_or_zero)]
+    grpc_read_timeout: Duration,
+
     /// With `--storage redis-cached`: how often local counts are flushed to Redis.
     #[arg(long, default_value = "100ms", value_name = "DURATION", value_parser = tollgate::parse_duration)]
     flush_every: Duration,
@@ -235,6 +241,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         counters: CounterCap { max: args.max_counters, at_max: args.at_max_counters.into() },
         rate_limit_headers: args.rate_limit_headers.map(HeaderDraft::from),
         http_read_timeout: Some(args.http_read_timeout).filter(|t| !t.is_zero()),
+        grpc_read_timeout: Some(args.grpc_read_timeout).filter(|t| !t.is_zero()),
         storage: match args.storage {
             StorageKind::Memory => Storage::Memory,
             StorageKind::Redis => Storage::Redis { url: args.redis_url, prefix: args.redis_prefix },

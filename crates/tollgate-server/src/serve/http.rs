@@ -24,11 +24,13 @@
 //! [`router`] serves every route. `tollgate serve` puts its own connection handling in front of
 //! it: the three decision calls sent as they usually come (HTTP/1.1, a `Content-Length` body) are
 //! parsed and answered on the connection by the same decision code, without the router; any
-//! other request hands its connection to hyper and this router (README, "Cost per decision").
+//! other request hands its connection to hyper and this router (README, "Cost per decision"), where
+//! a body that does not arrive whole within the HTTP read timeout of its head is answered 408
+//! (the router [`router`] returns has no such timeout: the server embedding it sets its own).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -156,17 +158,40 @@ pub(super) struct Api<C: Clock> {
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
     pub(super) trace_parent: Option<Arc<dyn TraceParent>>,
+    /// How long a body hyper reads may take once its head is in (`None`: no limit).
+    body_timeout: Option<Duration>,
 }
 
 impl<C: Clock> Api<C> {
     /// Deciding with `engine`, each decision span's parent set by `trace_parent` from the
-    /// request's headers.
+    /// request's headers; a body that takes longer than `body_timeout` after its head is
+    /// answered 408.
     pub(super) fn new(
         engine: Arc<Engine<C>>,
         metrics: Arc<Metrics>,
         trace_parent: Option<Arc<dyn TraceParent>>,
+        body_timeout: Option<Duration>,
     ) -> Arc<Api<C>> {
-        Arc::new(Api { engine, metrics, trace_parent })
+        Arc::new(Api { engine, metrics, trace_parent, body_timeout })
+    }
+
+    /// The request's body, as the `Bytes` extractor reads it (the same limit, the same
+    /// rejections), or 408 Request Timeout past the body timeout (hyper then closes the
+    /// connection: the rest of the body is never read).
+    async fn body(&self, request: Request) -> Result<Bytes, Response> {
+        let read = Bytes::from_request(request, &());
+        let read = match self.body_timeout {
+            None => read.await,
+            Some(timeout) => match tokio::time::timeout(timeout, read).await {
+                Ok(read) => read,
+                Err(_) => {
+                    let reason =
+                        format!("the request's body did not arrive within {}\n", humantime::format_duration(timeout));
+                    return Err((StatusCode::REQUEST_TIMEOUT, reason).into_response());
+                }
+            },
+        };
+        read.map_err(IntoResponse::into_response)
     }
 }
 
@@ -182,7 +207,7 @@ pub fn router_with_trace_parent<C: Clock + Clone>(
     metrics: Arc<Metrics>,
     trace_parent: Option<Arc<dyn TraceParent>>,
 ) -> Router {
-    routes(Api::new(engine, metrics, trace_parent))
+    routes(Api::new(engine, metrics, trace_parent, None))
 }
 
 /// The API's routes over `api`.
@@ -204,12 +229,11 @@ async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, request: Request
     let decision = Decision::start(Protocol::Http, action, api.trace_parent.as_deref(), request.headers());
     let span = decision.span().clone();
     async {
-        // As the `Bytes` extractor would (the same limit, the same rejections).
-        match Bytes::from_request(request, &()).await {
+        match api.body(request).await {
             Ok(body) => answer(&api, &body, action, &decision).await.into_response(),
-            Err(rejection) => {
+            Err(refused) => {
                 decision.invalid();
-                rejection.into_response()
+                refused
             }
         }
     }
@@ -358,8 +382,12 @@ async fn counters<C: Clock + Clone>(
 async fn reset<C: Clock + Clone>(
     State(api): State<Arc<Api<C>>>,
     Path(namespace): Path<String>,
-    body: Bytes,
+    request: Request,
 ) -> Response {
+    let body = match api.body(request).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
     let filter = if body.iter().all(u8::is_ascii_whitespace) {
         CounterFilter::everything()
     } else {

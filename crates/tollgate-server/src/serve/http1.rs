@@ -16,9 +16,9 @@
 //! A connection has a read timeout T (`--http-read-timeout`): its first request must be read
 //! within T of its opening, and each next one within T to 2T of the last answer here (a tick
 //! every T, see [`ReadDeadline`]), within T in hyper (its `header_read_timeout`, which starts at
-//! its last answer; the head only) — or the connection closes, as a kept-alive connection idle
-//! that long does. A client that opens connections and trickles bytes (slowloris) holds each for
-//! 2T at most; one that leaves answers unread, for T after the socket's buffers fill (here; in
+//! its last answer, for the head; a route that reads a body gives it T more, then answers 408)
+//! — or the connection closes, as a kept-alive connection idle that long does. A client that
+//! opens connections and trickles bytes (slowloris) holds each for 2T at most; one that leaves answers unread, for T after the socket's buffers fill (here; in
 //! hyper, as long as it likes: hyper has no write timeout).
 
 use std::io;

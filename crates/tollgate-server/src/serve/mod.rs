@@ -18,6 +18,7 @@ pub mod http;
 mod http1;
 mod kuadrant;
 mod metrics;
+mod preface;
 mod reload;
 pub mod rls;
 mod server;
@@ -31,6 +32,8 @@ pub use engine::{Action, CounterTable, CounterView, Engine, Loaded, Mode, Outcom
 pub use headers::{HeaderDraft, UnknownHeaderDraft};
 pub use metrics::{Metrics, UNCONFIGURED_NAMESPACE};
 pub use reload::{Reloaded, Reloader};
-pub use server::{DEFAULT_HTTP_READ_TIMEOUT, Running, ServeConfig, ServeError, Storage, start};
+pub use server::{
+    DEFAULT_GRPC_READ_TIMEOUT, DEFAULT_HTTP_READ_TIMEOUT, Running, ServeConfig, ServeError, Storage, start,
+};
 pub use store::{RedisStore, SCAN_COUNT, TimeSource};
 pub use trace::TraceParent;

@@ -15,6 +15,7 @@ use super::headers::HeaderDraft;
 use super::http;
 use super::http1;
 use super::metrics::Metrics;
+use super::preface;
 use super::reload::Reloader;
 use super::rls::{KuadrantServer, RateLimitServiceServer, Rls};
 use super::store::{RedisStore, TimeSource};
@@ -52,17 +53,25 @@ pub struct ServeConfig {
     /// How long an HTTP/1 connection may take to send a request: its head, and its body too when
     /// the call is one the server reads itself (`POST /check`, `/report`, `/check_and_report` as
     /// they usually come) — the first within this of the opening, each next one within one to
-    /// two times this of the last answer (exactly this for requests hyper reads). A connection
+    /// two times this of the last answer (exactly this for the head of a request hyper reads,
+    /// and this again for its body, or it is answered 408). A connection
     /// that does not closes, as a kept-alive one idle that long does, and one whose answers
     /// stay unread that long. `None`: no limit. Default 30 s (hyper's header timeout).
     pub http_read_timeout: Option<Duration>,
+    /// How long a gRPC connection may stay silent: a new one must send its HTTP/2 preface within
+    /// this of the opening, and one that has sent nothing for this long is pinged (HTTP/2 PING,
+    /// which every HTTP/2 client answers by itself) and closed if the answer does not come
+    /// within this again. So a dead peer, or one that opens connections and sends nothing, holds
+    /// a connection, and a graceful shutdown, at most twice this. `None`: neither. Default 30 s.
+    pub grpc_read_timeout: Option<Duration>,
 }
 
 impl ServeConfig {
     /// `tollgate serve --limits FILE` with every other flag at its default: Limitador's format,
     /// RLS on 127.0.0.1:8081, HTTP on 127.0.0.1:8080, accuracy mode, no shadow, the file watched,
     /// counters in memory (10 million per limit at most, new ones rejected past that), no RateLimit
-    /// headers in RLS replies, no trace parent, HTTP connections given 30 s per request. Change
+    /// headers in RLS replies, no trace parent, HTTP connections given 30 s per request, gRPC
+    /// connections 30 s of silence. Change
     /// fields to taste.
     ///
     /// ```
@@ -87,12 +96,16 @@ impl ServeConfig {
             rate_limit_headers: None,
             trace_parent: None,
             http_read_timeout: Some(DEFAULT_HTTP_READ_TIMEOUT),
+            grpc_read_timeout: Some(DEFAULT_GRPC_READ_TIMEOUT),
         }
     }
 }
 
 /// [`ServeConfig::http_read_timeout`]'s default.
 pub const DEFAULT_HTTP_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// [`ServeConfig::grpc_read_timeout`]'s default.
+pub const DEFAULT_GRPC_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where counters live. Its `Debug` shows Redis URLs without credentials.
 #[derive(Clone, Default)]
@@ -267,10 +280,14 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         .prepare();
     let service = Unary::new(rls, routes);
     let mut stop = signal.clone();
-    let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+    let incoming =
+        preface::deadlines(TcpIncoming::from(grpc_listener).with_nodelay(Some(true)), config.grpc_read_timeout);
+    let pings = config.grpc_read_timeout;
     let grpc_task = tokio::spawn(async move {
         let stopping = async move { stopped(&mut stop).await };
         let served = tonic::transport::Server::builder()
+            .http2_keepalive_interval(pings)
+            .http2_keepalive_timeout(pings)
             .layer(tower::util::MapResponseLayer::new(decode_errors_are_invalid_argument))
             .serve_with_incoming_shutdown(service, incoming, stopping)
             .await;
@@ -313,7 +330,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         }));
     }
 
-    let api = http::Api::new(engine.clone(), metrics.clone(), config.trace_parent.clone());
+    let api = http::Api::new(engine.clone(), metrics.clone(), config.trace_parent.clone(), config.http_read_timeout);
     let routes = http::routes(api.clone());
     let http_task = tokio::spawn(http1::serve(http_listener, api, routes, config.http_read_timeout, signal));
     Ok(Running {

@@ -1,0 +1,125 @@
+//! The gRPC listener's connections over real sockets, in paused time (it moves only when every
+//! task waits, straight to the next timer): silent ones, dead peers and idle clients against
+//! `grpc_read_timeout`.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use hyper_util::rt::TokioIo;
+use support::{descriptor, should_rate_limit};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tonic::transport::Endpoint;
+
+const LIMITS: &str = r#"
+- namespace: ns
+  max_value: 100
+  seconds: 60
+  variables: ["descriptors[0].app_id"]
+"#;
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What an HTTP/2 client sends first: the preface, then its (empty) SETTINGS frame.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const EMPTY_SETTINGS: &[u8] = b"\0\0\0\x04\0\0\0\0\0";
+
+async fn server(timeout: Option<Duration>) -> support::Server {
+    support::server_with(LIMITS, |config| config.grpc_read_timeout = timeout).await
+}
+
+/// Reads (and drops: the server's SETTINGS and PING frames) until the server closes the
+/// connection, and says how long after `since` it did.
+async fn closed_after(tcp: &mut TcpStream, since: Instant) -> Duration {
+    let mut sink = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(600), tcp.read_to_end(&mut sink)).await;
+    assert!(matches!(read, Ok(Ok(_)) | Ok(Err(_))), "never closed: {read:?}");
+    since.elapsed()
+}
+
+fn within_a_tick(took: Duration, expected: Duration) -> bool {
+    took >= expected && took < expected + Duration::from_millis(50)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_sends_no_preface_in_time_is_closed() {
+    let server = server(Some(TIMEOUT)).await;
+    let opened = Instant::now();
+    let mut silent = TcpStream::connect(server.running.grpc).await.unwrap();
+    let took = closed_after(&mut silent, opened).await;
+    assert!(within_a_tick(took, TIMEOUT), "{took:?}");
+    // Part of the preface, 2 s in: the deadline counts from the opening.
+    let opened = Instant::now();
+    let mut slow = TcpStream::connect(server.running.grpc).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    slow.write_all(&PREFACE[..10]).await.unwrap();
+    let took = closed_after(&mut slow, opened).await;
+    assert!(within_a_tick(took, TIMEOUT), "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_stops_answering_is_pinged_then_closed() {
+    let server = server(Some(TIMEOUT)).await;
+    let mut tcp = TcpStream::connect(server.running.grpc).await.unwrap();
+    tcp.write_all(&[PREFACE, EMPTY_SETTINGS].concat()).await.unwrap();
+    let sent = Instant::now();
+    // Silent after its preface (as a peer whose host died): a PING after TIMEOUT without a frame,
+    // unanswered, closes the connection TIMEOUT later.
+    let took = closed_after(&mut tcp, sent).await;
+    assert!(within_a_tick(took, 2 * TIMEOUT), "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_idle_long_past_the_read_timeout_keeps_its_connection() {
+    let server = server(Some(TIMEOUT)).await;
+    // A tonic client whose connections are counted: it would open a second one, silently, if
+    // the server closed the first.
+    let connections = Arc::new(AtomicUsize::new(0));
+    let (addr, counted) = (server.running.grpc, connections.clone());
+    let channel = Endpoint::from_static("http://tollgate")
+        .connect_with_connector(tower::service_fn(move |_| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            async move { TcpStream::connect(addr).await.map(TokioIo::new) }
+        }))
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    for _ in 0..3 {
+        let answer = should_rate_limit(&mut client, "ns", vec![descriptor(&[("app_id", "a")])], 1).await;
+        assert_eq!(answer.overall_code, 1, "{answer:?}");
+        // Twenty read timeouts without a call: the server's PINGs are answered by the client.
+        // Half a timeout more, so the call does not leave at the instant of a PING: paused time
+        // then jumps to the PING's deadline with the answer unread on loopback (tokio advances
+        // an idle runtime's clock without waiting for bytes in flight; real time cannot).
+        tokio::time::sleep(20 * TIMEOUT + TIMEOUT / 2).await;
+    }
+    assert_eq!(connections.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_a_silent_connection_at_most_the_read_timeout() {
+    let server = server(Some(TIMEOUT)).await;
+    let _silent = TcpStream::connect(server.running.grpc).await.unwrap();
+    // Accepted before the shutdown starts.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(600), server.running.shutdown()).await.expect("shutdown hung");
+    let took = started.elapsed();
+    assert!(took <= TIMEOUT, "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_read_timeout_a_silent_connection_stays_open() {
+    let server = server(None).await;
+    let mut silent = TcpStream::connect(server.running.grpc).await.unwrap();
+    let mut settings = [0; 64];
+    // The server's own SETTINGS frame, then nothing for an hour, and no close.
+    assert!(silent.read(&mut settings).await.unwrap() > 0);
+    let read = tokio::time::timeout(Duration::from_secs(3600), silent.read(&mut settings)).await;
+    assert!(read.is_err(), "{read:?}");
+}
