@@ -60,9 +60,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = tollgate::parse_duration_or_zero)]
     http_read_timeout: Duration,
 
-    /// How long a gRPC connection may stay silent: a new one must send its HTTP/2 preface within
-    /// this of its opening, and one silent this long is pinged (HTTP/2 PING, which clients answer
-    /// by themselves) and closed if the answer does not come within this again. 0 for neither.
+    /// How long a gRPC connection may take to send HTTP/2's preface after it opens (or it
+    /// closes), and stay silent before its peer is probed (TCP keep-alive: a peer that is gone is
+    /// reset about twice this after its last packet). 0 for neither.
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = tollgate::parse_duration_or_zero)]
     grpc_read_timeout: Duration,
 

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Format, PolicyError};
-use tonic::transport::server::TcpIncoming;
 
 use super::counters::CounterCap;
 use super::engine::{Engine, Mode, StorageError};
@@ -58,11 +57,12 @@ pub struct ServeConfig {
     /// that does not closes, as a kept-alive one idle that long does, and one whose answers
     /// stay unread that long. `None`: no limit. Default 30 s (hyper's header timeout).
     pub http_read_timeout: Option<Duration>,
-    /// How long a gRPC connection may stay silent: a new one must send its HTTP/2 preface within
-    /// this of the opening, and one that has sent nothing for this long is pinged (HTTP/2 PING,
-    /// which every HTTP/2 client answers by itself) and closed if the answer does not come
-    /// within this again. So a dead peer, or one that opens connections and sends nothing, holds
-    /// a connection, and a graceful shutdown, at most twice this. `None`: neither. Default 30 s.
+    /// How long a gRPC connection may take to open its HTTP/2 session (send the preface) after
+    /// it is accepted, and stay silent before the kernel probes its peer (TCP keep-alive: three
+    /// probes, a third of this apart, so a peer that is gone is reset about twice this after
+    /// its last packet). A connection that does not send its preface in time closes, so a
+    /// client that opens connections and sends nothing holds each, and a graceful shutdown,
+    /// this long at most. `None`: neither. Default 30 s.
     pub grpc_read_timeout: Option<Duration>,
 }
 
@@ -71,7 +71,7 @@ impl ServeConfig {
     /// RLS on 127.0.0.1:8081, HTTP on 127.0.0.1:8080, accuracy mode, no shadow, the file watched,
     /// counters in memory (10 million per limit at most, new ones rejected past that), no RateLimit
     /// headers in RLS replies, no trace parent, HTTP connections given 30 s per request, gRPC
-    /// connections 30 s of silence. Change
+    /// connections 30 s to open. Change
     /// fields to taste.
     ///
     /// ```
@@ -280,14 +280,10 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         .prepare();
     let service = Unary::new(rls, routes);
     let mut stop = signal.clone();
-    let incoming =
-        preface::deadlines(TcpIncoming::from(grpc_listener).with_nodelay(Some(true)), config.grpc_read_timeout);
-    let pings = config.grpc_read_timeout;
+    let incoming = preface::incoming(grpc_listener, config.grpc_read_timeout);
     let grpc_task = tokio::spawn(async move {
         let stopping = async move { stopped(&mut stop).await };
         let served = tonic::transport::Server::builder()
-            .http2_keepalive_interval(pings)
-            .http2_keepalive_timeout(pings)
             .layer(tower::util::MapResponseLayer::new(decode_errors_are_invalid_argument))
             .serve_with_incoming_shutdown(service, incoming, stopping)
             .await;
