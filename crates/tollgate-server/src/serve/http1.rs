@@ -33,7 +33,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
@@ -43,6 +43,7 @@ use tracing::Instrument;
 use super::engine::Action;
 use super::http::{Answer, Api, answer};
 use super::server::stopped;
+use super::socket::{ReadHook, Socket};
 use super::trace::{Decision, Protocol};
 
 /// A request whose head is larger is not taken (hyper reads it, with its own limits).
@@ -209,7 +210,7 @@ impl<C: Clock + Clone> Connection<C> {
     /// Serves the rest of the connection with hyper and axum's routes, `read` first; HTTP/1 only
     /// once a call was `answered` here.
     async fn hand_over(mut self, tcp: TcpStream, read: Bytes, answered: bool) {
-        let io = TokioIo::new(Rewind { read, tcp });
+        let io = TokioIo::new(Socket { tcp, hook: Rewind(read) });
         let service = TowerToHyperService::new(self.routes);
         let mut builder = Builder::new(TokioExecutor::new());
         // hyper applies its header timeout (30 s unless told) only with a timer.
@@ -430,50 +431,21 @@ impl Date {
 }
 
 /// The connection as hyper reads it: the bytes this module read first, then the socket.
-struct Rewind {
-    read: Bytes,
-    tcp: TcpStream,
-}
+struct Rewind(Bytes);
 
-impl AsyncRead for Rewind {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        if self.read.is_empty() {
-            return Pin::new(&mut self.tcp).poll_read(cx, buf);
+impl ReadHook for Rewind {
+    fn poll_read(&mut self, tcp: &mut TcpStream, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.0.is_empty() {
+            return Pin::new(tcp).poll_read(cx, buf);
         }
-        let n = self.read.len().min(buf.remaining());
-        buf.put_slice(&self.read[..n]);
-        self.read.advance(n);
-        if self.read.is_empty() {
+        let n = self.0.len().min(buf.remaining());
+        buf.put_slice(&self.0[..n]);
+        self.0.advance(n);
+        if self.0.is_empty() {
             // The buffer it points into is freed now, not when the connection ends.
-            self.read = Bytes::new();
+            self.0 = Bytes::new();
         }
         Poll::Ready(Ok(()))
-    }
-}
-
-impl AsyncWrite for Rewind {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_shutdown(cx)
     }
 }
 

@@ -22,6 +22,7 @@ mod preface;
 mod reload;
 pub mod rls;
 mod server;
+mod socket;
 mod store;
 pub mod trace;
 mod unary;

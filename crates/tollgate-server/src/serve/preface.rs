@@ -3,7 +3,7 @@
 //!
 //! hyper waits for a new HTTP/2 connection's preface without a timer: a client that connects and
 //! sends nothing, or a few bytes, would hold the connection, and a graceful shutdown waiting for
-//! it, for ever. [`Preface`] makes a read fail once the deadline passes before the client's
+//! it, for ever. [`Deadline`] makes a read fail once the deadline passes before the client's
 //! 24-byte preface has arrived; after it, the timer is dropped and reads cost what the socket's
 //! do. A peer whose host dies or drops off the network later is found by the kernel's TCP
 //! keep-alive probes, at no cost per request; hyper's HTTP/2 PINGs would find it too, but they
@@ -17,10 +17,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
+
+use super::socket::{ReadHook, Socket};
 
 /// `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`: what every HTTP/2 client sends first (RFC 9113, 3.4).
 const PREFACE_LEN: usize = 24;
@@ -40,72 +42,47 @@ pub(super) fn incoming(
         .with_keepalive(timeout.map(whole))
         .with_keepalive_interval(timeout.map(|t| whole(t / 3)))
         .with_keepalive_retries(timeout.map(|_| 3));
-    incoming.map(move |accepted| accepted.map(|tcp| Preface::new(tcp, timeout)))
+    incoming.map(move |accepted| accepted.map(|tcp| Socket { tcp, hook: Deadline::new(timeout) }))
 }
 
 /// An accepted connection whose reads fail with `TimedOut` if the preface has not arrived whole
 /// by its deadline.
+pub(super) type Preface = Socket<Deadline>;
+
+/// Until the preface is read: its deadline (boxed because `Sleep` is `!Unpin`, once per
+/// connection) and the bytes read so far.
 #[derive(Debug)]
-pub(super) struct Preface {
-    tcp: TcpStream,
-    /// Until the preface is read; boxed because `Sleep` is `!Unpin`, once per connection.
-    deadline: Option<Pin<Box<Sleep>>>,
+pub(super) struct Deadline {
+    sleep: Option<Pin<Box<Sleep>>>,
     read: usize,
 }
 
-impl Preface {
-    fn new(tcp: TcpStream, timeout: Option<Duration>) -> Preface {
-        Preface { tcp, deadline: timeout.map(|t| Box::pin(tokio::time::sleep(t))), read: 0 }
+impl Deadline {
+    fn new(timeout: Option<Duration>) -> Deadline {
+        Deadline { sleep: timeout.map(|t| Box::pin(tokio::time::sleep(t))), read: 0 }
     }
 }
 
-impl AsyncRead for Preface {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let me = &mut *self;
-        let Some(deadline) = &mut me.deadline else { return Pin::new(&mut me.tcp).poll_read(cx, buf) };
+impl ReadHook for Deadline {
+    fn poll_read(&mut self, tcp: &mut TcpStream, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let Some(sleep) = &mut self.sleep else { return Pin::new(tcp).poll_read(cx, buf) };
         let before = buf.filled().len();
-        match Pin::new(&mut me.tcp).poll_read(cx, buf) {
+        match Pin::new(tcp).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 let n = buf.filled().len() - before;
-                me.read += n;
+                self.read += n;
                 // At the end of the stream too: hyper sees it and closes.
-                if me.read >= PREFACE_LEN || n == 0 {
-                    me.deadline = None;
+                if self.read >= PREFACE_LEN || n == 0 {
+                    self.sleep = None;
                 }
                 Poll::Ready(Ok(()))
             }
-            Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
-                me.deadline = None;
+            Poll::Pending if sleep.as_mut().poll(cx).is_ready() => {
+                self.sleep = None;
                 Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "no HTTP/2 preface within the read timeout")))
             }
             other => other,
         }
-    }
-}
-
-impl AsyncWrite for Preface {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_shutdown(cx)
     }
 }
 
