@@ -126,13 +126,16 @@ enum Failure {
     Run(String),
 }
 
-async fn open(args: &QueueArgs) -> Result<RedisStreams, Failure> {
-    let redis = tollgate_redis::Redis::connect(&args.redis_url).await.map_err(|e| Failure::Run(e.to_string()))?;
-    RedisStreams::open(&redis, &args.queue, args.idle, args.max_attempts).await.map_err(|e| Failure::Run(e.to_string()))
+async fn connect(args: &QueueArgs) -> Result<tollgate_redis::Redis, Failure> {
+    tollgate_redis::Redis::connect(&args.redis_url).await.map_err(|e| Failure::Run(e.to_string()))
+}
+
+async fn open(args: &QueueArgs, redis: &tollgate_redis::Redis) -> Result<RedisStreams, Failure> {
+    RedisStreams::open(redis, &args.queue, args.idle, args.max_attempts).await.map_err(|e| Failure::Run(e.to_string()))
 }
 
 async fn enqueue(args: EnqueueArgs) -> Result<ExitCode, Failure> {
-    let queue = open(&args.queue).await?;
+    let queue = open(&args.queue, &connect(&args.queue).await?).await?;
     let reader: Box<dyn BufRead> = if args.input.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())
     } else {
@@ -170,12 +173,12 @@ async fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let (budget, granularity, timeout, lease_ttl) = (args.rate, args.granularity, args.timeout, args.lease_ttl);
     let worker = HttpWorker::new(&args.url, timeout).map_err(|e| usage(format!("--url: {e}")))?;
     let pacer = Arc::new(Pacer::builder(budget).granularity(granularity).build().map_err(|e| usage(e.to_string()))?);
-    let queue = Arc::new(open(&args.queue).await?);
+    // One connection for the queue and the partitions: neither blocks in Redis (see `Queue::take`).
+    let redis = connect(&args.queue).await?;
+    let queue = Arc::new(open(&args.queue, &redis).await?);
     let partitions = match args.partitions {
         None => None,
         Some(p) => {
-            let redis =
-                tollgate_redis::Redis::connect(&args.queue.redis_url).await.map_err(|e| Failure::Run(e.to_string()))?;
             let name = format!("{}:partitions", args.queue.queue);
             let builder =
                 Partitions::builder(&redis, &name, p, budget).want(args.want.unwrap_or(p)).lease_ttl(lease_ttl);
