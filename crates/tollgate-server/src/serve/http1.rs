@@ -18,8 +18,9 @@
 //! every T, see [`ReadDeadline`]), within T in hyper (its `header_read_timeout`, which starts at
 //! its last answer, for the head; a route that reads a body gives it T more, then answers 408)
 //! — or the connection closes, as a kept-alive connection idle that long does. A client that
-//! opens connections and trickles bytes (slowloris) holds each for 2T at most; one that leaves answers unread, for T after the socket's buffers fill (here; in
-//! hyper, as long as it likes: hyper has no write timeout).
+//! opens connections and trickles bytes (slowloris) holds each for 2T at most; one that leaves
+//! answers unread, for T after the socket's buffers fill (here, and in hyper: its socket's
+//! writes fail once stalled that long, see [`Socket`]).
 
 use std::io;
 use std::pin::Pin;
@@ -210,7 +211,7 @@ impl<C: Clock + Clone> Connection<C> {
     /// Serves the rest of the connection with hyper and axum's routes, `read` first; HTTP/1 only
     /// once a call was `answered` here.
     async fn hand_over(mut self, tcp: TcpStream, read: Bytes, answered: bool) {
-        let io = TokioIo::new(Socket { tcp, hook: Rewind(read) });
+        let io = TokioIo::new(Socket::new(tcp, Rewind(read), self.read_timeout));
         let service = TowerToHyperService::new(self.routes);
         let mut builder = Builder::new(TokioExecutor::new());
         // hyper applies its header timeout (30 s unless told) only with a timer.

@@ -42,7 +42,9 @@ pub(super) fn incoming(
         .with_keepalive(timeout.map(whole))
         .with_keepalive_interval(timeout.map(|t| whole(t / 3)))
         .with_keepalive_retries(timeout.map(|_| 3));
-    incoming.map(move |accepted| accepted.map(|tcp| Socket { tcp, hook: Deadline::new(timeout) }))
+    // No write timeout: HTTP/2's flow control stops writing to a client that reads nothing
+    // long before the socket's buffer fills.
+    incoming.map(move |accepted| accepted.map(|tcp| Socket::new(tcp, Deadline::new(timeout), None)))
 }
 
 /// An accepted connection whose reads fail with `TimedOut` if the preface has not arrived whole

@@ -1,14 +1,18 @@
 //! An accepted TCP connection whose reads go through a [`ReadHook`] and whose writes go straight
-//! to the socket: how the HTTP listener hands hyper the bytes it read first (`http1::Rewind`)
-//! and how the gRPC listener holds a new connection to its preface deadline
-//! (`preface::Deadline`).
+//! to the socket, failing once the socket has taken nothing for a set time: how the HTTP
+//! listener hands hyper the bytes it read first (`http1::Rewind`), and closes a connection whose
+//! client leaves the answers unread, and how the gRPC listener holds a new connection to its
+//! preface deadline (`preface::Deadline`).
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
 /// What a read of a [`Socket`] does instead of reading the socket alone.
 pub(super) trait ReadHook: Unpin {
@@ -21,6 +25,36 @@ pub(super) trait ReadHook: Unpin {
 pub(super) struct Socket<H> {
     pub(super) tcp: TcpStream,
     pub(super) hook: H,
+    /// How long a write may wait for room in the socket's buffer (`None`: for ever).
+    write_timeout: Option<Duration>,
+    /// Set when a write found the buffer full, dropped at the next write that goes through; the
+    /// only allocation, and only for a client that is not reading.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<H> Socket<H> {
+    /// `tcp` read through `hook`, its writes failing with `TimedOut` once the socket has taken
+    /// nothing for `write_timeout`.
+    pub(super) fn new(tcp: TcpStream, hook: H, write_timeout: Option<Duration>) -> Socket<H> {
+        Socket { tcp, hook, write_timeout, stalled: None }
+    }
+
+    /// What a write that wrote (or failed) returns; a pending one fails once stalled too long.
+    fn stall<T>(&mut self, cx: &mut Context<'_>, wrote: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        let Poll::Pending = wrote else {
+            self.stalled = None;
+            return wrote;
+        };
+        let Some(timeout) = self.write_timeout else { return Poll::Pending };
+        let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing of the answers within the read timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 impl<H: ReadHook> AsyncRead for Socket<H> {
@@ -32,7 +66,8 @@ impl<H: ReadHook> AsyncRead for Socket<H> {
 
 impl<H: Unpin> AsyncWrite for Socket<H> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write(cx, buf)
+        let wrote = Pin::new(&mut self.tcp).poll_write(cx, buf);
+        self.stall(cx, wrote)
     }
 
     fn poll_write_vectored(
@@ -40,7 +75,8 @@ impl<H: Unpin> AsyncWrite for Socket<H> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+        let wrote = Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs);
+        self.stall(cx, wrote)
     }
 
     fn is_write_vectored(&self) -> bool {
