@@ -386,26 +386,25 @@ impl RedisLimiter {
     }
 
     /// Like [`RedisLimiter::try_acquire`], but a Redis failure is returned as the error it is
-    /// instead of being decided by the failure policy.
+    /// instead of being decided by the failure policy (more than the capacity is refused either
+    /// way).
     pub async fn try_acquire_or_error(&self, key: &str, n: u64) -> Result<Result<Lease, Rejected>, BackendError> {
         let keys = vec![key; self.inner.limits.len()];
         if n > self.inner.capacity {
-            return Ok(self.decide_keys(key, &keys, n, Mode::Take).await);
+            return Ok(Err(self.over_capacity(key, &keys, n).await));
         }
         let answer = self.call(key, &keys, n, Mode::Take, 0).await?;
         Ok(self.outcome(answer, n, false))
     }
 
     /// Like [`RedisLimiter::check`], but a Redis failure is returned as the error it is instead
-    /// of being decided by the failure policy.
+    /// of being decided by the failure policy (more than the capacity is refused either way).
     pub async fn check_or_error(&self, key: &str, n: u64) -> Result<Result<Meta, Rejected>, BackendError> {
         let keys = vec![key; self.inner.limits.len()];
-        let over = n > self.inner.capacity;
-        let answer = self.call(key, &keys, if over { 0 } else { n }, Mode::Check, 0).await?;
-        if over {
-            let meta = Meta { retry_ns: None, ..answer.meta };
-            return Ok(Err(Rejected::new(meta, n, Reason::ExceedsCapacity)));
+        if n > self.inner.capacity {
+            return Ok(Err(self.over_capacity(key, &keys, n).await));
         }
+        let answer = self.call(key, &keys, n, Mode::Check, 0).await?;
         Ok(self.outcome(answer, n, false).map(|lease| lease.meta()))
     }
 
@@ -468,12 +467,7 @@ impl RedisLimiter {
     ) -> Result<(Lease, u64), Rejected> {
         let i = &self.inner;
         if n > i.capacity {
-            // Report the key's state, as the in-memory limiters do; waiting cannot help.
-            let meta = match self.call(tag, keys, 0, Mode::Check, 0).await {
-                Ok(answer) => answer.meta,
-                Err(_) => Meta { limit: i.capacity, remaining: 0, reset_ns: 0, retry_ns: None },
-            };
-            return Err(Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::ExceedsCapacity));
+            return Err(self.over_capacity(tag, keys, n).await);
         }
         let reserve = matches!(mode, Mode::Reserve);
         match self.call(tag, keys, n, mode, max_wait_us).await {
@@ -486,6 +480,18 @@ impl RedisLimiter {
                 self.failure_policy(tag, n).map(|lease| (lease, 0))
             }
         }
+    }
+
+    /// The refusal of `n` permits, more than the limit's capacity: never granted, so waiting
+    /// cannot help (no retry-after), and refused whatever Redis says — a Redis failure is no
+    /// error here, nor the failure policy's to decide. It reports the key's state, read from
+    /// Redis, as the in-memory limiters do (without Redis: nothing remaining).
+    async fn over_capacity(&self, tag: &str, keys: &[&str], n: u64) -> Rejected {
+        let meta = match self.call(tag, keys, 0, Mode::Check, 0).await {
+            Ok(answer) => answer.meta,
+            Err(_) => Meta { limit: self.inner.capacity, remaining: 0, reset_ns: 0, retry_ns: None },
+        };
+        Rejected::new(Meta { retry_ns: None, ..meta }, n, Reason::ExceedsCapacity)
     }
 
     /// The failure policy's answer for `n` permits under the hash tag `tag`, counted as its

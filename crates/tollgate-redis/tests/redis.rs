@@ -406,6 +406,31 @@ async fn no_error_or_accessor_shows_the_password_of_a_url() {
 }
 
 #[tokio::test]
+async fn more_than_the_capacity_is_refused_with_or_without_redis_never_an_error() {
+    let server = RedisServer::start();
+    let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
+    let redis = Redis::connect_with(&server.url(), options).await.unwrap();
+    let l = RedisLimiter::builder(&redis, "over", RedisAlgorithm::FixedWindow)
+        .limit("l", Quota::per_second(5).unwrap())
+        .build()
+        .unwrap();
+    let _taken = l.try_acquire("k", 2).await.unwrap();
+    // With Redis: refused, reporting the key's state (3 left), with no retry-after.
+    let refused = l.check_or_error("k", 6).await.unwrap().unwrap_err();
+    assert_eq!((refused.reason(), refused.remaining(), refused.retry_after()), (Reason::ExceedsCapacity, 3, None));
+    let refused = l.try_acquire_or_error("k", 6).await.unwrap().unwrap_err();
+    assert_eq!((refused.reason(), refused.remaining()), (Reason::ExceedsCapacity, 3));
+    // Without: still refused (no error to answer, no failure policy to grant it), nothing left.
+    drop(server);
+    let refused = l.check_or_error("k", 6).await.unwrap().unwrap_err();
+    assert_eq!((refused.reason(), refused.remaining(), refused.retry_after()), (Reason::ExceedsCapacity, 0, None));
+    let refused = l.try_acquire_or_error("k", 6).await.unwrap().unwrap_err();
+    assert_eq!((refused.reason(), refused.remaining()), (Reason::ExceedsCapacity, 0));
+    // What fits is Redis's to answer: an error.
+    assert!(l.check_or_error("k", 1).await.is_err());
+}
+
+#[tokio::test]
 async fn acquire_reserves_the_earliest_slot_and_max_wait_takes_nothing() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
