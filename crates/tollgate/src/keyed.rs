@@ -2,7 +2,8 @@
 //!
 //! The algorithm's configuration is stored once; each key costs its key, its state (8 bytes for
 //! a [`crate::TokenBucket`]) and the hash table's own overhead. Lookups take a shard's read lock
-//! only, so threads working on different keys rarely touch the same cache line.
+//! only (through a per-thread slot while no writer is about, see `biased_lock`), so threads working
+//! on different keys rarely touch the same cache line.
 //!
 //! Memory is bounded two ways: a key whose state is idle (back at full capacity, so it holds no
 //! information) is removed when a new key is inserted into its shard, and `max_keys` is a hard
@@ -14,13 +15,14 @@ use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hashbrown::HashTable;
 
 use crate::algorithm::{Algorithm, peek};
+use crate::biased_lock::BiasedLock;
 use crate::clock::{Clock, SystemClock, nanos};
 use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
 use crate::expiry::{Expiry, Record};
@@ -173,7 +175,7 @@ const MIN_KEYS_PER_SHARD: usize = 1024;
 
 #[repr(align(128))]
 struct Shard<K, S> {
-    table: RwLock<Table<K, S>>,
+    table: BiasedLock<Table<K, S>>,
     counts: Counts,
     /// New keys rejected at the cap, and decided without being stored (also under the read lock).
     rejected: AtomicU64,
@@ -286,7 +288,12 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
         }
         let shards: Box<[_]> = (0..self.shards)
             .map(|_| Shard {
-                table: RwLock::new(Table { map: HashTable::new(), expiry: Expiry::default(), swept: 0, evicted: 0 }),
+                table: BiasedLock::new(Table {
+                    map: HashTable::new(),
+                    expiry: Expiry::default(),
+                    swept: 0,
+                    evicted: 0,
+                }),
                 counts: Counts::new(self.statistics),
                 rejected: AtomicU64::new(0),
                 unstored: AtomicU64::new(0),
@@ -365,7 +372,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let table = self.shard(hash).table.read().unwrap_or_else(|e| e.into_inner());
+        let table = self.shard(hash).table.read();
         if let Some((_, state)) = table.map.find(hash, |(k, _)| k.borrow() == key) {
             self.algo.give_back(state, self.clock.now(), n, acquired_at);
         }
@@ -501,6 +508,7 @@ where
 {
     /// Takes `n` permits for `key` now or rejects. `n == 0` reports the key's state (a key not yet
     /// seen reports a fresh state) and stores nothing.
+    #[inline]
     pub fn try_acquire<Q>(&self, key: &Q, n: u64) -> Result<Lease, Rejected>
     where
         K: Borrow<Q>,
@@ -566,7 +574,7 @@ where
         let shard = inner.shard(hash);
         let now = inner.clock.now();
         {
-            let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
+            let table = shard.table.read();
             if let Some((_, state)) = table.map.find(hash, |(k, _)| k.borrow() == key) {
                 return inner.count(shard, inner.algo.decide(state, now, n, commit), state, now, n, commit);
             }
@@ -608,7 +616,7 @@ where
             // A check: what a fresh state would answer, storing nothing.
             return count(inner.algo.decide(&fresh, now, n, false), &fresh);
         }
-        let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = shard.table.write();
         let t = &mut *guard;
         if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
             return count(inner.algo.decide(state, now, n, commit), state);
@@ -688,7 +696,7 @@ where
             return None;
         }
         let shard = inner.shard(hash);
-        let t = shard.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = shard.table.read();
         if t.map.len() < inner.max_per_shard {
             return None;
         }
@@ -746,7 +754,7 @@ where
             .shards
             .iter()
             .map(|shard| {
-                let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
+                let mut guard = shard.table.write();
                 let t = &mut *guard;
                 let before = t.map.len();
                 t.map.retain(|(_, s)| !inner.algo.is_idle(s, now));
@@ -790,7 +798,7 @@ where
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
         let now = inner.clock.now();
-        let mut guard = inner.shard(hash).table.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = inner.shard(hash).table.write();
         let t = &mut *guard;
         let Ok(entry) = t.map.find_entry(hash, |(k, _)| k.borrow() == key) else { return false };
         let idle = inner.algo.is_idle(&entry.get().1, now);
@@ -825,7 +833,7 @@ where
         let now = inner.clock.now();
         let mut reset = 0;
         for shard in inner.shards.iter() {
-            let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
+            let mut guard = shard.table.write();
             let t = &mut *guard;
             let before = t.map.len();
             t.map.retain(|(k, s)| {
@@ -863,7 +871,7 @@ where
         let inner = &*self.inner;
         let now = inner.clock.now();
         for shard in inner.shards.iter() {
-            let table = shard.table.read().unwrap_or_else(|e| e.into_inner());
+            let table = shard.table.read_shared();
             for (key, state) in table.map.iter() {
                 if !inner.algo.is_idle(state, now) {
                     f(key, peek(&inner.algo, state, now, 0).meta());
@@ -874,7 +882,7 @@ where
 
     /// Keys currently stored.
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| s.table.read().unwrap_or_else(|e| e.into_inner()).map.len()).sum()
+        self.inner.shards.iter().map(|s| s.table.read().map.len()).sum()
     }
 
     /// True when no key is stored.
@@ -912,7 +920,7 @@ where
     pub fn statistics(&self) -> KeyedStatistics {
         let mut stats = KeyedStatistics::default();
         for shard in self.inner.shards.iter() {
-            let t = shard.table.read().unwrap_or_else(|e| e.into_inner());
+            let t = shard.table.read();
             stats.keys += t.map.len();
             stats.swept_idle += t.swept;
             stats.evicted_at_limit += t.evicted;
@@ -934,7 +942,7 @@ where
         let old = inner.algo.set_config(config);
         let now = inner.clock.now();
         for shard in inner.shards.iter() {
-            let mut guard = shard.table.write().unwrap_or_else(|e| e.into_inner());
+            let mut guard = shard.table.write();
             guard.map.iter().for_each(|(_, s)| inner.algo.carry_over(s, now, old));
             inner.refile(&mut guard, now);
         }
@@ -1036,7 +1044,7 @@ mod tests {
                 .max_keys(NonZeroUsize::new(cap).unwrap())
                 .at_key_limit(policy)
                 .build();
-            let buckets = || k.inner.shards[0].table.read().unwrap().map.num_buckets();
+            let buckets = || k.inner.shards[0].table.read().map.num_buckets();
             // Under eviction no key goes idle; otherwise one key goes idle per new key, 6 s after
             // its permit (10 per minute).
             let step = if policy == AtKeyLimit::EvictNearestIdle { 0 } else { 6_000_000_000 / cap as u64 };

@@ -2,13 +2,13 @@
 //! `RUSTFLAGS="--cfg tollgate_loom" cargo test -p tollgate --test loom --release`.
 #![cfg(tollgate_loom)]
 
-use std::num::NonZeroU64;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
-use tollgate::{Algorithm, Concurrency, Quota, TokenBucket};
+use tollgate::{Algorithm, Concurrency, Keyed, ManualClock, Quota, TokenBucket};
 
 /// Racing threads on a GCRA bucket admit exactly the burst, never more.
 #[test]
@@ -69,5 +69,38 @@ fn concurrency_never_exceeds_limit() {
         handles.into_iter().for_each(|h| h.join().unwrap());
         assert!(limit.is_idle(&state, 0));
         assert_eq!(limit.config(), NonZeroU64::new(1).unwrap());
+    });
+}
+
+/// Keyed limiters read a shard's table through a per-thread slot while no writer is about. Two
+/// readers on a stored key race a writer inserting another key into the same (only) shard: loom's
+/// cell tracking fails the model if a read of the table overlaps the write, and the answers are
+/// those of one order or another (the stored key has one permit left, taken exactly once).
+/// Bounded to 2 preemptions (as tokio bounds its larger models): unbounded, the writer's
+/// revocation loop over every slot makes the model run for hours.
+#[test]
+fn keyed_readers_in_slots_never_overlap_a_writer() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let keyed = Arc::new(
+            Keyed::builder(TokenBucket::new(Quota::per_second(2).unwrap().with_burst(2).unwrap()))
+                .clock(ManualClock::new())
+                .shards(NonZeroUsize::MIN)
+                .build(),
+        );
+        assert!(keyed.try_acquire(&0u64, 1).is_ok());
+        let threads: Vec<_> = [0u64, 1]
+            .into_iter()
+            .map(|key| {
+                let keyed = keyed.clone();
+                thread::spawn(move || keyed.try_acquire(&key, 1).is_ok())
+            })
+            .collect();
+        let main = keyed.try_acquire(&0u64, 1).is_ok();
+        let admitted: Vec<bool> = threads.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(main ^ admitted[0], "key 0 had one permit left: main {main}, thread {}", admitted[0]);
+        assert!(admitted[1], "key 1 is new");
+        assert_eq!(keyed.len(), 2);
     });
 }

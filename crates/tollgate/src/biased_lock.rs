@@ -1,0 +1,224 @@
+//! A reader-writer lock for data read on every decision and written rarely: while no writer is
+//! active, a reader claims a slot of its own (one atomic read-modify-write on a cache line its
+//! thread alone uses, and a plain store to leave) instead of counting itself in and out of a word
+//! every reader shares (two read-modify-writes). A writer turns the bias off, waits for the slots
+//! to empty, and turns it back on when it is done.
+//!
+//! This is BRAVO (Dice and Kogan, "BRAVO: Biased Locking for Reader-Writer Locks", USENIX ATC
+//! 2019) with the visible-readers table kept per lock: one cache line of [`SLOTS`] slots, so a
+//! writer checks 16 bytes rather than a process-wide table, and can turn the bias back on as soon
+//! as it leaves. A reader whose slot is taken (by a thread sharing its index, or by itself in a
+//! nested read) or that finds the bias off uses the underlying lock, which is always correct.
+//!
+//! The reader's claim (a `SeqCst` read-modify-write of its slot, then a `SeqCst` load of the
+//! bias) and the writer's revocation (a `SeqCst` store of the bias, then `SeqCst` loads of the
+//! slots) are the two halves of Dekker's pattern: in the single order of `SeqCst` operations
+//! either the writer sees the slot taken and waits, or the reader sees the bias off and falls
+//! back. Loom models `SeqCst` accesses as acquire/release only, so under loom a `SeqCst` fence
+//! (which it models exactly) stands between the two halves on each side.
+//!
+//! Holding a read guard while taking the same lock again (for reading or writing) can deadlock,
+//! as with `std`'s lock.
+
+use std::ops::{Deref, DerefMut};
+
+use crate::sync::{
+    AtomicBool, ConstPtr, MutPtr, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard, UnsafeCell, backoff,
+    thread_index,
+};
+
+/// Slots per lock: threads with the same index modulo `SLOTS` share one (the second of two
+/// readers at once takes the underlying lock).
+pub(crate) const SLOTS: usize = 16;
+
+pub(crate) struct BiasedLock<T> {
+    /// True while readers may claim a slot instead of taking `lock`; false while a writer holds it.
+    bias: AtomicBool,
+    lock: RwLock<()>,
+    value: UnsafeCell<T>,
+    slots: Slots,
+}
+
+/// On a cache line of their own: readers write them, and nothing else lives there to be
+/// invalidated by those writes.
+#[repr(align(64))]
+struct Slots([AtomicBool; SLOTS]);
+
+// SAFETY: the value is handed out as `&T` to readers on several threads at once (hence `Sync`
+// for `T`) and as `&mut T` to one writer at a time, possibly on another thread (hence `Send`),
+// exactly as `std::sync::RwLock` does.
+unsafe impl<T: Send + Sync> Sync for BiasedLock<T> {}
+// SAFETY: the lock owns its value.
+unsafe impl<T: Send> Send for BiasedLock<T> {}
+
+impl<T> BiasedLock<T> {
+    pub(crate) fn new(value: T) -> Self {
+        BiasedLock {
+            bias: AtomicBool::new(true),
+            lock: RwLock::new(()),
+            value: UnsafeCell::new(value),
+            slots: Slots(std::array::from_fn(|_| AtomicBool::new(false))),
+        }
+    }
+
+    /// Shared access: through this thread's slot when it is free and no writer is active, else
+    /// through the underlying lock. For short reads: a writer waits for slot holders by spinning.
+    #[inline]
+    pub(crate) fn read(&self) -> ReadGuard<'_, T> {
+        let slot = &self.slots.0[thread_index() % SLOTS];
+        if slot.compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+            #[cfg(tollgate_loom)]
+            crate::sync::fence(Ordering::SeqCst);
+            if self.bias.load(Ordering::SeqCst) {
+                return ReadGuard { value: self.value.get(), held: Held::Slot(slot) };
+            }
+            slot.store(false, Ordering::Release);
+        }
+        self.read_shared()
+    }
+
+    /// Shared access through the underlying lock only: for reads that may take long (a pass
+    /// over every value, a caller's closure), which writers then wait for without spinning.
+    pub(crate) fn read_shared(&self) -> ReadGuard<'_, T> {
+        let guard = self.lock.read().unwrap_or_else(|e| e.into_inner());
+        ReadGuard { value: self.value.get(), held: Held::Shared(guard) }
+    }
+
+    /// Exclusive access: waits for the underlying lock's other holders, turns the bias off and
+    /// waits for readers in slots to leave.
+    pub(crate) fn write(&self) -> WriteGuard<'_, T> {
+        let guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
+        self.bias.store(false, Ordering::SeqCst);
+        #[cfg(tollgate_loom)]
+        crate::sync::fence(Ordering::SeqCst);
+        for slot in &self.slots.0 {
+            let mut round = 0;
+            while slot.load(Ordering::SeqCst) {
+                backoff(&mut round);
+            }
+        }
+        WriteGuard { lock: self, value: self.value.get_mut(), _guard: guard }
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for BiasedLock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BiasedLock").field("value", &&*self.read_shared()).finish_non_exhaustive()
+    }
+}
+
+/// Shared access to a [`BiasedLock`]'s value; leaves the slot or the lock when dropped.
+pub(crate) struct ReadGuard<'a, T> {
+    value: ConstPtr<T>,
+    held: Held<'a>,
+}
+
+enum Held<'a> {
+    Slot(&'a AtomicBool),
+    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+}
+
+impl<T> Deref for ReadGuard<'_, T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: a writer takes `&mut T` only after it holds the underlying write lock (so no
+        // `Shared` guard exists) and has seen every slot empty with the bias off (so no `Slot`
+        // guard exists or can be made until it turns the bias back on, when it is done).
+        unsafe { self.value.deref() }
+    }
+}
+
+impl<T> Drop for ReadGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Held::Slot(slot) = self.held {
+            // Release: what this reader read happens before what a writer waiting for it writes.
+            slot.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Exclusive access to a [`BiasedLock`]'s value; turns the bias back on and leaves the lock when
+/// dropped.
+pub(crate) struct WriteGuard<'a, T> {
+    lock: &'a BiasedLock<T>,
+    value: MutPtr<T>,
+    _guard: RwLockWriteGuard<'a, ()>,
+}
+
+impl<T> Deref for WriteGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        // SAFETY: this guard is the only access (see `ReadGuard::deref`).
+        unsafe { self.value.deref() }
+    }
+}
+
+impl<T> DerefMut for WriteGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: this guard is the only access, and `&mut self` makes this reference the only one.
+        unsafe { self.value.deref() }
+    }
+}
+
+impl<T> Drop for WriteGuard<'_, T> {
+    fn drop(&mut self) {
+        // Release: a reader that sees the bias on sees this writer's writes. The underlying lock
+        // is still held here (fields drop after this), so no other writer is active.
+        self.lock.bias.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(tollgate_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nested_read_takes_the_underlying_lock_and_both_leave() {
+        let lock = BiasedLock::new(7);
+        {
+            let outer = lock.read();
+            assert!(matches!(outer.held, Held::Slot(_)));
+            let inner = lock.read();
+            assert!(matches!(inner.held, Held::Shared(_)), "the slot is taken by the outer read");
+            assert_eq!(*outer + *inner, 14);
+        }
+        *lock.write() += 1;
+        assert!(matches!(lock.read().held, Held::Slot(_)), "the writer turned the bias back on");
+        assert_eq!(*lock.read(), 8);
+    }
+
+    /// More threads than slots, reading a pair that writers keep equal: no reader ever sees a
+    /// half-done write, and every write lands.
+    #[test]
+    fn readers_never_see_a_write_half_done() {
+        let lock = BiasedLock::new((0u64, 0u64));
+        let threads = 2 * SLOTS;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let lock = &lock;
+                s.spawn(move || {
+                    for i in 0..2_000 {
+                        if (i + t) % 50 == 0 {
+                            let mut w = lock.write();
+                            w.0 += 1;
+                            // Long enough for a reader let in by mistake to see the pair apart.
+                            std::hint::black_box(&mut *w);
+                            std::thread::yield_now();
+                            w.1 += 1;
+                        } else {
+                            let r = lock.read();
+                            let first = r.0;
+                            std::thread::yield_now();
+                            assert_eq!(first, r.1, "a read overlapped a write");
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(*lock.read(), (40 * threads as u64, 40 * threads as u64));
+    }
+}
