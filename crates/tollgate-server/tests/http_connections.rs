@@ -328,6 +328,37 @@ async fn hyper_closes_a_connection_it_was_handed_that_idles_past_the_read_timeou
     assert!(within_a_tick(took, TIMEOUT), "{took:?}");
 }
 
+/// HTTP/2 frames: an empty SETTINGS, a PING with 8 bytes of payload, and the PING's ACK.
+const SETTINGS: &[u8] = b"\0\0\0\x04\0\0\0\0\0";
+const PING: &[u8] = b"\0\0\x08\x06\0\0\0\0\0tollgate";
+const PING_ACK: &[u8] = b"\0\0\x08\x06\x01\0\0\0\0tollgate";
+
+#[tokio::test(start_paused = true)]
+async fn an_http2_connection_is_closed_once_it_has_sent_nothing_for_the_read_timeout() {
+    let server = timed_server(TIMEOUT).await;
+    let mut tcp = connect(&server).await;
+    tcp.write_all(&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", SETTINGS].concat()).await.unwrap();
+    // A PING every 4 s for 20 s, each under the timeout since the last frame: answered each time.
+    let mut seen = Vec::new();
+    for pings in 1..=5 {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        tcp.write_all(PING).await.unwrap();
+        while seen.windows(PING_ACK.len()).filter(|w| *w == PING_ACK).count() < pings {
+            let mut chunk = [0; 1024];
+            let n = tokio::time::timeout(Duration::from_secs(60), tcp.read(&mut chunk)).await.unwrap().unwrap();
+            assert!(n > 0, "closed before the answer to PING {pings}");
+            seen.extend_from_slice(&chunk[..n]);
+        }
+    }
+    // Then nothing: closed one timeout after the last frame.
+    let last = tokio::time::Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(_))), "{read:?}");
+    let took = last.elapsed();
+    assert!(within_a_tick(took, TIMEOUT), "{took:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn without_a_read_timeout_a_connection_may_idle() {
     let server = support::server_with(LIMITS, |config| config.http_read_timeout = None).await;

@@ -56,7 +56,8 @@ pub(crate) struct ServeArgs {
     /// How long an HTTP connection may take to send a request whole (a decision call's head and
     /// body; another request's head): the first within this of its opening, each next one within
     /// one to two times this of the last answer. Past it the connection closes, as a kept-alive
-    /// one idle that long does, and one whose answers stay unread that long. 0 for no limit.
+    /// one idle that long does, and one whose answers stay unread that long (an HTTP/2 one: that
+    /// sends nothing that long). 0 for no limit.
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = tollgate::parse_duration_or_zero)]
     http_read_timeout: Duration,
 

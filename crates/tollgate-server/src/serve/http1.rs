@@ -20,7 +20,8 @@
 //! — or the connection closes, as a kept-alive connection idle that long does. A client that
 //! opens connections and trickles bytes (slowloris) holds each for 2T at most; one that leaves
 //! answers unread, for T after the socket's buffers fill (here, and in hyper: its socket's
-//! writes fail once stalled that long, see [`Socket`]).
+//! writes fail once stalled that long, see [`Socket`]). An HTTP/2 connection (prior knowledge,
+//! handed to hyper at its preface) is closed once it has sent nothing for T.
 
 use std::io;
 use std::pin::Pin;
@@ -211,7 +212,7 @@ impl<C: Clock + Clone> Connection<C> {
     /// Serves the rest of the connection with hyper and axum's routes, `read` first; HTTP/1 only
     /// once a call was `answered` here.
     async fn hand_over(mut self, tcp: TcpStream, read: Bytes, answered: bool) {
-        let io = TokioIo::new(Socket::new(tcp, Rewind(read), self.read_timeout));
+        let io = TokioIo::new(Socket::new(tcp, Rewind::new(read, self.read_timeout), self.read_timeout));
         let service = TowerToHyperService::new(self.routes);
         let mut builder = Builder::new(TokioExecutor::new());
         // hyper applies its header timeout (30 s unless told) only with a timer.
@@ -432,21 +433,64 @@ impl Date {
 }
 
 /// The connection as hyper reads it: the bytes this module read first, then the socket.
-struct Rewind(Bytes);
+struct Rewind {
+    first: Bytes,
+    /// For an HTTP/2 connection: hyper's HTTP/2 server has no idle timeout (its PINGs find dead
+    /// peers, not idle ones), so a read fails once nothing has come for the read timeout, as an
+    /// HTTP/1 connection kept alive that long is closed.
+    idle: Option<Idle>,
+}
+
+/// When a connection that reads nothing more is given up on.
+struct Idle {
+    timeout: Duration,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl Rewind {
+    /// `first`, then the socket; an HTTP/2 connection (its preface in `first`) idles at most
+    /// `timeout`.
+    fn new(first: Bytes, timeout: Option<Duration>) -> Rewind {
+        let http2 = first.starts_with(HTTP2_PREFACE_START);
+        let idle =
+            timeout.filter(|_| http2).map(|timeout| Idle { timeout, deadline: Box::pin(tokio::time::sleep(timeout)) });
+        Rewind { first, idle }
+    }
+}
+
+/// What `parse` has read of an HTTP/2 preface when it turns it down (`httparse` stops at the
+/// version).
+const HTTP2_PREFACE_START: &[u8] = b"PRI * HTTP/2";
 
 impl ReadHook for Rewind {
     fn poll_read(&mut self, tcp: &mut TcpStream, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        if self.0.is_empty() {
-            return Pin::new(tcp).poll_read(cx, buf);
+        if !self.first.is_empty() {
+            let n = self.first.len().min(buf.remaining());
+            buf.put_slice(&self.first[..n]);
+            self.first.advance(n);
+            if self.first.is_empty() {
+                // The buffer it points into is freed now, not when the connection ends.
+                self.first = Bytes::new();
+            }
+            return Poll::Ready(Ok(()));
         }
-        let n = self.0.len().min(buf.remaining());
-        buf.put_slice(&self.0[..n]);
-        self.0.advance(n);
-        if self.0.is_empty() {
-            // The buffer it points into is freed now, not when the connection ends.
-            self.0 = Bytes::new();
+        let before = buf.filled().len();
+        let read = Pin::new(tcp).poll_read(cx, buf);
+        let Some(idle) = &mut self.idle else { return read };
+        match read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                idle.deadline.as_mut().reset(Instant::now() + idle.timeout);
+                read
+            }
+            Poll::Pending => match idle.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("an HTTP/2 connection sent nothing for the read timeout ({:?})", idle.timeout),
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+            read => read,
         }
-        Poll::Ready(Ok(()))
     }
 }
 

@@ -55,7 +55,8 @@ pub struct ServeConfig {
     /// two times this of the last answer (exactly this for the head of a request hyper reads,
     /// and this again for its body, or it is answered 408). A connection
     /// that does not closes, as a kept-alive one idle that long does, and one whose answers
-    /// stay unread that long. `None`: no limit. Default 30 s (hyper's header timeout).
+    /// stay unread that long; an HTTP/2 (prior knowledge) connection closes once it has sent
+    /// nothing for this long. `None`: no limit. Default 30 s (hyper's header timeout).
     pub http_read_timeout: Option<Duration>,
     /// How long a gRPC connection may take to open its HTTP/2 session (send the preface) after
     /// it is accepted, and stay silent before the kernel probes its peer (TCP keep-alive: three
