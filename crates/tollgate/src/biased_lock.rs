@@ -1,8 +1,9 @@
 //! A reader-writer lock for data read on every decision and written rarely: while no writer is
-//! active, a reader claims a slot of its own (one atomic read-modify-write on a cache line its
-//! thread alone uses, and a plain store to leave) instead of counting itself in and out of a word
-//! every reader shares (two read-modify-writes). A writer turns the bias off, waits for the slots
-//! to empty, and turns it back on when it is done.
+//! active, a reader claims a slot of its own (one atomic read-modify-write, and a plain store to
+//! leave) instead of counting itself in and out of the lock's word (two read-modify-writes). A
+//! writer turns the bias off, waits for the slots to empty, and turns it back on when it is done.
+//! The slots share one cache line (readers of one lock on two cores still pass it between them,
+//! as they passed `std`'s lock word); what a reader saves is the second locked instruction.
 //!
 //! This is BRAVO (Dice and Kogan, "BRAVO: Biased Locking for Reader-Writer Locks", USENIX ATC
 //! 2019) with the visible-readers table kept per lock: one cache line of [`SLOTS`] slots, so a
