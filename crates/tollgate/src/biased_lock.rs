@@ -102,12 +102,6 @@ impl<T> BiasedLock<T> {
     }
 }
 
-impl<T: std::fmt::Debug> std::fmt::Debug for BiasedLock<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BiasedLock").field("value", &&*self.read_shared()).finish_non_exhaustive()
-    }
-}
-
 /// Shared access to a [`BiasedLock`]'s value; leaves the slot or the lock when dropped.
 pub(crate) struct ReadGuard<'a, T> {
     value: ConstPtr<T>,

@@ -20,7 +20,6 @@ pub(crate) use cell::{ConstPtr, MutPtr, UnsafeCell};
 #[cfg(not(tollgate_loom))]
 #[allow(unsafe_code)]
 mod cell {
-    #[derive(Debug)]
     pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
     impl<T> UnsafeCell<T> {
