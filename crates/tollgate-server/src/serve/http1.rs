@@ -45,7 +45,7 @@ use tracing::Instrument;
 use super::engine::Action;
 use super::http::{Answer, Api, answer};
 use super::server::stopped;
-use super::socket::{ReadHook, Socket};
+use super::socket::{ReadHook, Socket, timed_out};
 use super::trace::{Decision, Protocol};
 
 /// A request whose head is larger is not taken (hyper reads it, with its own limits).
@@ -482,13 +482,9 @@ impl ReadHook for Rewind {
                 idle.deadline.as_mut().reset(Instant::now() + idle.timeout);
                 read
             }
-            Poll::Pending => match idle.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("an HTTP/2 connection sent nothing for the read timeout ({:?})", idle.timeout),
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => timed_out(idle.deadline.as_mut(), cx, || {
+                format!("an HTTP/2 connection sent nothing for the read timeout ({:?})", idle.timeout)
+            }),
             read => read,
         }
     }

@@ -47,14 +47,19 @@ impl<H> Socket<H> {
         };
         let Some(timeout) = self.write_timeout else { return Poll::Pending };
         let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        match stalled.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client read nothing of the answers within the read timeout",
-            ))),
-            Poll::Pending => Poll::Pending,
-        }
+        timed_out(stalled.as_mut(), cx, || "the client read nothing of the answers within the read timeout".into())
     }
+}
+
+/// How a read or write that is still pending past its deadline ends: `Pending` (with `cx` woken
+/// when `deadline` passes) until then, after it an error of kind `TimedOut` saying `why`; the
+/// caller closes the connection on it.
+pub(super) fn timed_out<T>(
+    deadline: Pin<&mut Sleep>,
+    cx: &mut Context<'_>,
+    why: impl FnOnce() -> String,
+) -> Poll<io::Result<T>> {
+    deadline.poll(cx).map(|()| Err(io::Error::new(io::ErrorKind::TimedOut, why())))
 }
 
 impl<H: ReadHook> AsyncRead for Socket<H> {
