@@ -1,6 +1,10 @@
 //! [`Chain`]: two limiters as one, all-or-nothing, whatever each is (in-process or distributed).
-//! Nest chains for more (`Chain::new(a, Chain::new(b, c))`). This is the one implementation of
-//! all-or-nothing in Rust; the other layers build on it.
+//! Nest chains for more (`Chain::new(a, Chain::new(b, c))`). This is all-or-nothing over
+//! limiters that share a key. The tower layer's `Both` does the same over policies that each
+//! read their own key from the request (and name the policy that said no); the server's stores
+//! take a call's counters one by one and give back on a refusal as here (memory, holding the
+//! call's lock stripes in accuracy mode; redis-leased), decide them under one lock
+//! (redis-cached) or in one Lua script (redis).
 
 use std::borrow::Borrow;
 use std::sync::Arc;
