@@ -816,7 +816,8 @@ where
     /// [`Keyed::reset`] for every stored key for which `f` returns true (a user's keys, a
     /// tenant's); returns how many of them were not idle. One pass over every key, holding each
     /// shard's write lock in turn, as [`Keyed::evict_idle`]; keys of a [`crate::Concurrency`]
-    /// limiter that hold permits are kept.
+    /// limiter that hold permits are kept. `f` runs under that lock: it must not call this
+    /// limiter (a call on a key of the locked shard would wait for itself for ever).
     ///
     /// ```
     /// use tollgate::{Keyed, Quota, TokenBucket};
@@ -856,7 +857,8 @@ where
 
     /// Calls `f` with every stored key that is not idle and its state now (as a probe of `n == 0`
     /// reports it). Holds one shard's read lock at a time: keys changing meanwhile may be seen
-    /// before or after the change.
+    /// before or after the change. `f` runs under that lock: it must not call this limiter (a
+    /// new key in the locked shard would wait for itself for ever); collect, then act.
     ///
     /// ```
     /// use tollgate::{FixedWindow, Keyed, Quota};

@@ -61,6 +61,13 @@ mod cell {
             // SAFETY: the caller's promise.
             unsafe { &mut *self.0 }
         }
+
+        /// Calls `f` with the raw pointer (as loom's `MutPtr::with`): for shared reads of a
+        /// value held exclusively, without making a `&mut T` that would invalidate other `&T`s.
+        #[inline]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0)
+        }
     }
 }
 
