@@ -40,6 +40,8 @@ pub struct Loaded<C: Clock = SystemClock> {
     pub policy: Policy,
     /// Incremented by each successful load, from 1.
     pub generation: u64,
+    /// Each limit's in-memory counters, in the policy's order; none at all when the counters
+    /// live in Redis (an empty table costs ~16 KB per limit).
     pub(super) counters: Vec<Arc<Counters<C>>>,
 }
 
@@ -269,15 +271,15 @@ impl std::fmt::Display for StorageError {
 impl<C: Clock + Clone> Engine<C> {
     /// An engine deciding on `policy` (generation 1) with counters on `clock`.
     pub fn new(policy: Policy, mode: Mode, shadow: bool, clock: C) -> Engine<C> {
-        let cap = CounterCap::default();
-        let counters = policy.limits().iter().map(|l| Arc::new(Counters::new(l, &clock, cap))).collect();
-        Engine {
-            loaded: RwLock::new(Arc::new(Loaded { policy, generation: 1, counters })),
+        let engine = Engine {
+            loaded: RwLock::new(Arc::new(Loaded { policy, generation: 1, counters: Vec::new() })),
             clock,
             shadow,
             store: Box::new(Memory::new(mode)),
-            cap,
-        }
+            cap: CounterCap::default(),
+        };
+        engine.renew_counters();
+        engine
     }
 
     /// Bounds the in-memory counters of each limit (`--max-counters`, `--at-max-counters`;
@@ -303,11 +305,25 @@ impl<C: Clock + Clone> Engine<C> {
     /// # Ok::<(), tollgate_policy::PolicyError>(())
     /// ```
     pub fn with_counter_cap(self, cap: CounterCap) -> Engine<C> {
+        let engine = Engine { cap, ..self };
+        engine.renew_counters();
+        engine
+    }
+
+    /// Every limit's counters start again, empty (none when they live in Redis).
+    fn renew_counters(&self) {
         let loaded = self.loaded();
-        let counters = loaded.policy.limits().iter().map(|l| Arc::new(Counters::new(l, &self.clock, cap))).collect();
+        let counters = self.new_counters(loaded.policy.limits());
         let fresh = Loaded { policy: loaded.policy.clone(), generation: loaded.generation, counters };
         *self.loaded.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
-        Engine { cap, ..self }
+    }
+
+    /// Empty in-memory counters for `limits`, or none when this engine's storage does not use them.
+    fn new_counters(&self, limits: &[Limit]) -> Vec<Arc<Counters<C>>> {
+        if self.storage() != StorageKind::Memory {
+            return Vec::new();
+        }
+        limits.iter().map(|l| Arc::new(Counters::new(l, &self.clock, self.cap))).collect()
     }
 
     /// The in-memory counters' bounds.
@@ -327,6 +343,7 @@ impl<C: Clock + Clone> Engine<C> {
     fn with_store(mut self, store: Box<dyn Store<C>>) -> Result<Engine<C>, StorageError> {
         store.accepts(&self.loaded().policy)?;
         self.store = store;
+        self.renew_counters();
         Ok(self)
     }
 
@@ -419,19 +436,23 @@ impl<C: Clock + Clone> Engine<C> {
             .zip(&old.counters)
             .map(|((id, l), c)| (id, (l, c)))
             .collect();
-        let counters = policy
-            .limits()
-            .iter()
-            .map(|limit| match by_id.get(&limit.id()) {
-                Some((before, counters)) => {
-                    if before.max_value() != limit.max_value() {
-                        counters.set_quota(limit.quota().expect("a validated limit has a usable quota"));
+        let counters = if self.storage() != StorageKind::Memory {
+            Vec::new()
+        } else {
+            policy
+                .limits()
+                .iter()
+                .map(|limit| match by_id.get(&limit.id()) {
+                    Some((before, counters)) => {
+                        if before.max_value() != limit.max_value() {
+                            counters.set_quota(limit.quota().expect("a validated limit has a usable quota"));
+                        }
+                        Arc::clone(counters)
                     }
-                    Arc::clone(counters)
-                }
-                None => Arc::new(Counters::new(limit, &self.clock, self.cap)),
-            })
-            .collect();
+                    None => Arc::new(Counters::new(limit, &self.clock, self.cap)),
+                })
+                .collect()
+        };
         let generation = old.generation + 1;
         *slot = Arc::new(Loaded { policy, generation, counters });
         generation
@@ -452,19 +473,23 @@ impl<C: Clock + Clone> Engine<C> {
         self.shadow
     }
 
-    /// The live counters of one namespace.
+    /// The live in-memory counters of one namespace (none when they live in Redis: see
+    /// [`Engine::list_counters`]).
     pub fn counters(&self, namespace: &str) -> (Arc<Loaded<C>>, Vec<CounterView>) {
         let loaded = self.loaded();
         let mut views = Vec::new();
         for &index in loaded.policy.namespace_indexes(namespace) {
-            loaded.counters[index]
-                .for_each(|values, meta| views.push(CounterView { limit: index, values: values.clone(), meta }));
+            // None when the counters live in Redis.
+            if let Some(counters) = loaded.counters.get(index) {
+                counters
+                    .for_each(|values, meta| views.push(CounterView { limit: index, values: values.clone(), meta }));
+            }
         }
         (loaded, views)
     }
 
     /// Each limit's in-memory counters (in the policy's order): how many are kept, the cap, and
-    /// what new counters met at the cap.
+    /// what new counters met at the cap; empty when the counters live in Redis.
     pub fn counter_tables(&self) -> (Arc<Loaded<C>>, Vec<CounterTable>) {
         let loaded = self.loaded();
         let tables = loaded
@@ -486,7 +511,8 @@ impl<C: Clock + Clone> Engine<C> {
         (loaded, tables)
     }
 
-    /// For each limit (by index), its fullest counter's use of `max_value` from 0.0 to 1.0.
+    /// For each limit (by index), its fullest counter's use of `max_value` from 0.0 to 1.0; empty
+    /// when the counters live in Redis.
     pub fn fill(&self) -> (Arc<Loaded<C>>, Vec<f64>) {
         let loaded = self.loaded();
         let fill = loaded

@@ -203,7 +203,10 @@ impl Metrics {
         for limit in loaded.policy.limits() {
             let _ = writeln!(out, "tollgate_limit_max_value{{{}}} {}", labels(limit), limit.max_value());
         }
-        let _ = writeln!(out, "# HELP tollgate_limit_fill Use of max_value by each limit's fullest counter (0 to 1)");
+        let _ = writeln!(
+            out,
+            "# HELP tollgate_limit_fill Use of max_value by each limit's fullest in-memory counter (0 to 1)"
+        );
         let _ = writeln!(out, "# TYPE tollgate_limit_fill gauge");
         for (limit, fill) in loaded.policy.limits().iter().zip(fill) {
             let _ = writeln!(out, "tollgate_limit_fill{{{}}} {fill}", labels(limit));
