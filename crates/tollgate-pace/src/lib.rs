@@ -17,7 +17,8 @@
 //! - metrics through the [`metrics`](https://docs.rs/metrics) facade, labelled by the pacer's
 //!   name ([`PacerBuilder::name`]): `tollgate_pacer_rate`, `tollgate_pacer_ceiling`,
 //!   `tollgate_pacer_throttled_total`, `tollgate_pacer_units_total`,
-//!   `tollgate_pump_items_total{outcome}` and `tollgate_pump_in_flight`. A pacer registers them
+//!   `tollgate_pump_items_total{outcome}`, `tollgate_pump_in_flight` and
+//!   `tollgate_pump_queue_retries_total`. A pacer registers them
 //!   when it is built: install the recorder first.
 //!
 //! ```
@@ -44,6 +45,7 @@ mod pacer;
 mod partitions;
 mod pump;
 mod queue;
+mod retry;
 
 pub use budget::Budget;
 pub use error::{PaceError, QueueError};
@@ -51,3 +53,4 @@ pub use pacer::{Pacer, PacerBuilder};
 pub use partitions::{Partitions, PartitionsBuilder};
 pub use pump::{Handled, HandlerError, Progress, PumpOptions, pump};
 pub use queue::{Item, Queue, RedisStreams};
+pub use retry::Jitter;

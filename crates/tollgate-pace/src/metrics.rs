@@ -1,6 +1,6 @@
 //! The pacer's and the pump's metrics, through the `metrics` facade, labelled by the pacer's name
 //! ([`crate::PacerBuilder::name`]): the rate and ceiling, throttling, units spent, and the pump's
-//! items by outcome and in flight.
+//! items by outcome, in flight, and its queue calls tried again.
 //!
 //! Handles are registered once, when the [`crate::Pacer`] is built, with the recorder installed
 //! then; the pump records into its pacer's.
@@ -13,6 +13,7 @@ const THROTTLED: &str = "tollgate_pacer_throttled_total";
 const UNITS: &str = "tollgate_pacer_units_total";
 const ITEMS: &str = "tollgate_pump_items_total";
 const IN_FLIGHT: &str = "tollgate_pump_in_flight";
+const QUEUE_RETRIES: &str = "tollgate_pump_queue_retries_total";
 
 /// What the pump made of an attempt.
 #[derive(Clone, Copy)]
@@ -21,6 +22,7 @@ pub(crate) enum ItemOutcome {
     Throttled = 1,
     Failed = 2,
     Dead = 3,
+    Unacknowledged = 4,
 }
 
 /// One pacer's handles.
@@ -29,8 +31,9 @@ pub(crate) struct PaceMetrics {
     pub(crate) ceiling: Gauge,
     pub(crate) throttled: Counter,
     pub(crate) units: Counter,
-    items: [Counter; 4],
+    items: [Counter; 5],
     pub(crate) in_flight: Gauge,
+    pub(crate) queue_retries: Counter,
 }
 
 impl PaceMetrics {
@@ -39,17 +42,23 @@ impl PaceMetrics {
         describe_gauge!(CEILING, "The most a pacer may spend, in units per second (budget or partitions' share).");
         describe_counter!(THROTTLED, "Throttling signals a pacer was given (429/503 or errors classified so).");
         describe_counter!(UNITS, "Units a pacer let be spent.");
-        describe_counter!(ITEMS, "Attempts the work pump made, by outcome (done, throttled, failed, dead).");
+        describe_counter!(
+            ITEMS,
+            "Attempts the work pump made, by outcome (done, throttled, failed, dead, unacknowledged: done but \
+             the queue never took the acknowledgement, so it will be done again)."
+        );
         describe_gauge!(IN_FLIGHT, "Items the work pump is handling now.");
+        describe_counter!(QUEUE_RETRIES, "Queue calls the work pump tried again after an error that may pass.");
         let name = || pacer.to_owned();
         PaceMetrics {
             rate: gauge!(RATE, "pacer" => name()),
             ceiling: gauge!(CEILING, "pacer" => name()),
             throttled: counter!(THROTTLED, "pacer" => name()),
             units: counter!(UNITS, "pacer" => name()),
-            items: ["done", "throttled", "failed", "dead"]
+            items: ["done", "throttled", "failed", "dead", "unacknowledged"]
                 .map(|outcome| counter!(ITEMS, "pacer" => name(), "outcome" => outcome)),
             in_flight: gauge!(IN_FLIGHT, "pacer" => name()),
+            queue_retries: counter!(QUEUE_RETRIES, "pacer" => name()),
         }
     }
 

@@ -282,6 +282,11 @@ impl<C: Clock> Pacer<C> {
         self.apply(&state);
     }
 
+    /// The clock the pacer (and a pump under it) reads.
+    pub(crate) fn clock(&self) -> &C {
+        &self.clock
+    }
+
     /// Until when everything is paused by a Retry-After, in the clock's nanoseconds (0: never).
     pub fn paused_until(&self) -> u64 {
         self.lock().paused_until

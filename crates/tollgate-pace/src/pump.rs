@@ -5,24 +5,23 @@
 //! cut rate apply to everyone); a failed one is left to the queue (retried after the idle timeout,
 //! dead-lettered after `max_attempts`); a handler that panics counts as a failure — the item is
 //! never lost. A queue that cannot be reached for a while (Redis restarting, failing over) is
-//! waited out, up to [`PumpOptions::outage`].
+//! waited out, up to [`PumpOptions::outage`], by every queue call: taking items, and acknowledging
+//! or failing each (see the `retry` module); an error that will not pass ends the pump.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tollgate::Clock;
 
 use crate::metrics::ItemOutcome;
 use crate::queue::{Item, Queue};
+use crate::retry::{Backoff, Jitter};
 use crate::{PaceError, Pacer};
 
 /// Items are taken from the queue for about this much work at the current rate.
 const TAKE_AHEAD: Duration = Duration::from_millis(500);
-
-/// The longest pause between two tries of a queue that cannot be reached.
-const MAX_RETRY_PAUSE: Duration = Duration::from_secs(5);
 
 /// What the handler made of an item.
 #[derive(Clone, Debug)]
@@ -107,6 +106,11 @@ pub struct Progress {
     pub dead: AtomicU64,
     /// Throttled attempts.
     pub throttled: AtomicU64,
+    /// Queue calls tried again after an error that may pass (see [`PumpOptions::outage`]).
+    pub queue_retries: AtomicU64,
+    /// Items handled whose acknowledgement the queue refused for good or never got within
+    /// [`PumpOptions::outage`]: they are delivered again, so their handler runs once more.
+    pub unacknowledged: AtomicU64,
 }
 
 /// How a pump runs.
@@ -122,12 +126,17 @@ pub struct PumpOptions {
     pub stop_when_empty: bool,
     /// How long to wait before asking an empty queue again.
     pub empty_poll: Duration,
-    /// How long the queue may stay unreachable (errors that may pass: see
+    /// How long a queue call may keep failing with errors that may pass (see
     /// [`PaceError::is_transient`]) before the pump gives up and returns the last error. Until
-    /// then it tries again, pausing from `empty_poll` up to 5 s between tries; items already
-    /// being handled go on. Other errors end the pump at once. Either way the pump takes no new
-    /// item and returns its error once the items being handled are done.
+    /// then the call is tried again, pausing from `empty_poll` (at least 10 ms), doubling up to
+    /// 5 s, each pause spread by [`PumpOptions::jitter`]; items already being handled go on. This
+    /// holds for taking items and for acknowledging or failing each one, so an item whose handler
+    /// succeeded is not handled again because Redis was away for a moment. Other errors end the
+    /// pump at once. Either way the pump takes no new item and returns its error once the items
+    /// being handled are done. Pauses are on the pacer's clock.
     pub outage: Duration,
+    /// Where the retry pauses get their randomness (default [`Jitter::random`]).
+    pub jitter: Jitter,
 }
 
 impl PumpOptions {
@@ -141,49 +150,52 @@ impl PumpOptions {
             stop_when_empty: true,
             empty_poll: Duration::from_millis(100),
             outage: Duration::from_secs(60),
+            jitter: Jitter::random(),
         }
     }
 }
 
-/// A queue that cannot be reached: since when, and the pause before the next try.
-struct Outage {
-    since: Option<tokio::time::Instant>,
-    pause: Duration,
+/// What the pump and its handlers share.
+struct Shared<Q, C: Clock, H> {
+    queue: Arc<Q>,
+    pacer: Arc<Pacer<C>>,
+    handler: H,
+    progress: Arc<Progress>,
+    options: PumpOptions,
+    /// The error a handler gave up on (a queue call it could not make): it ends the pump, as the
+    /// same error from taking items would.
+    gave_up: Mutex<Option<PaceError>>,
 }
 
-impl Outage {
-    fn new() -> Outage {
-        Outage { since: None, pause: Duration::ZERO }
+impl<Q, C: Clock, H> Shared<Q, C, H> {
+    fn give_up(&self, error: PaceError) {
+        self.gave_up.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(error);
     }
 
-    /// A queue call answered: any outage is over.
-    fn over(&mut self) {
-        if let Some(since) = self.since.take() {
-            tracing::info!("the queue answers again after {:.1} s", since.elapsed().as_secs_f64());
-        }
-        self.pause = Duration::ZERO;
+    fn given_up(&self) -> Option<PaceError> {
+        self.gave_up.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// A queue call failed: after a pause, `Ok` to try again; the error itself when it will not
-    /// pass by itself or the outage has lasted `options.outage`.
-    async fn wait(&mut self, error: PaceError, options: &PumpOptions) -> Result<(), PaceError> {
-        if !error.is_transient() {
-            return Err(error);
+    /// `call` until it answers, riding out errors that may pass (counted as retries).
+    async fn retrying<T, F: Future<Output = Result<T, PaceError>>>(
+        &self,
+        what: &str,
+        mut call: impl FnMut() -> F,
+    ) -> Result<T, PaceError> {
+        let mut backoff = Backoff::new(self.pacer.clock(), &self.options);
+        loop {
+            match call().await {
+                Ok(answer) => {
+                    backoff.over();
+                    return Ok(answer);
+                }
+                Err(e) => {
+                    backoff.wait(e, what).await?;
+                    self.progress.queue_retries.fetch_add(1, Ordering::Relaxed);
+                    self.pacer.metrics.queue_retries.increment(1);
+                }
+            }
         }
-        let now = tokio::time::Instant::now();
-        let lasted = now - *self.since.get_or_insert(now);
-        let Some(left) = options.outage.checked_sub(lasted).filter(|left| !left.is_zero()) else {
-            return Err(error);
-        };
-        let first = options.empty_poll.max(Duration::from_millis(10));
-        self.pause = (self.pause * 2).clamp(first, MAX_RETRY_PAUSE.max(first)).min(left);
-        tracing::warn!(
-            "queue unavailable for {:.1} s, trying again in {:?}: {error}",
-            lasted.as_secs_f64(),
-            self.pause
-        );
-        tokio::time::sleep(self.pause).await;
-        Ok(())
     }
 }
 
@@ -201,36 +213,29 @@ where
     H: Fn(Item) -> F + Send + Sync + 'static,
     F: Future<Output = Handled> + Send + 'static,
 {
-    let handler = Arc::new(handler);
-    let slots = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
-    let mut outage = Outage::new();
+    let concurrency = options.concurrency.max(1);
+    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let shared = Arc::new(Shared { queue, pacer, handler, progress, options, gave_up: Mutex::new(None) });
+    let (queue, pacer, options) = (&*shared.queue, &*shared.pacer, &shared.options);
     let ended: Result<(), PaceError> = async {
         loop {
+            if let Some(error) = shared.given_up() {
+                return Err(error);
+            }
             // Take only what can be sent soon: an item held longer than the queue's idle timeout is
             // delivered to another worker too.
             pacer.ready().await;
             let soon = (pacer.rate() * TAKE_AHEAD.as_secs_f64()).ceil().max(1.0) as usize;
-            let items = match queue.take(&options.consumer, options.batch.clamp(1, soon)).await {
-                Ok(items) => items,
-                Err(e) => {
-                    outage.wait(e, &options).await?;
-                    continue;
-                }
-            };
-            outage.over();
+            let max = options.batch.clamp(1, soon);
+            let items = shared.retrying("take items", || queue.take(&options.consumer, max)).await?;
             if items.is_empty() {
-                let idle = slots.available_permits() == options.concurrency.max(1);
-                if options.stop_when_empty && idle {
-                    match queue.outstanding().await {
-                        Ok(0) => return Ok(()),
-                        Ok(_) => {}
-                        Err(e) => {
-                            outage.wait(e, &options).await?;
-                            continue;
-                        }
-                    }
+                let idle = slots.available_permits() == concurrency;
+                if options.stop_when_empty && idle && shared.retrying("count items", || queue.outstanding()).await? == 0
+                {
+                    return Ok(());
                 }
-                tokio::time::sleep(options.empty_poll).await;
+                let clock = pacer.clock();
+                clock.sleep_until(clock.now().saturating_add(nanos(options.empty_poll))).await;
                 continue;
             }
             for item in items {
@@ -241,12 +246,11 @@ where
                     .acquire_owned()
                     .await
                     .map_err(|_| PaceError::Closed { reason: tollgate::Reason::Closed })?;
-                let (queue, pacer, handler, progress) =
-                    (queue.clone(), pacer.clone(), handler.clone(), progress.clone());
-                pacer.metrics.in_flight.increment(1.0);
+                let shared = shared.clone();
+                shared.pacer.metrics.in_flight.increment(1.0);
                 tokio::spawn(async move {
-                    handle(&*queue, &pacer, &*handler, &progress, item).await;
-                    pacer.metrics.in_flight.decrement(1.0);
+                    handle(&shared, item).await;
+                    shared.pacer.metrics.in_flight.decrement(1.0);
                     drop(slot);
                 });
             }
@@ -256,35 +260,49 @@ where
     if ended.is_err() {
         // The items being handled finish (acknowledged or failed) before the error is returned:
         // a caller that exits on it would cut them off midway, to be handled again elsewhere.
-        let all = u32::try_from(options.concurrency.max(1)).unwrap_or(u32::MAX);
+        let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
         let _ = slots.acquire_many(all).await;
     }
     ended
 }
 
-async fn handle<Q, C, H, F>(queue: &Q, pacer: &Pacer<C>, handler: &H, progress: &Progress, item: Item)
+/// `d` in the clock's nanoseconds, saturating (584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+async fn handle<Q, C, H, F>(shared: &Shared<Q, C, H>, item: Item)
 where
     Q: Queue,
     C: Clock,
     H: Fn(Item) -> F,
     F: Future<Output = Handled> + Send + 'static,
 {
+    let (queue, pacer, progress) = (&*shared.queue, &*shared.pacer, &*shared.progress);
     loop {
         // Its own task, so that a panicking handler is a failed item, not a dead worker.
-        let outcome = match tokio::spawn(handler(item.clone())).await {
+        let outcome = match tokio::spawn((shared.handler)(item.clone())).await {
             Ok(outcome) => outcome,
             Err(e) => Handled::failed(Panicked(e)),
         };
         match outcome {
             Handled::Done => {
                 pacer.succeeded();
-                match queue.ack(&item).await {
+                // Acknowledging again is harmless (XACK and XDEL of an id already gone do
+                // nothing), and an item done but not acknowledged would be done again.
+                match shared.retrying("acknowledge an item", || queue.ack(&item)).await {
                     Ok(()) => {
                         progress.done.fetch_add(1, Ordering::Relaxed);
                         pacer.metrics.item(ItemOutcome::Done);
                     }
-                    // Not acknowledged: it will be delivered again (at least once).
-                    Err(e) => tracing::warn!(item = %item.id, "cannot acknowledge: {e}"),
+                    Err(e) => {
+                        // Delivered again after the queue's idle timeout: counted, and the pump
+                        // stops rather than doing every later item twice.
+                        tracing::warn!(item = %item.id, "cannot acknowledge, it will be handled again: {e}");
+                        progress.unacknowledged.fetch_add(1, Ordering::Relaxed);
+                        pacer.metrics.item(ItemOutcome::Unacknowledged);
+                        shared.give_up(e);
+                    }
                 }
                 return;
             }
@@ -299,13 +317,20 @@ where
             Handled::Failed(error) => {
                 progress.failed.fetch_add(1, Ordering::Relaxed);
                 pacer.metrics.item(ItemOutcome::Failed);
-                match queue.fail(&item, &error.to_string()).await {
+                let error = error.to_string();
+                // A try whose answer was lost after Redis counted the attempt counts it again:
+                // the item is dead-lettered an attempt early at worst, never lost.
+                match shared.retrying("record a failure", || queue.fail(&item, &error)).await {
                     Ok(true) => {
                         progress.dead.fetch_add(1, Ordering::Relaxed);
                         pacer.metrics.item(ItemOutcome::Dead);
                     }
                     Ok(false) => {}
-                    Err(e) => tracing::warn!(item = %item.id, "cannot record a failure: {e}"),
+                    // Left pending: delivered again after the idle timeout, this attempt uncounted.
+                    Err(e) => {
+                        tracing::warn!(item = %item.id, "cannot record a failure: {e}");
+                        shared.give_up(e);
+                    }
                 }
                 return;
             }

@@ -3,8 +3,8 @@
 
 use tollgate::ManualClock;
 use tollgate_pace::{
-    Budget, Handled, HandlerError, Item, PaceError, Pacer, PacerBuilder, Partitions, PartitionsBuilder, Progress,
-    PumpOptions, QueueError, RedisStreams,
+    Budget, Handled, HandlerError, Item, Jitter, PaceError, Pacer, PacerBuilder, Partitions, PartitionsBuilder,
+    Progress, PumpOptions, QueueError, RedisStreams,
 };
 
 fn assert_send_sync<T: Send + Sync>() {}
@@ -21,6 +21,7 @@ fn public_types_are_send_and_sync() {
     assert_send_sync::<Item>();
     assert_send_sync::<Progress>();
     assert_send_sync::<PumpOptions>();
+    assert_send_sync::<Jitter>();
     assert_send_sync::<PaceError>();
     assert_send_sync::<QueueError>();
     assert_send_sync::<Handled>();
