@@ -18,8 +18,13 @@
 //! back. Loom models `SeqCst` accesses as acquire/release only, so under loom a `SeqCst` fence
 //! (which it models exactly) stands between the two halves on each side.
 //!
-//! Holding a read guard while taking the same lock again (for reading or writing) can deadlock,
-//! as with `std`'s lock.
+//! Reads are closures (`lock.read(|value| ...)`), not guards: a forgotten guard would leave its
+//! slot taken and wedge every later writer, which spins until the slot is left. A read cannot be
+//! forgotten, and an unwinding one leaves its slot. Writes are guards, as `std`'s: a forgotten
+//! write guard keeps the lock, as `std`'s does.
+//!
+//! Taking the same lock inside a read (for writing, or for reading while a writer waits) can
+//! deadlock, as with `std`'s lock.
 //!
 //! Miri checks the borrows (`cargo +nightly miri test -p tollgate --lib biased_lock` with
 //! `MIRIFLAGS=-Zmiri-disable-weak-memory-emulation`). With its weak-memory emulation on, it
@@ -30,10 +35,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use crate::sync::{
-    AtomicBool, ConstPtr, MutPtr, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard, UnsafeCell, backoff,
-    thread_index,
-};
+use crate::sync::{AtomicBool, MutPtr, Ordering, RwLock, RwLockWriteGuard, UnsafeCell, backoff, thread_index};
 
 /// Slots per lock: threads with the same index modulo `SLOTS` share one (the second of two
 /// readers at once takes the underlying lock). Two under loom, so that its models, with three
@@ -73,27 +75,52 @@ impl<T> BiasedLock<T> {
         }
     }
 
-    /// Shared access: through this thread's slot when it is free and no writer is active, else
-    /// through the underlying lock. For short reads: a writer waits for slot holders by spinning.
-    #[inline]
-    pub(crate) fn read(&self) -> ReadGuard<'_, T> {
+    /// Calls `f` with shared access: through this thread's slot when it is free and no writer is
+    /// active, else through the underlying lock. For short reads: a writer waits for slot
+    /// holders by spinning.
+    ///
+    /// A closure rather than a guard: a guard could be forgotten (`mem::forget`, a leaked `Box`)
+    /// and leave its slot taken, and every later writer would spin for ever waiting for it. Here
+    /// the slot is left when this call ends, by returning or by unwinding, and nothing that holds
+    /// it reaches the caller.
+    #[inline(always)]
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
         let slot = &self.slots.0[thread_index() % SLOTS];
         if slot.compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
             #[cfg(tollgate_loom)]
             crate::sync::fence(Ordering::SeqCst);
             if self.bias.load(Ordering::SeqCst) {
-                return ReadGuard { value: self.value.get(), held: Held::Slot(slot) };
+                // Declared first, so dropped last: the access to the value ends (loom tracks
+                // it), then the slot is left.
+                let _leave = Leave(slot);
+                let value = self.value.get();
+                // SAFETY: a writer takes `&mut T` only after it holds the underlying write lock
+                // and has seen every slot empty with the bias off; this slot stays taken until
+                // `_leave` drops, after the last use of this reference (it cannot outlive `f`).
+                return f(unsafe { value.deref() });
             }
             slot.store(false, Ordering::Release);
         }
-        self.read_shared()
+        self.read_contended(f)
     }
 
-    /// Shared access through the underlying lock only: for reads that may take long (a pass
-    /// over every value, a caller's closure), which writers then wait for without spinning.
-    pub(crate) fn read_shared(&self) -> ReadGuard<'_, T> {
-        let guard = self.lock.read().unwrap_or_else(|e| e.into_inner());
-        ReadGuard { value: self.value.get(), held: Held::Shared(guard) }
+    /// [`BiasedLock::read`] when the slot is taken or a writer is about: out of line, so that the
+    /// second copy of the caller's closure does not weigh on the fast path's inlining.
+    #[cold]
+    #[inline(never)]
+    fn read_contended<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        self.read_shared(f)
+    }
+
+    /// Calls `f` with shared access through the underlying lock only: for reads that may take
+    /// long (a pass over every value, a caller's closure), which writers then wait for without
+    /// spinning. A closure for the same reason as [`BiasedLock::read`].
+    pub(crate) fn read_shared<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        let _guard = self.lock.read().unwrap_or_else(|e| e.into_inner());
+        let value = self.value.get();
+        // SAFETY: a writer takes `&mut T` only under the underlying write lock, which `_guard`
+        // keeps out until after the last use of this reference.
+        f(unsafe { value.deref() })
     }
 
     /// Exclusive access: waits for the underlying lock's other holders, turns the bias off and
@@ -113,36 +140,15 @@ impl<T> BiasedLock<T> {
     }
 }
 
-/// Shared access to a [`BiasedLock`]'s value; leaves the slot or the lock when dropped.
-pub(crate) struct ReadGuard<'a, T> {
-    value: ConstPtr<T>,
-    held: Held<'a>,
-}
+/// Leaves a reader's slot when its read ends, also by unwinding. Private to this module and made
+/// only inside [`BiasedLock::read`], so it cannot be forgotten.
+struct Leave<'a>(&'a AtomicBool);
 
-enum Held<'a> {
-    Slot(&'a AtomicBool),
-    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
-}
-
-impl<T> Deref for ReadGuard<'_, T> {
-    type Target = T;
-
-    #[inline]
-    fn deref(&self) -> &T {
-        // SAFETY: a writer takes `&mut T` only after it holds the underlying write lock (so no
-        // `Shared` guard exists) and has seen every slot empty with the bias off (so no `Slot`
-        // guard exists or can be made until it turns the bias back on, when it is done).
-        unsafe { self.value.deref() }
-    }
-}
-
-impl<T> Drop for ReadGuard<'_, T> {
+impl Drop for Leave<'_> {
     #[inline]
     fn drop(&mut self) {
-        if let Held::Slot(slot) = self.held {
-            // Release: what this reader read happens before what a writer waiting for it writes.
-            slot.store(false, Ordering::Release);
-        }
+        // Release: what this reader read happens before what a writer waiting for it writes.
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -170,7 +176,7 @@ impl<T> Deref for WriteGuard<'_, T> {
     type Target = T;
 
     fn deref(&self) -> &T {
-        // SAFETY: this guard is the only access (see `ReadGuard::deref`), and no `&mut T` made
+        // SAFETY: this guard is the only access (see `BiasedLock::write`), and no `&mut T` made
         // through it lives while `&self` is borrowed. Through the raw pointer: a `&mut T` made
         // here would invalidate the `&T`s of earlier derefs that still live.
         self.value.with(|value| unsafe { &*value })
@@ -186,18 +192,41 @@ impl<T> DerefMut for WriteGuard<'_, T> {
 
 #[cfg(all(test, not(tollgate_loom)))]
 mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
     use super::*;
+
+    /// This thread's slot in `lock`.
+    fn my_slot<T>(lock: &BiasedLock<T>) -> &AtomicBool {
+        &lock.slots.0[thread_index() % SLOTS]
+    }
+
+    /// Runs a writer of `lock` on another thread; true when it got the lock within 5 s (a wedged
+    /// writer fails the test instead of hanging it: its thread is left spinning).
+    fn a_writer_completes(lock: &std::sync::Arc<BiasedLock<u64>>) -> bool {
+        let (done, finished) = mpsc::channel();
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            *lock.write() += 1;
+            let _ = done.send(());
+        });
+        finished.recv_timeout(Duration::from_secs(5)).is_ok()
+    }
 
     #[test]
     fn a_nested_read_takes_the_underlying_lock_and_both_leave() {
         let lock = BiasedLock::new(7);
-        {
-            let outer = lock.read();
-            assert!(matches!(outer.held, Held::Slot(_)));
-            let inner = lock.read();
-            assert!(matches!(inner.held, Held::Shared(_)), "the slot is taken by the outer read");
-            assert_eq!(*outer + *inner, 14);
-        }
+        let sum = lock.read(|outer| {
+            assert!(my_slot(&lock).load(Ordering::Relaxed), "the outer read is in the slot");
+            lock.read(|inner| {
+                assert!(lock.lock.try_write().is_err(), "the slot is taken by the outer read: the lock is");
+                outer + inner
+            })
+        });
+        assert_eq!(sum, 14);
+        assert!(!my_slot(&lock).load(Ordering::Relaxed), "the slot was left");
+        assert!(lock.lock.try_write().is_ok(), "the lock was left");
         let mut write = lock.write();
         // Two shared borrows of a write guard at once (sound only if `deref` makes no `&mut`:
         // Miri's borrow checks tell).
@@ -205,8 +234,42 @@ mod tests {
         assert_eq!(*a + *b, 14);
         *write += 1;
         drop(write);
-        assert!(matches!(lock.read().held, Held::Slot(_)), "the writer turned the bias back on");
-        assert_eq!(*lock.read(), 8);
+        let in_slot = lock.read(|_| my_slot(&lock).load(Ordering::Relaxed));
+        assert!(in_slot, "the writer turned the bias back on");
+        assert_eq!(lock.read(|v| *v), 8);
+    }
+
+    /// What a reader can hold beyond its read, it can forget, and no writer waits for it: the
+    /// slot is the read's, left when the closure returns. (With the guard this API replaced,
+    /// `mem::forget(lock.read())` left the slot taken and this writer spun for ever.)
+    #[test]
+    fn forgetting_what_a_read_returned_leaves_no_slot_taken() {
+        let lock = std::sync::Arc::new(BiasedLock::new(0u64));
+        let (value, was_in_slot) = lock.read(|v| (Box::new(*v), my_slot(&lock).load(Ordering::Relaxed)));
+        assert!(was_in_slot);
+        std::mem::forget(value);
+        assert!(!my_slot(&lock).load(Ordering::Relaxed));
+        assert!(a_writer_completes(&lock), "a writer waited for ever for the forgotten read's slot");
+        assert_eq!(lock.read(|v| *v), 1);
+    }
+
+    /// A read that unwinds leaves its slot (and a shared read its lock): writers still complete.
+    #[test]
+    fn a_read_that_panics_leaves_its_slot() {
+        let lock = std::sync::Arc::new(BiasedLock::new(0u64));
+        let in_slot = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            lock.read(|_| -> () {
+                assert!(my_slot(&lock).load(Ordering::Relaxed));
+                panic!("a reader's bug")
+            })
+        }));
+        assert!(in_slot.is_err());
+        assert!(!my_slot(&lock).load(Ordering::Relaxed), "the slot was left on unwinding");
+        assert!(a_writer_completes(&lock), "a writer waited for ever for the panicked read's slot");
+        let shared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lock.read_shared(|_| panic!("again"))));
+        assert!(shared.is_err());
+        assert!(a_writer_completes(&lock), "a writer waited for ever for the panicked shared read");
+        assert_eq!(lock.read(|v| *v), 2);
     }
 
     /// More threads than slots, reading a pair that writers keep equal: no reader ever sees a
@@ -228,15 +291,16 @@ mod tests {
                             std::thread::yield_now();
                             w.1 += 1;
                         } else {
-                            let r = lock.read();
-                            let first = r.0;
-                            std::thread::yield_now();
-                            assert_eq!(first, r.1, "a read overlapped a write");
+                            lock.read(|r| {
+                                let first = r.0;
+                                std::thread::yield_now();
+                                assert_eq!(first, r.1, "a read overlapped a write");
+                            });
                         }
                     }
                 });
             }
         });
-        assert_eq!(*lock.read(), (40 * threads as u64, 40 * threads as u64));
+        assert_eq!(lock.read(|v| *v), (40 * threads as u64, 40 * threads as u64));
     }
 }

@@ -5,9 +5,11 @@
 //! only (through a per-thread slot while no writer is about, see `biased_lock`), so threads working
 //! on different keys rarely touch the same cache line.
 //!
-//! Memory is bounded two ways: a key whose state is idle (back at full capacity, so it holds no
-//! information) is removed when a new key is inserted into its shard, and `max_keys` is a hard
-//! cap, where [`AtKeyLimit`] decides what happens to a new key.
+//! Memory is bounded three ways: a key whose state is idle (back at full capacity, so it holds no
+//! information) is removed when a new key is inserted into its shard, `max_keys` is a hard cap,
+//! and `max_key_bytes` (off by default) caps the bytes the stored keys weigh, for keys whose size
+//! the caller does not choose (strings a client sends); at either cap [`AtKeyLimit`] decides what
+//! happens to a new key.
 //!
 //! See [`Keyed`] for the work each decision does and what the cap costs.
 
@@ -65,6 +67,9 @@ use crate::stats::Counts;
 pub struct Keyed<K, A: Algorithm, C: Clock = SystemClock> {
     inner: Arc<Inner<K, A, C>>,
 }
+
+/// What one stored key weighs against [`KeyedBuilder::max_key_bytes`].
+type Weigh<K> = fn(&K) -> usize;
 
 /// Keys a decision that inserts a key looks at, besides its own, at most: the bound on work under
 /// a shard's write lock.
@@ -165,6 +170,9 @@ struct Inner<K, A: Algorithm, C: Clock> {
     shards: Box<[Shard<K, A::State>]>,
     shift: u32,
     max_per_shard: usize,
+    /// Each shard's share of `max_key_bytes` (`usize::MAX` without one), and the key's weight.
+    max_bytes_per_shard: usize,
+    weigh: Option<Weigh<K>>,
     at_limit: AtKeyLimit,
     /// Only a release makes a key idle: keys are filed under a counter, not a time.
     by_release: bool,
@@ -185,6 +193,8 @@ struct Shard<K, S> {
 /// A shard's keys, their expiry heap and what happened to them (written under the write lock).
 struct Table<K, S> {
     map: HashTable<(K, S)>,
+    /// What the stored keys weigh (0 without `max_key_bytes`).
+    bytes: usize,
     expiry: Expiry,
     swept: u64,
     evicted: u64,
@@ -195,6 +205,9 @@ struct Table<K, S> {
 pub struct KeyedStatistics {
     /// Keys currently stored.
     pub keys: usize,
+    /// What the stored keys weigh, by the function given to [`KeyedBuilder::max_key_bytes`]
+    /// (0 without one).
+    pub key_bytes: usize,
     /// Requests admitted so far (probes excluded); `None` unless built with
     /// [`KeyedBuilder::statistics`].
     pub admitted: Option<u64>,
@@ -217,6 +230,7 @@ pub struct KeyedBuilder<K, A: Algorithm, C: Clock> {
     algo: A,
     clock: C,
     max_keys: usize,
+    max_key_bytes: Option<(usize, Weigh<K>)>,
     shards: usize,
     /// `shards` was chosen by the caller, not left at its default.
     shards_chosen: bool,
@@ -232,6 +246,7 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
             algo: self.algo,
             clock,
             max_keys: self.max_keys,
+            max_key_bytes: self.max_key_bytes,
             shards: self.shards,
             shards_chosen: self.shards_chosen,
             statistics: self.statistics,
@@ -259,6 +274,41 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
     /// 14.2 to 14.7 million, 7.1 to 7.3 million, and so on by halves, cost up to twice the table.
     pub fn max_keys(mut self, max_keys: NonZeroUsize) -> Self {
         self.max_keys = max_keys.get();
+        self
+    }
+
+    /// Hard cap on what the stored keys weigh together, each key weighed by `weigh` when it is
+    /// stored (default: none). For keys whose size a client chooses, such as strings taken from
+    /// requests, where `max_keys` alone would let a few large keys take the memory: `weigh`
+    /// says what one stored key costs, e.g. its heap bytes plus its entry's size. A new key
+    /// that would take the stored keys past the cap meets it as it meets `max_keys`:
+    /// [`AtKeyLimit`] decides, with idle keys removed to make room first.
+    ///
+    /// As `max_keys`, the cap is held shard by shard (each holds `max_key_bytes / shards`,
+    /// rounded up): a key weighing more than a shard's share is never stored (with
+    /// [`AtKeyLimit::Reject`], it is told so by a `retry_after` of `None`, except while its shard
+    /// has no bytes left at all: new keys are then turned away before they are weighed, with
+    /// the time the next key goes idle). Only inserts weigh keys; a decision on a stored key
+    /// costs nothing more.
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// use tollgate::{AtKeyLimit, Keyed, ManualClock, Quota, Reason, TokenBucket};
+    ///
+    /// let per_name: Keyed<String, _, _> = Keyed::builder(TokenBucket::new(Quota::per_minute(10)?))
+    ///     .clock(ManualClock::new())
+    ///     .shards(NonZeroUsize::MIN)
+    ///     .max_key_bytes(NonZeroUsize::new(1000).unwrap(), |k: &String| k.capacity())
+    ///     .build();
+    /// assert!(per_name.try_acquire("a".repeat(600).as_str(), 1).is_ok());
+    /// let no = per_name.try_acquire("b".repeat(600).as_str(), 1).unwrap_err();
+    /// assert_eq!(no.reason(), Reason::KeyLimit, "600 + 600 bytes is over the cap");
+    /// assert!(per_name.try_acquire("c".repeat(300).as_str(), 1).is_ok(), "a lighter key fits");
+    /// assert_eq!(per_name.statistics().key_bytes, 900);
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn max_key_bytes(mut self, max_key_bytes: NonZeroUsize, weigh: fn(&K) -> usize) -> Self {
+        self.max_key_bytes = Some((max_key_bytes.get(), weigh));
         self
     }
 
@@ -290,6 +340,7 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
             .map(|_| Shard {
                 table: BiasedLock::new(Table {
                     map: HashTable::new(),
+                    bytes: 0,
                     expiry: Expiry::default(),
                     swept: 0,
                     evicted: 0,
@@ -307,6 +358,8 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
                 clock: self.clock,
                 hasher: hashbrown::DefaultHashBuilder::default(),
                 max_per_shard: self.max_keys.div_ceil(self.shards),
+                max_bytes_per_shard: self.max_key_bytes.map_or(usize::MAX, |(max, _)| max.div_ceil(self.shards)),
+                weigh: self.max_key_bytes.map(|(_, weigh)| weigh),
                 // Shard from the top bits; the table uses the low bits, so the two stay independent.
                 shift: 64 - bits,
                 shards,
@@ -332,6 +385,7 @@ impl<K, A: Algorithm> Keyed<K, A, SystemClock> {
             algo,
             clock: SystemClock::new(),
             max_keys: 10_000_000,
+            max_key_bytes: None,
             shards: 64,
             shards_chosen: false,
             statistics: false,
@@ -366,16 +420,33 @@ where
         &self.shards[hash.checked_shr(self.shift).unwrap_or(0) as usize]
     }
 
+    /// What `key` weighs against `max_key_bytes` (0 without it).
+    fn weight(&self, key: &K) -> usize {
+        self.weigh.map_or(0, |weigh| weigh(key))
+    }
+
+    /// True when a key weighing `weight` can be stored in `t` now.
+    fn fits(&self, t: &Table<K, A::State>, weight: usize) -> bool {
+        t.map.len() < self.max_per_shard && t.bytes.saturating_add(weight) <= self.max_bytes_per_shard
+    }
+
+    /// Removes a stored key's entry and its weight (not its expiry record).
+    fn remove(&self, bytes: &mut usize, entry: hashbrown::hash_table::OccupiedEntry<'_, (K, A::State)>) {
+        let ((key, _), _) = entry.remove();
+        *bytes -= self.weight(&key);
+    }
+
     fn give_back<Q>(&self, key: &Q, n: u64, acquired_at: u64)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let hash = self.hasher.hash_one(key);
-        let table = self.shard(hash).table.read();
-        if let Some((_, state)) = table.map.find(hash, |(k, _)| k.borrow() == key) {
-            self.algo.give_back(state, self.clock.now(), n, acquired_at);
-        }
+        self.shard(hash).table.read(|table| {
+            if let Some((_, state)) = table.map.find(hash, |(k, _)| k.borrow() == key) {
+                self.algo.give_back(state, self.clock.now(), n, acquired_at);
+            }
+        })
     }
 
     /// Counts a decision on `state` and turns it into the limiter's answer. Every algorithm
@@ -435,7 +506,7 @@ where
             };
             let idle_at = self.algo.idle_at(&entry.get().1, now);
             if idle_at <= now {
-                entry.remove();
+                self.remove(&mut t.bytes, entry);
                 t.expiry.pop();
                 t.swept += 1;
                 if !exact {
@@ -573,13 +644,14 @@ where
         let hash = inner.hasher.hash_one(key);
         let shard = inner.shard(hash);
         let now = inner.clock.now();
-        {
-            let table = shard.table.read();
-            if let Some((_, state)) = table.map.find(hash, |(k, _)| k.borrow() == key) {
-                return inner.count(shard, inner.algo.decide(state, now, n, commit), state, now, n, commit);
-            }
+        let stored = shard.table.read(|table| {
+            let (_, state) = table.map.find(hash, |(k, _)| k.borrow() == key)?;
+            Some(inner.count(shard, inner.algo.decide(state, now, n, commit), state, now, n, commit))
+        });
+        match stored {
+            Some(answer) => answer,
+            None => self.decide_new(key, hash, now, n, commit),
         }
-        self.decide_new(key, hash, now, n, commit)
     }
 
     /// [`Keyed::decide`] for a key that was not stored a moment ago: the write path (kept out of
@@ -616,43 +688,60 @@ where
             // A check: what a fresh state would answer, storing nothing.
             return count(inner.algo.decide(&fresh, now, n, false), &fresh);
         }
+        let owned = key.to_owned();
+        let weight = inner.weight(&owned);
         let mut guard = shard.table.write();
         let t = &mut *guard;
         if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
             return count(inner.algo.decide(state, now, n, commit), state);
         }
-        // Idle keys at the top of the expiry heap make room (a bounded look, see the module docs).
-        let full = t.map.len() >= inner.max_per_shard;
-        let earliest = inner.sweep(t, now, full && inner.at_limit != AtKeyLimit::AdmitUnstored);
-        if t.map.len() >= inner.max_per_shard {
+        // Idle keys at the top of the expiry heap make room (a bounded look, see the module docs);
+        // a heavy key may need the room of several.
+        let exact = inner.at_limit != AtKeyLimit::AdmitUnstored;
+        let mut earliest = inner.sweep(t, now, !inner.fits(t, weight) && exact);
+        for _ in 1..SWEEP {
+            if inner.fits(t, weight) || earliest != now {
+                break;
+            }
+            earliest = inner.sweep(t, now, exact);
+        }
+        if !inner.fits(t, weight) {
+            // A key heavier than the shard's whole share never fits, whatever goes idle.
+            let never = weight > inner.max_bytes_per_shard;
             match inner.at_limit {
-                // A key holding permits is never evicted: its leases would release into
-                // whichever key is stored under its name next.
-                AtKeyLimit::EvictNearestIdle if inner.by_release => {
-                    shard.rejected.fetch_add(1, Ordering::Relaxed);
-                    return rejected(key_limit(inner.algo.capacity(), None), Reason::KeyLimit);
-                }
-                AtKeyLimit::Reject => {
-                    shard.rejected.fetch_add(1, Ordering::Relaxed);
-                    let retry = (earliest != u64::MAX).then(|| earliest - now);
-                    return rejected(key_limit(inner.algo.capacity(), retry), Reason::KeyLimit);
-                }
                 AtKeyLimit::AdmitUnstored => {
                     shard.unstored.fetch_add(1, Ordering::Relaxed);
                     return count(inner.algo.decide(&fresh, now, n, commit), &fresh)
                         .map(|(meta, now, _)| (meta, now, false));
                 }
+                // A key holding permits is never evicted: its leases would release into
+                // whichever key is stored under its name next.
+                AtKeyLimit::EvictNearestIdle if inner.by_release || never => {
+                    shard.rejected.fetch_add(1, Ordering::Relaxed);
+                    return rejected(key_limit(inner.algo.capacity(), None), Reason::KeyLimit);
+                }
+                AtKeyLimit::Reject => {
+                    shard.rejected.fetch_add(1, Ordering::Relaxed);
+                    let retry = (earliest != u64::MAX && !never).then(|| earliest - now);
+                    return rejected(key_limit(inner.algo.capacity(), retry), Reason::KeyLimit);
+                }
                 AtKeyLimit::EvictNearestIdle => {
-                    // The sweep left the key nearest to idle on top, its record checked.
-                    if let Some(Record { hash, .. }) = t.expiry.top() {
+                    // The sweep left the key nearest to idle on top, its record checked; a heavy
+                    // new key evicts the next ones as their records order them.
+                    for _ in 0..SWEEP {
+                        let Some(Record { hash, .. }) = t.expiry.top() else { break };
                         if let Ok(entry) = t.map.find_entry(hash, |(k, _)| inner.hasher.hash_one(k) == hash) {
-                            entry.remove();
+                            inner.remove(&mut t.bytes, entry);
                             t.evicted += 1;
                         }
                         t.expiry.pop();
+                        if inner.fits(t, weight) {
+                            break;
+                        }
                     }
-                    if t.map.len() >= inner.max_per_shard {
-                        // Only if a record named no key (it cannot): the cap holds regardless.
+                    if !inner.fits(t, weight) {
+                        // Only for a key that needs more than SWEEP evictions: the caps hold regardless.
+                        shard.rejected.fetch_add(1, Ordering::Relaxed);
                         return rejected(key_limit(inner.algo.capacity(), None), Reason::KeyLimit);
                     }
                 }
@@ -665,7 +754,8 @@ where
             if t.map.len() == t.map.capacity() {
                 inner.clear_deleted(t);
             }
-            t.map.insert_unique(hash, (key.to_owned(), fresh), |(k, _)| inner.hasher.hash_one(k));
+            t.map.insert_unique(hash, (owned, fresh), |(k, _)| inner.hasher.hash_one(k));
+            t.bytes += weight;
             t.expiry.push(at, hash);
             debug_assert_eq!(t.expiry.len(), t.map.len(), "one record per stored key");
         }
@@ -696,36 +786,39 @@ where
             return None;
         }
         let shard = inner.shard(hash);
-        let t = shard.table.read();
-        if t.map.len() < inner.max_per_shard {
-            return None;
-        }
-        if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
-            return Some(inner.count(shard, inner.algo.decide(state, now, n, commit), state, now, n, commit));
-        }
-        // Records are lower bounds: none idle yet if the top's is later than now.
-        let Record { at, hash: top } = t.expiry.top()?;
-        if at <= now {
-            return None;
-        }
-        if inner.at_limit == AtKeyLimit::AdmitUnstored {
-            if commit {
-                shard.unstored.fetch_add(1, Ordering::Relaxed);
-            }
-            let answer = inner.count(shard, inner.algo.decide(fresh, now, n, commit), fresh, now, n, commit);
-            return Some(answer.map(|(meta, now, _)| (meta, now, false)));
-        }
-        // Reject, when the top's record is current (else the write path re-files it).
-        if commit {
-            let (_, state) = t.map.find(top, |(k, _)| inner.hasher.hash_one(k) == top)?;
-            if inner.algo.idle_at(state, now) != at {
+        shard.table.read(|t| {
+            // Full by bytes only when none are left: a lighter key may still fit (the write path
+            // weighs it).
+            if t.map.len() < inner.max_per_shard && t.bytes < inner.max_bytes_per_shard {
                 return None;
             }
-            shard.rejected.fetch_add(1, Ordering::Relaxed);
-        }
-        shard.counts.rejected();
-        let meta = key_limit(inner.algo.capacity(), Some(at - now));
-        Some(Err(Rejected::of(meta, n, Reason::KeyLimit)))
+            if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
+                return Some(inner.count(shard, inner.algo.decide(state, now, n, commit), state, now, n, commit));
+            }
+            // Records are lower bounds: none idle yet if the top's is later than now.
+            let Record { at, hash: top } = t.expiry.top()?;
+            if at <= now {
+                return None;
+            }
+            if inner.at_limit == AtKeyLimit::AdmitUnstored {
+                if commit {
+                    shard.unstored.fetch_add(1, Ordering::Relaxed);
+                }
+                let answer = inner.count(shard, inner.algo.decide(fresh, now, n, commit), fresh, now, n, commit);
+                return Some(answer.map(|(meta, now, _)| (meta, now, false)));
+            }
+            // Reject, when the top's record is current (else the write path re-files it).
+            if commit {
+                let (_, state) = t.map.find(top, |(k, _)| inner.hasher.hash_one(k) == top)?;
+                if inner.algo.idle_at(state, now) != at {
+                    return None;
+                }
+                shard.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            shard.counts.rejected();
+            let meta = key_limit(inner.algo.capacity(), Some(at - now));
+            Some(Err(Rejected::of(meta, n, Reason::KeyLimit)))
+        })
     }
 
     /// Gives a lease's permits for `key` back as if they had never been taken.
@@ -757,7 +850,14 @@ where
                 let mut guard = shard.table.write();
                 let t = &mut *guard;
                 let before = t.map.len();
-                t.map.retain(|(_, s)| !inner.algo.is_idle(s, now));
+                let bytes = &mut t.bytes;
+                t.map.retain(|(k, s)| {
+                    let idle = inner.algo.is_idle(s, now);
+                    if idle {
+                        *bytes -= inner.weight(k);
+                    }
+                    !idle
+                });
                 t.map.shrink_to_fit(|(k, _)| inner.hasher.hash_one(k));
                 inner.refile(t, now);
                 before - t.map.len()
@@ -805,7 +905,7 @@ where
         if inner.by_release && !idle {
             return false;
         }
-        entry.remove();
+        inner.remove(&mut t.bytes, entry);
         // One record per stored key: the key's own, or one of a key with the same hash (they
         // share their records, see `expiry`), which keeps the count right either way.
         let removed = t.expiry.remove(hash);
@@ -837,6 +937,7 @@ where
             let mut guard = shard.table.write();
             let t = &mut *guard;
             let before = t.map.len();
+            let bytes = &mut t.bytes;
             t.map.retain(|(k, s)| {
                 if !f(k) {
                     return true;
@@ -846,6 +947,7 @@ where
                     return true;
                 }
                 reset += usize::from(!idle);
+                *bytes -= inner.weight(k);
                 false
             });
             if t.map.len() != before {
@@ -873,18 +975,19 @@ where
         let inner = &*self.inner;
         let now = inner.clock.now();
         for shard in inner.shards.iter() {
-            let table = shard.table.read_shared();
-            for (key, state) in table.map.iter() {
-                if !inner.algo.is_idle(state, now) {
-                    f(key, peek(&inner.algo, state, now, 0).meta());
+            shard.table.read_shared(|table| {
+                for (key, state) in table.map.iter() {
+                    if !inner.algo.is_idle(state, now) {
+                        f(key, peek(&inner.algo, state, now, 0).meta());
+                    }
                 }
-            }
+            });
         }
     }
 
     /// Keys currently stored.
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| s.table.read().map.len()).sum()
+        self.inner.shards.iter().map(|s| s.table.read(|t| t.map.len())).sum()
     }
 
     /// True when no key is stored.
@@ -895,6 +998,13 @@ where
     /// The hard cap on stored keys (`max_keys` rounded up to a multiple of the shard count).
     pub fn max_keys(&self) -> usize {
         self.inner.max_per_shard * self.inner.shards.len()
+    }
+
+    /// The cap on what the stored keys weigh (`max_key_bytes` rounded up to a multiple of the
+    /// shard count); `None` without one.
+    pub fn max_key_bytes(&self) -> Option<usize> {
+        let inner = &*self.inner;
+        inner.weigh.map(|_| inner.max_bytes_per_shard.saturating_mul(inner.shards.len()))
     }
 
     /// What a new key gets at the cap.
@@ -922,10 +1032,11 @@ where
     pub fn statistics(&self) -> KeyedStatistics {
         let mut stats = KeyedStatistics::default();
         for shard in self.inner.shards.iter() {
-            let t = shard.table.read();
-            stats.keys += t.map.len();
-            stats.swept_idle += t.swept;
-            stats.evicted_at_limit += t.evicted;
+            let (keys, bytes, swept, evicted) = shard.table.read(|t| (t.map.len(), t.bytes, t.swept, t.evicted));
+            stats.keys += keys;
+            stats.key_bytes += bytes;
+            stats.swept_idle += swept;
+            stats.evicted_at_limit += evicted;
             stats.rejected_at_limit += shard.rejected.load(Ordering::Relaxed);
             stats.unstored_at_limit += shard.unstored.load(Ordering::Relaxed);
             let (admitted, rejected) = shard.counts.read();
@@ -995,6 +1106,7 @@ impl<K, A: Algorithm, C: Clock> std::fmt::Debug for Keyed<K, A, C> {
             .field("config", &inner.algo.config())
             .field("shards", &inner.shards.len())
             .field("max_keys", &(inner.max_per_shard * inner.shards.len()))
+            .field("max_key_bytes", &inner.weigh.map(|_| inner.max_bytes_per_shard.saturating_mul(inner.shards.len())))
             .field("at_key_limit", &inner.at_limit)
             .finish_non_exhaustive()
     }
@@ -1006,6 +1118,7 @@ impl<K, A: Algorithm, C: Clock> std::fmt::Debug for KeyedBuilder<K, A, C> {
             .field("config", &self.algo.config())
             .field("shards", &self.shards)
             .field("max_keys", &self.max_keys)
+            .field("max_key_bytes", &self.max_key_bytes.map(|(max, _)| max))
             .field("at_key_limit", &self.at_limit)
             .finish_non_exhaustive()
     }
@@ -1014,7 +1127,7 @@ impl<K, A: Algorithm, C: Clock> std::fmt::Debug for KeyedBuilder<K, A, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ManualClock, TokenBucket};
+    use crate::{ManualClock, Reason, TokenBucket};
 
     #[test]
     fn full_capacity_is_what_a_hashbrown_table_holds_before_it_grows() {
@@ -1028,6 +1141,103 @@ mod tests {
                 }
                 t.insert_unique(u64::MAX, u64::MAX, |&k| k);
                 assert_eq!(t.num_buckets(), 2 * buckets, "{buckets}: one past its capacity grows it");
+            }
+        }
+    }
+
+    fn by_bytes(policy: AtKeyLimit, clock: &ManualClock, max: usize) -> Keyed<String, TokenBucket, ManualClock> {
+        Keyed::builder(TokenBucket::new(Quota::per_minute(10).unwrap()))
+            .clock(clock.clone())
+            .shards(NonZeroUsize::MIN)
+            .max_key_bytes(NonZeroUsize::new(max).unwrap(), |k: &String| k.len())
+            .at_key_limit(policy)
+            .build()
+    }
+
+    /// The stored keys' weight, as the shards count it and as a sum over the keys; every
+    /// shard within its share.
+    fn weights(k: &Keyed<String, TokenBucket, ManualClock>) -> (usize, usize) {
+        let mut counted = 0;
+        let mut summed = 0;
+        for shard in k.inner.shards.iter() {
+            shard.table.read(|t| {
+                assert!(t.bytes <= k.inner.max_bytes_per_shard, "{} over {}", t.bytes, k.inner.max_bytes_per_shard);
+                counted += t.bytes;
+                summed += t.map.iter().map(|(key, _)| key.len()).sum::<usize>();
+            });
+        }
+        (counted, summed)
+    }
+
+    #[test]
+    fn the_byte_cap_meets_each_policy() {
+        let key = |c: char, n: usize| c.to_string().repeat(n);
+        let clock = ManualClock::new();
+        // Reject: told when room comes (a key of 10 per minute is idle 6 s after one permit).
+        let k = by_bytes(AtKeyLimit::Reject, &clock, 100);
+        let no = k.try_acquire(key('d', 101).as_str(), 1).unwrap_err();
+        assert_eq!((no.reason(), no.retry_after()), (Reason::KeyLimit, None), "heavier than the cap: never");
+        assert!(k.try_acquire(key('a', 60).as_str(), 1).is_ok());
+        clock.advance(Duration::from_secs(1));
+        let no = k.try_acquire(key('b', 50).as_str(), 1).unwrap_err();
+        assert_eq!((no.reason(), no.retry_after()), (Reason::KeyLimit, Some(Duration::from_secs(5))));
+        assert!(k.try_acquire(key('c', 40).as_str(), 1).is_ok(), "a key that fits is stored");
+        clock.advance(Duration::from_secs(6));
+        assert!(k.try_acquire(key('b', 50).as_str(), 1).is_ok(), "idle keys made room");
+        assert_eq!((k.len(), k.statistics().key_bytes), (2, 90), "a, idle, made room; c stays");
+
+        // Evict: as many of the keys nearest to idle as the new key needs.
+        let k = by_bytes(AtKeyLimit::EvictNearestIdle, &clock, 100);
+        for c in ['a', 'b', 'c', 'd'] {
+            assert!(k.try_acquire(key(c, 25).as_str(), 1).is_ok());
+            clock.advance(Duration::from_millis(10));
+        }
+        assert!(k.try_acquire(key('e', 60).as_str(), 1).is_ok());
+        let mut kept = Vec::new();
+        k.for_each(|key, _| kept.push(key.clone()));
+        kept.sort();
+        assert_eq!(kept, [key('d', 25), key('e', 60)], "a, b and c, the nearest to idle, made room");
+        assert_eq!(k.statistics().evicted_at_limit, 3);
+
+        // Admit: decided, not stored.
+        let k = by_bytes(AtKeyLimit::AdmitUnstored, &clock, 100);
+        assert!(k.try_acquire(key('a', 90).as_str(), 1).is_ok());
+        assert!(k.try_acquire(key('b', 20).as_str(), 1).is_ok());
+        assert_eq!((k.len(), k.statistics().unstored_at_limit, weights(&k)), (1, 1, (90, 90)));
+    }
+
+    /// Keys of every size come, go idle, are reset one by one or by a filter and swept: the
+    /// shards' byte counts stay the sum of their keys' weights, within the cap.
+    #[test]
+    fn the_stored_weight_is_kept_exact() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for policy in [AtKeyLimit::Reject, AtKeyLimit::EvictNearestIdle, AtKeyLimit::AdmitUnstored] {
+            let clock = ManualClock::new();
+            let k = Keyed::builder(TokenBucket::new(Quota::per_minute(10).unwrap()))
+                .clock(clock.clone())
+                .shards(NonZeroUsize::new(4).unwrap())
+                .max_keys(NonZeroUsize::new(64).unwrap())
+                .max_key_bytes(NonZeroUsize::new(4000).unwrap(), |k: &String| k.len())
+                .at_key_limit(policy)
+                .build();
+            for step in 0..20_000 {
+                let name = format!("{}-{}", next(300), "x".repeat(next(400) as usize));
+                match next(100) {
+                    0 => drop(k.reset(name.as_str())),
+                    1 => drop(k.reset_matching(|key| key.len() % 7 == 0)),
+                    2 => drop(k.evict_idle()),
+                    3..=20 => clock.advance(Duration::from_millis(next(3000))),
+                    _ => drop(k.try_acquire(name.as_str(), 1 + next(3))),
+                }
+                let (counted, summed) = weights(&k);
+                assert_eq!(counted, summed, "{policy:?}, step {step}");
+                assert_eq!(k.statistics().key_bytes, summed);
             }
         }
     }
@@ -1046,7 +1256,7 @@ mod tests {
                 .max_keys(NonZeroUsize::new(cap).unwrap())
                 .at_key_limit(policy)
                 .build();
-            let buckets = || k.inner.shards[0].table.read().map.num_buckets();
+            let buckets = || k.inner.shards[0].table.read(|t| t.map.num_buckets());
             // Under eviction no key goes idle; otherwise one key goes idle per new key, 6 s after
             // its permit (10 per minute).
             let step = if policy == AtKeyLimit::EvictNearestIdle { 0 } else { 6_000_000_000 / cap as u64 };

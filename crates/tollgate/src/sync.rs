@@ -2,18 +2,18 @@
 //! `--cfg tollgate_loom` so the model checker can explore every interleaving.
 
 #[cfg(tollgate_loom)]
-pub(crate) use loom::cell::{ConstPtr, MutPtr, UnsafeCell};
+pub(crate) use loom::cell::{MutPtr, UnsafeCell};
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 #[cfg(tollgate_loom)]
-pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub(crate) use loom::sync::{RwLock, RwLockWriteGuard};
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 #[cfg(not(tollgate_loom))]
-pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub(crate) use std::sync::{RwLock, RwLockWriteGuard};
 
 #[cfg(not(tollgate_loom))]
-pub(crate) use cell::{ConstPtr, MutPtr, UnsafeCell};
+pub(crate) use cell::{MutPtr, UnsafeCell};
 
 /// `std`'s `UnsafeCell` with the shape of loom's (pointers taken by `get`/`get_mut`, which loom
 /// tracks so that it reports a read racing a write).
