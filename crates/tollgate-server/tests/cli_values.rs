@@ -65,6 +65,12 @@ fn counter_caps_are_checked_before_serving() {
         (["--max-counters", "0"], "'--max-counters <N>'"),
         (["--max-counters", "many"], "'--max-counters <N>'"),
         (["--at-max-counters", "drop"], "'--at-max-counters <AT_MAX_COUNTERS>'"),
+        (["--max-counter-bytes", "0"], "'--max-counter-bytes <BYTES>'"),
+        (["--max-counter-bytes", "lots"], "'--max-counter-bytes <BYTES>'"),
+        (["--max-value-bytes", "0KiB"], "'--max-value-bytes <BYTES>'"),
+        (["--max-request-bytes", "1.5.5"], "'--max-request-bytes <BYTES>'"),
+        (["--max-entries", "0"], "'--max-entries <N>'"),
+        (["--max-descriptors", "x"], "'--max-descriptors <N>'"),
     ] {
         let mut args = vec!["serve", "--limits", "l.yaml"];
         args.extend(extra);
@@ -76,4 +82,7 @@ fn counter_caps_are_checked_before_serving() {
     let out = tollgate(&["serve", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("--max-counters <N>") && help.contains("[default: reject]"), "{help}");
+    for default in ["[default: 1GiB]", "[default: 4KiB]", "[default: 64KiB]", "[default: 64]"] {
+        assert!(help.contains(default), "{default} in {help}");
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tollgate::{AtKeyLimit, SystemClock};
-use tollgate_server::serve::{CounterCap, HeaderDraft, Mode, ServeConfig, ServeError, Storage, start};
+use tollgate_server::serve::{CounterCap, HeaderDraft, Mode, RequestBounds, ServeConfig, ServeError, Storage, start};
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -99,6 +99,30 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_enum, default_value = "reject")]
     at_max_counters: AtMaxCounters,
 
+    /// Most bytes the in-memory counters of one limit take: the text of their variables'
+    /// values and their table entries (`4096`, `64KiB`, `1GiB`). Past it, a new counter gets
+    /// what --at-max-counters says, as past --max-counters: long values cannot take the
+    /// server's memory any more than many values can.
+    #[arg(long, default_value = "1GiB", value_name = "BYTES", value_parser = bytes)]
+    max_counter_bytes: NonZeroUsize,
+
+    /// Most bytes in one descriptor entry's key or value; a request with a longer one is
+    /// refused (HTTP 400, gRPC INVALID_ARGUMENT) before anything is counted.
+    #[arg(long, default_value = "4KiB", value_name = "BYTES", value_parser = bytes)]
+    max_value_bytes: NonZeroUsize,
+
+    /// Most bytes in one request's namespace and descriptor entries together (refused past it).
+    #[arg(long, default_value = "64KiB", value_name = "BYTES", value_parser = bytes)]
+    max_request_bytes: NonZeroUsize,
+
+    /// Most entries in one descriptor (refused past it).
+    #[arg(long, default_value = "64", value_name = "N")]
+    max_entries: NonZeroUsize,
+
+    /// Most descriptors in one request (refused past it).
+    #[arg(long, default_value = "64", value_name = "N")]
+    max_descriptors: NonZeroUsize,
+
     /// RateLimit headers in Envoy RLS replies (`response_headers_to_add`), as the HTTP API
     /// sends them when asked: draft03 (`X-RateLimit-Limit`, `-Remaining`, `-Reset`, as
     /// Limitador's `DRAFT_VERSION_03`) or draft10 (`RateLimit-Policy`, `RateLimit`). None by
@@ -119,6 +143,13 @@ pub(crate) struct ServeArgs {
     #[cfg(feature = "otlp")]
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
+}
+
+/// A size in bytes, with an optional unit (`4096`, `4KiB`, `1 GB`), above zero.
+fn bytes(text: &str) -> Result<NonZeroUsize, String> {
+    let size: bytesize::ByteSize = text.parse().map_err(|_| format!("`{text}` is not a size (4096, 64KiB, 1GiB)"))?;
+    let size = usize::try_from(size.as_u64()).map_err(|_| format!("`{text}` is more than this machine addresses"))?;
+    NonZeroUsize::new(size).ok_or_else(|| format!("`{text}`: the size must be above zero"))
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -239,7 +270,17 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         shadow: args.shadow,
         watch: !args.no_watch,
         time: Default::default(),
-        counters: CounterCap { max: args.max_counters, at_max: args.at_max_counters.into() },
+        counters: CounterCap {
+            max: args.max_counters,
+            max_bytes: args.max_counter_bytes,
+            at_max: args.at_max_counters.into(),
+        },
+        bounds: RequestBounds {
+            max_value_bytes: args.max_value_bytes.get(),
+            max_request_bytes: args.max_request_bytes.get(),
+            max_entries: args.max_entries.get(),
+            max_descriptors: args.max_descriptors.get(),
+        },
         rate_limit_headers: args.rate_limit_headers.map(HeaderDraft::from),
         http_read_timeout: Some(args.http_read_timeout).filter(|t| !t.is_zero()),
         grpc_read_timeout: Some(args.grpc_read_timeout).filter(|t| !t.is_zero()),

@@ -4,37 +4,62 @@
 use std::num::NonZeroUsize;
 
 use tollgate::{
-    AtKeyLimit, Clock, FixedWindow, Keyed, KeyedStatistics, Lease, Meta, Rejected, SlidingWindow, TokenBucket,
-    WeightedWindow,
+    Algorithm, AtKeyLimit, Clock, FixedWindow, Keyed, KeyedStatistics, Lease, Meta, Rejected, SlidingWindow,
+    TokenBucket, WeightedWindow,
 };
 use tollgate_policy::{AlgorithmKind, Limit};
 
-/// How many counters one limit keeps in memory, and what a new counter gets past that: the
-/// server's `--max-counters` and `--at-max-counters`, which a limit's own `max_counters` and
-/// `at_max_counters` override.
+/// How many counters one limit keeps in memory, how many bytes they may take, and what a new
+/// counter gets past either: the server's `--max-counters`, `--max-counter-bytes` and
+/// `--at-max-counters`, of which a limit's own `max_counters` and `at_max_counters` override
+/// the first and the last.
 ///
-/// Idle counters are removed a few at a time as new ones come in; the cap bounds the rest, so
-/// that a flood of distinct variable values (one per source address, say) cannot take the
-/// server's memory. The default rejects new counters at the cap and tells them when one goes
-/// idle (see [`AtKeyLimit`] for why, and for the other two choices).
+/// Idle counters are removed a few at a time as new ones come in; the caps bound the rest, so
+/// that a flood of distinct variable values (one per source address, say), or of long ones,
+/// cannot take the server's memory. The default rejects new counters at a cap and tells them
+/// when one goes idle (see [`AtKeyLimit`] for why, and for the other two choices).
 ///
 /// ```
 /// use tollgate_server::serve::CounterCap;
 /// let cap = CounterCap::default();
-/// assert_eq!((cap.max.get(), cap.at_max), (10_000_000, tollgate::AtKeyLimit::Reject));
+/// assert_eq!((cap.max.get(), cap.max_bytes.get(), cap.at_max), (10_000_000, 1 << 30, tollgate::AtKeyLimit::Reject));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CounterCap {
     /// Most counters per limit (rounded up to a multiple of 64, the shards of its table).
     pub max: NonZeroUsize,
-    /// What a new counter gets when `max` are kept and none is idle.
+    /// Most bytes one limit's counters take (rounded up to a multiple of its table's shards; a
+    /// counter heavier than one shard's share is never kept). Counted per counter: the text of
+    /// its variables' values and the vector holding them (their heap bytes), its table entry and
+    /// its expiry record; not counted: the table's free slots (at most as many again as the
+    /// entries, which `max` bounds).
+    pub max_bytes: NonZeroUsize,
+    /// What a new counter gets when `max` are kept, or `max_bytes` would be passed, and none is
+    /// idle.
     pub at_max: AtKeyLimit,
 }
 
 impl Default for CounterCap {
     fn default() -> CounterCap {
-        CounterCap { max: NonZeroUsize::new(10_000_000).expect("nonzero"), at_max: AtKeyLimit::Reject }
+        CounterCap {
+            max: NonZeroUsize::new(10_000_000).expect("nonzero"),
+            max_bytes: NonZeroUsize::new(1 << 30).expect("nonzero"),
+            at_max: AtKeyLimit::Reject,
+        }
     }
+}
+
+/// What one counter of an algorithm whose state is `S` weighs against
+/// [`CounterCap::max_bytes`]: its key's heap bytes, its table entry and its expiry record (16
+/// bytes, see [`tollgate::Keyed`]).
+fn weigh<S>(key: &Vec<String>) -> usize {
+    let heap = key.capacity() * size_of::<String>() + key.iter().map(String::capacity).sum::<usize>();
+    size_of::<(Vec<String>, S)>() + 16 + heap
+}
+
+/// [`weigh`] for `A`'s counters.
+fn weigher<A: Algorithm>(_: &A) -> fn(&Vec<String>) -> usize {
+    weigh::<A::State>
 }
 
 /// Sliding windows are counted in this many segments.
@@ -65,9 +90,16 @@ impl<C: Clock + Clone> Counters<C> {
         let max = limit.max_counters().unwrap_or(cap.max);
         let at_max = limit.at_max_counters().unwrap_or(cap.at_max);
         macro_rules! keyed {
-            ($algo:expr) => {
-                Keyed::builder($algo).clock(clock.clone()).max_keys(max).at_key_limit(at_max).build()
-            };
+            ($algo:expr) => {{
+                let algo = $algo;
+                let weigh = weigher(&algo);
+                Keyed::builder(algo)
+                    .clock(clock.clone())
+                    .max_keys(max)
+                    .max_key_bytes(cap.max_bytes, weigh)
+                    .at_key_limit(at_max)
+                    .build()
+            }};
         }
         match limit.algorithm() {
             AlgorithmKind::FixedWindow => Counters::Fixed(keyed!(match limit.calendar() {
@@ -88,9 +120,9 @@ impl<C: Clock + Clone> Counters<C> {
         each!(self, k => k.statistics())
     }
 
-    /// The cap on counters kept, and what a new one gets past it.
-    pub(crate) fn cap(&self) -> (usize, AtKeyLimit) {
-        each!(self, k => (k.max_keys(), k.at_key_limit()))
+    /// The caps on counters kept (count, bytes), and what a new one gets past them.
+    pub(crate) fn cap(&self) -> (usize, usize, AtKeyLimit) {
+        each!(self, k => (k.max_keys(), k.max_key_bytes().unwrap_or(usize::MAX), k.at_key_limit()))
     }
 
     pub(crate) fn check(&self, key: &[String], n: u64) -> Result<Meta, Rejected> {

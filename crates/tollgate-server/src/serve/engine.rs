@@ -8,6 +8,7 @@ use std::sync::{Arc, RwLock};
 use tollgate::{Clock, Meta, SystemClock};
 use tollgate_policy::{AlgorithmKind, Descriptor, Enforcement, Limit, LimitId, Policy, Position};
 
+use super::bounds::{Oversize, RequestBounds};
 use super::counters::{CounterCap, Counters};
 use super::store::{Cached, Call, InRedis, Leased, Memory, RedisStore, Store};
 
@@ -122,6 +123,10 @@ pub struct CounterTable {
     pub kept: usize,
     /// The cap (`max_counters`, rounded up to a multiple of the table's 64 shards).
     pub max: usize,
+    /// What the counters kept weigh (see [`CounterCap::max_bytes`]).
+    pub bytes: usize,
+    /// The cap on that (`--max-counter-bytes`, rounded up to a multiple of the table's shards).
+    pub max_bytes: usize,
     /// What a new counter gets at the cap.
     pub at_max: tollgate::AtKeyLimit,
     /// New counters rejected at the cap (`reject`).
@@ -166,6 +171,18 @@ pub struct Engine<C: Clock = SystemClock> {
     /// Where the counters live: the one value that decides every call.
     pub(super) store: Box<dyn Store<C>>,
     cap: CounterCap,
+    bounds: RequestBounds,
+}
+
+/// Why [`Engine::call`] decided nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The request is over one of the [`RequestBounds`] (HTTP 400, gRPC `INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Oversize(#[from] Oversize),
+    /// The storage could not answer: Redis down or slow (HTTP 503, gRPC `UNAVAILABLE`).
+    #[error("counter storage unavailable: {0}")]
+    Storage(#[from] tollgate_redis::BackendError),
 }
 
 /// Where an engine keeps its counters, as `--storage` names it.
@@ -277,6 +294,7 @@ impl<C: Clock + Clone> Engine<C> {
             shadow,
             store: Box::new(Memory::new(mode)),
             cap: CounterCap::default(),
+            bounds: RequestBounds::default(),
         };
         engine.renew_counters();
         engine
@@ -329,6 +347,34 @@ impl<C: Clock + Clone> Engine<C> {
     /// The in-memory counters' bounds.
     pub fn counter_cap(&self) -> CounterCap {
         self.cap
+    }
+
+    /// Bounds the size of each request's descriptors (`--max-value-bytes` and the others): a
+    /// call over them is refused with [`CallError::Oversize`], before anything is decided.
+    ///
+    /// ```
+    /// use futures::executor::block_on;
+    /// use tollgate::ManualClock;
+    /// use tollgate_policy::{Descriptor, Policy};
+    /// use tollgate_server::serve::{Action, CallError, Engine, Mode, RequestBounds};
+    ///
+    /// let policy = Policy::parse("- {namespace: api, max_value: 5, seconds: 60, variables: [user]}", "limits.yaml")?;
+    /// let bounds = RequestBounds { max_value_bytes: 16, ..RequestBounds::default() };
+    /// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new()).with_request_bounds(bounds);
+    /// let long = [Descriptor::from([("user", "a-name-longer-than-16-bytes")])];
+    /// let refused = block_on(engine.call("api", &long, 1, Action::CheckAndReport)).unwrap_err();
+    /// assert!(matches!(refused, CallError::Oversize(_)), "{refused}");
+    /// assert_eq!(engine.counter_tables().1[0].kept, 0, "nothing stored");
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    #[must_use]
+    pub fn with_request_bounds(self, bounds: RequestBounds) -> Engine<C> {
+        Engine { bounds, ..self }
+    }
+
+    /// The bounds on each request's descriptors.
+    pub fn request_bounds(&self) -> RequestBounds {
+        self.bounds
     }
 
     /// Decides in memory and flushes counts to Redis in batches (call [`Engine::flush`]
@@ -404,14 +450,16 @@ impl<C: Clock + Clone> Engine<C> {
     /// `delta` is the number of hits (callers map Envoy's 0 to 1), unless a descriptor sets its own
     /// ([`Descriptor::hits`]) for the counters attributed to it. A request that is limited takes
     /// nothing from any counter; a shadow or quota limit without room takes nothing and does not
-    /// limit it. An error means the storage could not answer (Redis down or slow).
+    /// limit it. An error means the request is over the engine's [`RequestBounds`], or the storage
+    /// could not answer (Redis down or slow).
     pub async fn call(
         &self,
         namespace: &str,
         descriptors: &[Descriptor],
         delta: u64,
         action: Action,
-    ) -> Result<Outcome<C>, tollgate_redis::BackendError> {
+    ) -> Result<Outcome<C>, CallError> {
+        self.bounds.check(namespace, descriptors)?;
         let loaded = self.loaded();
         let statuses = {
             let hits = loaded.policy.hits(namespace, descriptors);
@@ -497,10 +545,12 @@ impl<C: Clock + Clone> Engine<C> {
             .iter()
             .map(|c| {
                 let s = c.statistics();
-                let (max, at_max) = c.cap();
+                let (max, max_bytes, at_max) = c.cap();
                 CounterTable {
                     kept: s.keys,
                     max,
+                    bytes: s.key_bytes,
+                    max_bytes,
                     at_max,
                     rejected_at_max: s.rejected_at_limit,
                     evicted_at_max: s.evicted_at_limit,

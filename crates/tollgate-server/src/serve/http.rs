@@ -14,8 +14,8 @@
 //! Bodies are `{"namespace": "...", "values": {"key": "value"}, "delta": 1, "response_headers":
 //! "DraftVersion03"}`; with `response_headers` set, the response carries the draft RateLimit
 //! headers of the tightest counter (see [`super::headers`]). A call that exceeds a quota limit
-//! (`mode: quota`) is allowed and carries `X-Tollgate-Quota-Exceeded`. A body that is not that JSON, or a `delta` above
-//! [`MAX_DELTA`], is a 400 that says why.
+//! (`mode: quota`) is allowed and carries `X-Tollgate-Quota-Exceeded`. A body that is not that JSON, a `delta` above
+//! [`MAX_DELTA`], or `values` over the engine's [`super::RequestBounds`] is a 400 that says why.
 //!
 //! Counters are listed and reset on every storage (with Redis, by a bounded scan of the
 //! namespace's keys: see [`Engine::list_counters`]); a storage that cannot answer is a 503. The
@@ -45,7 +45,7 @@ use tollgate_policy::{Descriptor, Limit};
 use tracing::Instrument;
 
 use super::admin::CounterFilter;
-use super::engine::{Action, Engine};
+use super::engine::{Action, CallError, Engine};
 use super::headers::{HeaderDraft, response_headers};
 use super::metrics::Metrics;
 use super::trace::{Decision, Protocol, TraceParent};
@@ -314,9 +314,14 @@ pub(super) async fn answer<C: Clock + Clone>(api: &Api<C>, body: &[u8], action: 
     let descriptors = [Descriptor::from(body.values)];
     let outcome = match api.engine.call(&body.namespace, &descriptors, body.delta, action).await {
         Ok(outcome) => outcome,
-        Err(e) => {
+        Err(CallError::Oversize(e)) => {
+            decision.invalid();
+            api.metrics.refused(e.bound);
+            return Answer::refused(StatusCode::BAD_REQUEST, format!("{e}\n"));
+        }
+        Err(e @ CallError::Storage(_)) => {
             decision.unavailable();
-            return Answer::refused(StatusCode::SERVICE_UNAVAILABLE, format!("counter storage unavailable: {e}\n"));
+            return Answer::refused(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"));
         }
     };
     decision.decided(&outcome);

@@ -15,6 +15,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder
 use tollgate::Clock;
 use tollgate_policy::Enforcement;
 
+use super::bounds::Bound;
 use super::engine::{CounterTable, Engine, Outcome};
 
 /// Buckets of the decision latency histogram, in seconds.
@@ -30,6 +31,8 @@ pub const UNCONFIGURED_NAMESPACE: &str = "(unconfigured)";
 pub struct Metrics {
     recorder: PrometheusRecorder,
     latency: Histogram,
+    /// `tollgate_requests_refused_total{bound}`, in the order of [`Bound::ALL`].
+    refused: [Counter; 4],
     /// The handles of the labelled counters recorded so far (one per series the recorder keeps
     /// anyway, so this grows no faster than the exposition does).
     series: RwLock<HashMap<SeriesKey, Counter>>,
@@ -96,7 +99,14 @@ impl Metrics {
             metrics::describe_histogram!("tollgate_decision_seconds", Unit::Seconds, "Time to decide one call");
         });
         let latency = with_local_recorder(&recorder, || histogram!("tollgate_decision_seconds"));
-        Metrics { recorder, latency, series: RwLock::default(), reload: Mutex::new(ReloadState::default()) }
+        let refused = with_local_recorder(&recorder, || {
+            metrics::describe_counter!(
+                "tollgate_requests_refused_total",
+                "Calls refused before deciding for their size, per bound (--max-value-bytes: value_bytes, ...)"
+            );
+            Bound::ALL.map(|bound| counter!("tollgate_requests_refused_total", "bound" => bound.name()))
+        });
+        Metrics { recorder, latency, refused, series: RwLock::default(), reload: Mutex::new(ReloadState::default()) }
     }
 
     /// Runs `f` with this server's recorder as the `metrics` facade's: handles registered in it
@@ -127,6 +137,11 @@ impl Metrics {
             };
             self.add(metric, namespace, Some(name(status)), 1, outcome);
         }
+    }
+
+    /// Records a call refused for its size: over `bound`.
+    pub fn refused(&self, bound: Bound) {
+        self.refused[Bound::ALL.iter().position(|b| *b == bound).expect("every bound is in ALL")].increment(1);
     }
 
     /// Records hits reported without a decision (Kuadrant's `Report`), decided as `outcome`; a
@@ -245,28 +260,41 @@ impl Metrics {
     fn render_counter_tables<C: Clock + Clone>(&self, out: &mut String, engine: &Engine<C>) {
         let (loaded, tables) = engine.counter_tables();
         let rows = || loaded.policy.limits().iter().zip(&tables);
-        let families: [Family; 5] = [
+        let families: [Family; 7] = [
             ("tollgate_counters", "gauge", "In-memory counters kept by each limit", |t| t.kept.to_string()),
             ("tollgate_counters_max", "gauge", "Most in-memory counters each limit keeps (--max-counters)", |t| {
                 t.max.to_string()
             }),
             (
+                "tollgate_counters_bytes",
+                "gauge",
+                "Bytes the in-memory counters of each limit take: their values' text and table entries",
+                |t| t.bytes.to_string(),
+            ),
+            (
+                "tollgate_counters_bytes_max",
+                "gauge",
+                "Most bytes the in-memory counters of each limit take (--max-counter-bytes)",
+                |t| t.max_bytes.to_string(),
+            ),
+            (
                 "tollgate_counters_rejected_at_max_total",
                 "counter",
-                "New counters rejected because the limit keeps its maximum (at_max_counters: reject)",
+                "New counters rejected because the limit keeps its maximum counters or bytes (at_max_counters: reject)",
                 |t| t.rejected_at_max.to_string(),
             ),
             (
                 "tollgate_counters_evicted_at_max_total",
                 "counter",
-                "Counters evicted for a new one because the limit keeps its maximum (at_max_counters: evict)",
+                "Counters evicted for a new one because the limit keeps its maximum counters or bytes \
+                 (at_max_counters: evict)",
                 |t| t.evicted_at_max.to_string(),
             ),
             (
                 "tollgate_counters_admitted_unstored_at_max_total",
                 "counter",
                 "Requests on new counters allowed without counting because the limit keeps its maximum \
-                 (at_max_counters: admit)",
+                 counters or bytes (at_max_counters: admit)",
                 |t| t.admitted_unstored_at_max.to_string(),
             ),
         ];

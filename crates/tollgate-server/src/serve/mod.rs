@@ -11,6 +11,7 @@
 //! - [`start`]: all of it on the current tokio runtime.
 
 mod admin;
+mod bounds;
 mod counters;
 mod engine;
 pub mod headers;
@@ -28,8 +29,9 @@ pub mod trace;
 mod unary;
 
 pub use admin::{CounterFilter, CounterList};
+pub use bounds::{Bound, Oversize, RequestBounds};
 pub use counters::CounterCap;
-pub use engine::{Action, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, Status, StorageError, StorageKind};
+pub use engine::{Action, CallError, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, Status, StorageError, StorageKind};
 pub use headers::{HeaderDraft, UnknownHeaderDraft};
 pub use metrics::{Metrics, UNCONFIGURED_NAMESPACE};
 pub use reload::{Reloaded, Reloader};

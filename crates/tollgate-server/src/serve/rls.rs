@@ -15,7 +15,8 @@
 //! HTTP API.
 //!
 //! Not honoured: a descriptor's `limit` override (the limits file decides) — and a negative
-//! `hits_addend` (`is_negative_hits`) is refused as `INVALID_ARGUMENT`, not counted wrongly.
+//! `hits_addend` (`is_negative_hits`) is refused as `INVALID_ARGUMENT`, not counted wrongly. So is
+//! a request over the engine's [`super::RequestBounds`] (the message names the bound).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,7 +34,7 @@ use tollgate_policy::{Descriptor, Enforcement, Limit};
 use tonic::{Request, Response, Status as GrpcStatus};
 use tracing::Instrument;
 
-use super::engine::{Action, Engine, Outcome, Status};
+use super::engine::{Action, CallError, Engine, Outcome, Status};
 use super::headers::{HeaderDraft, response_headers};
 use super::metrics::Metrics;
 use super::trace::{Decision, Protocol, TraceParent};
@@ -97,10 +98,15 @@ impl<C: Clock + Clone> Rls<C> {
         let descriptors = descriptors(request.descriptors).inspect_err(|_| decision.invalid())?;
         let outcome = match self.engine.call(&request.domain, &descriptors, delta, action).await {
             Ok(outcome) => outcome,
+            Err(CallError::Oversize(e)) => {
+                decision.invalid();
+                self.metrics.refused(e.bound);
+                return Err(GrpcStatus::invalid_argument(e.to_string()));
+            }
             // UNAVAILABLE lets Envoy's failure_mode_deny decide, as Limitador does.
-            Err(e) => {
+            Err(e @ CallError::Storage(_)) => {
                 decision.unavailable();
-                return Err(GrpcStatus::unavailable(format!("counter storage unavailable: {e}")));
+                return Err(GrpcStatus::unavailable(e.to_string()));
             }
         };
         decision.decided(&outcome);

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Format, PolicyError};
 
+use super::bounds::RequestBounds;
 use super::counters::CounterCap;
 use super::engine::{Engine, Mode, StorageError};
 use super::headers::HeaderDraft;
@@ -44,6 +45,8 @@ pub struct ServeConfig {
     pub time: TimeSource,
     /// How many counters each limit keeps in memory, and what a new one gets past that.
     pub counters: CounterCap,
+    /// How large a request's descriptors may be.
+    pub bounds: RequestBounds,
     /// RateLimit headers in RLS replies (`--rate-limit-headers`); none by default.
     pub rate_limit_headers: Option<HeaderDraft>,
     /// Links each decision span to the caller's trace from the request's headers (see
@@ -94,6 +97,7 @@ impl ServeConfig {
             storage: Storage::default(),
             time: TimeSource::default(),
             counters: CounterCap::default(),
+            bounds: RequestBounds::default(),
             rate_limit_headers: None,
             trace_parent: None,
             http_read_timeout: Some(DEFAULT_HTTP_READ_TIMEOUT),
@@ -228,7 +232,9 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let storage_error = |source: StorageError| ServeError::Storage { file: PathBuf::from(&source.source_name), source };
     let text = config.format.read(&config.limits)?;
     let policy = config.format.parse(&text)?;
-    let mut engine = Engine::new(policy, config.mode, config.shadow, clock).with_counter_cap(config.counters);
+    let mut engine = Engine::new(policy, config.mode, config.shadow, clock)
+        .with_counter_cap(config.counters)
+        .with_request_bounds(config.bounds);
     let metrics = Arc::new(Metrics::new());
     let mut flush_every = None;
     // The Redis stores register their metrics in this server's recorder, not the global one.
