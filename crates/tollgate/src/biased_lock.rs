@@ -35,7 +35,9 @@
 
 use std::ops::{Deref, DerefMut};
 
-use crate::sync::{AtomicBool, MutPtr, Ordering, RwLock, RwLockWriteGuard, UnsafeCell, backoff, thread_index};
+use crate::sync::{
+    AtomicBool, MutPtr, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard, UnsafeCell, backoff, thread_index,
+};
 
 /// Slots per lock: threads with the same index modulo `SLOTS` share one (the second of two
 /// readers at once takes the underlying lock). Two under loom, so that its models, with three
@@ -82,34 +84,36 @@ impl<T> BiasedLock<T> {
     /// A closure rather than a guard: a guard could be forgotten (`mem::forget`, a leaked `Box`)
     /// and leave its slot taken, and every later writer would spin for ever waiting for it. Here
     /// the slot is left when this call ends, by returning or by unwinding, and nothing that holds
-    /// it reaches the caller.
+    /// it reaches the caller. `f` is called from one place whichever way the read is held, so it
+    /// is inlined once (two copies, one per way, cost a keyed decision ~20 instructions).
     #[inline(always)]
     pub(crate) fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        // Declared first, so dropped last: the access to the value ends (loom tracks it), then
+        // the slot or the lock is left.
+        let _held = self.enter();
+        let value = self.value.get();
+        // SAFETY: a writer takes `&mut T` only after it holds the underlying write lock (so no
+        // reader holds it shared) and has seen every slot empty with the bias off (so no reader
+        // is in a slot, or can enter one until it turns the bias back on, when it is done);
+        // `_held` keeps this read's slot or shared lock until after the last use of this
+        // reference, which cannot outlive `f`.
+        f(unsafe { value.deref() })
+    }
+
+    /// Takes this thread's slot if it is free and the bias is on, else the underlying lock
+    /// shared. Private: only [`BiasedLock::read`] holds what it returns, so it cannot be forgotten.
+    #[inline(always)]
+    fn enter(&self) -> Held<'_> {
         let slot = &self.slots.0[thread_index() % SLOTS];
         if slot.compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
             #[cfg(tollgate_loom)]
             crate::sync::fence(Ordering::SeqCst);
             if self.bias.load(Ordering::SeqCst) {
-                // Declared first, so dropped last: the access to the value ends (loom tracks
-                // it), then the slot is left.
-                let _leave = Leave(slot);
-                let value = self.value.get();
-                // SAFETY: a writer takes `&mut T` only after it holds the underlying write lock
-                // and has seen every slot empty with the bias off; this slot stays taken until
-                // `_leave` drops, after the last use of this reference (it cannot outlive `f`).
-                return f(unsafe { value.deref() });
+                return Held::Slot(slot);
             }
             slot.store(false, Ordering::Release);
         }
-        self.read_contended(f)
-    }
-
-    /// [`BiasedLock::read`] when the slot is taken or a writer is about: out of line, so that the
-    /// second copy of the caller's closure does not weigh on the fast path's inlining.
-    #[cold]
-    #[inline(never)]
-    fn read_contended<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        self.read_shared(f)
+        Held::Shared(self.lock.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Calls `f` with shared access through the underlying lock only: for reads that may take
@@ -140,15 +144,20 @@ impl<T> BiasedLock<T> {
     }
 }
 
-/// Leaves a reader's slot when its read ends, also by unwinding. Private to this module and made
-/// only inside [`BiasedLock::read`], so it cannot be forgotten.
-struct Leave<'a>(&'a AtomicBool);
+/// What a read holds: its slot, or the underlying lock shared. Leaves the slot when the read
+/// ends, also by unwinding. Private to this module and held only inside [`BiasedLock::read`].
+enum Held<'a> {
+    Slot(&'a AtomicBool),
+    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+}
 
-impl Drop for Leave<'_> {
+impl Drop for Held<'_> {
     #[inline]
     fn drop(&mut self) {
-        // Release: what this reader read happens before what a writer waiting for it writes.
-        self.0.store(false, Ordering::Release);
+        if let Held::Slot(slot) = self {
+            // Release: what this reader read happens before what a writer waiting for it writes.
+            slot.store(false, Ordering::Release);
+        }
     }
 }
 

@@ -6,11 +6,11 @@ pub(crate) use loom::cell::{MutPtr, UnsafeCell};
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 #[cfg(tollgate_loom)]
-pub(crate) use loom::sync::{RwLock, RwLockWriteGuard};
+pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 #[cfg(not(tollgate_loom))]
-pub(crate) use std::sync::{RwLock, RwLockWriteGuard};
+pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 #[cfg(not(tollgate_loom))]
 pub(crate) use cell::{MutPtr, UnsafeCell};
