@@ -795,3 +795,31 @@ async fn the_redis_storages_decision_latency_and_errors_are_on_the_servers_metri
         assert_eq!(total(&samples, "tollgate_redis_decision_seconds_count", &[("prefix", prefix)]), 4.0, "{prefix}");
     }
 }
+
+/// redis-cached keeps its local copies of the counters within `--max-counter-bytes`: past it, a
+/// call is decided in Redis (nothing kept here), and the decisions stay exact either way.
+#[tokio::test]
+async fn redis_cached_keeps_its_local_counters_within_the_byte_budget() {
+    let redis = RedisServer::start();
+    let yaml = "- {namespace: api, max_value: 1, seconds: 60, variables: [user]}\n";
+    let server = support::server_with(yaml, |config| {
+        config.storage =
+            Storage::RedisCached { url: redis.url(), prefix: "b:".into(), flush: Duration::from_secs(3600) };
+        config.counters.max_bytes = std::num::NonZeroUsize::new(4096).unwrap();
+    })
+    .await;
+    let mut client = server.rls().await;
+    for i in 0..100 {
+        let user = format!("user-{i}-{}", "x".repeat(100));
+        let user = || vec![descriptor(&[("user", user.as_str())])];
+        let first = should_rate_limit(&mut client, "api", user(), 1).await;
+        assert_eq!(first.overall_code, Code::Ok as i32, "user {i}");
+        let second = should_rate_limit(&mut client, "api", user(), 1).await;
+        assert_eq!(second.overall_code, Code::OverLimit as i32, "user {i}: counted, cached or not");
+    }
+    let (bytes, max) = server.running.engine.cached_bytes().unwrap();
+    assert_eq!(max, 4096);
+    assert!(bytes <= max && bytes > max / 2, "{bytes} bytes kept");
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(metrics.lines().any(|l| l == format!("tollgate_redis_cached_bytes {bytes}")), "{metrics}");
+}

@@ -379,11 +379,14 @@ impl<C: Clock + Clone> Engine<C> {
 
     /// Decides in memory and flushes counts to Redis in batches (call [`Engine::flush`]
     /// periodically): see `--storage redis-cached` for the overshoot this allows across replicas.
+    /// The local copies weigh at most the counter cap's `max_bytes` in all (set by
+    /// [`Engine::with_counter_cap`] before this); a call that would pass it is decided in Redis.
     /// Fails, naming the first such limit, if a limit cannot be counted there. Registers the
     /// store's `tollgate_redis_*` metrics as [`Engine::with_redis`] does (loads from Redis are its
     /// decisions' round trips; failed flushes count as errors).
     pub fn with_redis_cached(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
-        self.with_store(Box::new(Cached::new(store)))
+        let max_bytes = self.cap.max_bytes.get();
+        self.with_store(Box::new(Cached::new(store, max_bytes)))
     }
 
     fn with_store(mut self, store: Box<dyn Store<C>>) -> Result<Engine<C>, StorageError> {
@@ -534,6 +537,12 @@ impl<C: Clock + Clone> Engine<C> {
             }
         }
         (loaded, views)
+    }
+
+    /// With `--storage redis-cached`, what its local copies of the counters weigh now, and the
+    /// cap on that (`--max-counter-bytes`); `None` with the other storages.
+    pub fn cached_bytes(&self) -> Option<(usize, usize)> {
+        self.store.local_bytes()
     }
 
     /// Each limit's in-memory counters (in the policy's order): how many are kept, the cap, and

@@ -227,6 +227,15 @@ impl Metrics {
             let _ = writeln!(out, "tollgate_limit_fill{{{}}} {fill}", labels(limit));
         }
         self.render_counter_tables(&mut out, engine);
+        if let Some((bytes, max)) = engine.cached_bytes() {
+            let _ = writeln!(
+                out,
+                "# HELP tollgate_redis_cached_bytes Bytes of the counters redis-cached keeps here (keys and entries)\n\
+                 # TYPE tollgate_redis_cached_bytes gauge\ntollgate_redis_cached_bytes {bytes}\n\
+                 # HELP tollgate_redis_cached_bytes_max Most bytes they may take (--max-counter-bytes); calls past it \
+                 are decided in Redis\n# TYPE tollgate_redis_cached_bytes_max gauge\ntollgate_redis_cached_bytes_max {max}"
+            );
+        }
         let state = self.reload.lock().unwrap_or_else(|e| e.into_inner());
         let _ = writeln!(out, "# HELP tollgate_config_generation Limits loaded so far (1 = the file read at start)");
         let _ = writeln!(out, "# TYPE tollgate_config_generation gauge");

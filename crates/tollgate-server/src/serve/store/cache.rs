@@ -17,6 +17,12 @@
 //! window-long interval can then meet two windows of every replica: up to (2R − 1) × max_value
 //! beyond the limit. A flush that succeeds again brings them back to Redis's windows.
 //!
+//! The local counters weigh at most the engine's `--max-counter-bytes` together (each its key's
+//! bytes and its entry): a call that would load counters past that is decided in Redis instead,
+//! one round trip and nothing kept here, as `--storage redis` decides it (what this replica
+//! allowed of those counters and has not flushed yet is not seen there: the same bound as
+//! between replicas above).
+//!
 //! A reset (`DELETE /counters/{namespace}`) holds off flushes while it runs: it first sends what
 //! is pending, then deletes the counters in Redis, then forgets them here ([`Cache::forget`]), so
 //! no hit counted before the reset reaches Redis after it. Other replicas' pending hits do: each
@@ -61,14 +67,48 @@ impl Entry {
 }
 
 /// The local counters of one engine.
-#[derive(Default)]
 pub(crate) struct Cache {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<Entries>,
+    /// Most bytes the entries weigh together (see [`Entries::weight`]).
+    max_bytes: usize,
     /// Held by a flush, and by a reset for all it does.
     flushing: tokio::sync::Mutex<()>,
     /// Counts resets: a load that read Redis across one reads again (what it read may be from
     /// before the delete).
     resets: AtomicU64,
+}
+
+/// The local counters and what they weigh: every insert and removal goes through here.
+#[derive(Default)]
+struct Entries {
+    map: HashMap<String, Entry>,
+    bytes: usize,
+}
+
+impl Entries {
+    /// What a counter under `key` weighs: the key's bytes and its entry in the map.
+    fn weight(key: &str) -> usize {
+        key.len() + size_of::<(String, Entry)>()
+    }
+
+    fn get_or_insert(&mut self, key: &str, entry: impl FnOnce() -> Entry) -> &mut Entry {
+        if !self.map.contains_key(key) {
+            self.bytes += Entries::weight(key);
+            self.map.insert(key.to_string(), entry());
+        }
+        self.map.get_mut(key).expect("inserted above")
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&str, &mut Entry) -> bool) {
+        let bytes = &mut self.bytes;
+        self.map.retain(|key, e| {
+            let kept = keep(key, e);
+            if !kept {
+                *bytes -= Entries::weight(key);
+            }
+            kept
+        });
+    }
 }
 
 /// Flushes held off, for a reset ([`Cache::hold_flushes`]).
@@ -80,10 +120,37 @@ pub(crate) struct FlushesHeld<'a> {
 pub(crate) type Wanted = WindowCounter;
 
 impl Cache {
+    /// An empty cache whose counters weigh at most `max_bytes` together.
+    pub(crate) fn new(max_bytes: usize) -> Cache {
+        Cache {
+            entries: Mutex::default(),
+            max_bytes,
+            flushing: tokio::sync::Mutex::default(),
+            resets: AtomicU64::default(),
+        }
+    }
+
     /// The counters not yet known here.
     pub(crate) fn missing(&self, counters: &[Wanted]) -> Vec<Wanted> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        counters.iter().filter(|c| !entries.contains_key(&c.key)).cloned().collect()
+        counters.iter().filter(|c| !entries.map.contains_key(&c.key)).cloned().collect()
+    }
+
+    /// True when `missing` counters can be kept here without passing the cache's byte budget.
+    pub(crate) fn has_room(&self, missing: &[Wanted]) -> bool {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let wanted: usize = missing.iter().map(|c| Entries::weight(&c.key)).sum();
+        entries.bytes.saturating_add(wanted) <= self.max_bytes
+    }
+
+    /// What the local counters weigh now.
+    pub(crate) fn bytes(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).bytes
+    }
+
+    /// Most they may weigh.
+    pub(crate) fn max_bytes(&self) -> usize {
+        self.max_bytes
     }
 
     /// Loads counters from Redis (a probe: takes nothing).
@@ -106,7 +173,7 @@ impl Cache {
         for (c, (meta, _)) in counters.into_iter().zip(answer.counters) {
             let ends = (meta.reset_ns > 0).then(|| now + meta.reset_ns);
             let window_ns = u64::try_from(c.window.as_nanos()).unwrap_or(u64::MAX);
-            entries.entry(c.key).or_insert(Entry {
+            entries.get_or_insert(&c.key, || Entry {
                 limit: c.limit,
                 window_ns,
                 synced: meta.remaining,
@@ -126,7 +193,7 @@ impl Cache {
         let mut fits = Vec::with_capacity(counters.len());
         for c in counters {
             // Normally loaded just before; if a flush forgot it meanwhile, it starts fresh.
-            let e = entries.entry(c.key.clone()).or_insert_with(|| Entry {
+            let e = entries.get_or_insert(&c.key, || Entry {
                 limit: c.limit,
                 window_ns: u64::try_from(c.window.as_nanos()).unwrap_or(u64::MAX),
                 synced: c.limit,
@@ -143,7 +210,7 @@ impl Cache {
             .iter()
             .zip(fits)
             .filter_map(|(c, fit)| {
-                let e = entries.get_mut(&c.key)?;
+                let e = entries.map.get_mut(&c.key)?;
                 if take && admitted && fit && c.hits > 0 {
                     e.pending += c.hits;
                     e.ends.get_or_insert(now + e.window_ns);
@@ -171,9 +238,9 @@ impl Cache {
     pub(crate) fn forget(&self, _held: &FlushesHeld<'_>, mut reset: impl FnMut(&str) -> bool) -> usize {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         self.resets.fetch_add(1, Ordering::AcqRel);
-        let before = entries.len();
+        let before = entries.map.len();
         entries.retain(|key, _| !reset(key));
-        before - entries.len()
+        before - entries.map.len()
     }
 
     /// [`Cache::flush`] with flushes already held off (by the caller, a reset).
@@ -187,6 +254,7 @@ impl Cache {
         let batch: Vec<(String, u64, u64, u64, u64)> = {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             entries
+                .map
                 .iter_mut()
                 .filter_map(|(k, e)| {
                     // Hits of a window that is over are not sent (as `expire` drops them).
@@ -215,7 +283,7 @@ impl Cache {
             };
             let answer = decide_windows(redis, &[counter], CountersMode::Flush, redis_now).await;
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(e) = entries.get_mut(key) else { continue };
+            let Some(e) = entries.map.get_mut(key) else { continue };
             match answer {
                 Ok(answer) => {
                     let meta = answer.counters[0].0;

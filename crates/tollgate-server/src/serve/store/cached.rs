@@ -24,8 +24,9 @@ pub(crate) struct Cached {
 }
 
 impl Cached {
-    pub(crate) fn new(store: RedisStore) -> Cached {
-        Cached { redis: InRedis::new(store), cache: Cache::default() }
+    /// Counters in `store`, cached here up to `max_bytes` (see [`super::cache`]).
+    pub(crate) fn new(store: RedisStore, max_bytes: usize) -> Cached {
+        Cached { redis: InRedis::new(store), cache: Cache::new(max_bytes) }
     }
 }
 
@@ -46,6 +47,10 @@ impl<C: Clock> Store<C> for Cached {
     fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
         let (counters, slots) = self.redis.windows(&call);
         let missing = self.cache.missing(&counters);
+        if !missing.is_empty() && !self.cache.has_room(&missing) {
+            // Full: decided where the counters live, nothing kept here.
+            return Store::<C>::decide(&self.redis, call);
+        }
         let decide = move || {
             let now = call.clock.now();
             let decided: Vec<_> = match call.action {
@@ -99,6 +104,10 @@ impl<C: Clock> Store<C> for Cached {
             self.cache.forget(&held, chosen_by(loaded, &store.prefix, namespace, filter));
             Ok(reset)
         })
+    }
+
+    fn local_bytes(&self) -> Option<(usize, usize)> {
+        Some((self.cache.bytes(), self.cache.max_bytes()))
     }
 
     fn flush<'a>(&'a self, clock: &'a C) -> Later<'a, Result<usize, BackendError>> {

@@ -108,6 +108,12 @@ pub(crate) trait Store<C: Clock>: Send + Sync {
         Box::pin(std::future::ready(Ok(0)))
     }
 
+    /// What the counters kept in this process for Redis weigh now, and their cap (redis-cached);
+    /// `None` for the storages that keep none (or count them otherwise: memory's tables).
+    fn local_bytes(&self) -> Option<(usize, usize)> {
+        None
+    }
+
     /// What must happen before the process exits: pending hits are sent (redis-cached), leased
     /// and unspent ones go back (redis-leased).
     fn close<'a>(&'a self, clock: &'a C) -> Later<'a, Result<(), BackendError>> {
