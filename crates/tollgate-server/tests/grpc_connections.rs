@@ -1,6 +1,7 @@
 //! The gRPC listener's connections over real sockets, in paused time (it moves only when every
 //! task waits, straight to the next timer): silent ones and idle clients against
 //! `grpc_read_timeout` (its TCP keep-alive, the kernel's, is checked in `serve::preface`).
+//! And the `grpc_unary` fuzz target's properties, in a short form.
 
 mod support;
 
@@ -106,4 +107,18 @@ async fn without_a_read_timeout_a_silent_connection_stays_open() {
     assert!(silent.read(&mut settings).await.unwrap() > 0);
     let read = tokio::time::timeout(Duration::from_secs(3600), silent.read(&mut settings)).await;
     assert!(read.is_err(), "{read:?}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 300, ..Default::default() })]
+
+    /// The `grpc_unary` fuzz target's properties (`serve::fuzzing`), on random inputs: answers
+    /// framed as gRPC says, hits counted only for calls answered OK, once.
+    #[test]
+    fn any_framing_keeps_the_unary_properties(
+        input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+        runtime.block_on(tollgate_server::serve::fuzzing::grpc_unary(&input));
+    }
 }

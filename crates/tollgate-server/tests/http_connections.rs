@@ -1,5 +1,6 @@
 //! The HTTP API's connections as raw bytes on a socket: calls sent back to back, trickled, handed
-//! to hyper midway, closed; and the same answers whichever path frames them.
+//! to hyper midway, closed; the same answers whichever path frames them; the heads RFC 9112 has
+//! a server refuse, refused on both paths; and the fuzz target's properties, in a short form.
 
 mod support;
 
@@ -406,4 +407,225 @@ async fn a_body_hyper_reads_that_stalls_is_answered_408_and_closed() {
     }
     // The call was not decided: 3 still fit.
     assert_eq!(server.post("/check", &call("a", 3)).await.0, 200);
+}
+
+/// Which code reads a request: the fast path (the first request on a connection), or hyper (the
+/// connection handed over at a `GET` answered first).
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    Fast,
+    Hyper,
+}
+
+const PATHS: [Path; 2] = [Path::Fast, Path::Hyper];
+
+/// A connection whose next request `path` reads.
+async fn connect_on(server: &support::Server, path: Path) -> TcpStream {
+    let mut tcp = connect(server).await;
+    if let Path::Hyper = path {
+        tcp.write_all(b"GET /status HTTP/1.1\r\nhost: t\r\n\r\n").await.unwrap();
+        assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200);
+    }
+    tcp
+}
+
+/// Sends `request` on a fresh connection read by `path`, and reads its one answer, which must
+/// close the connection.
+async fn refused(server: &support::Server, path: Path, request: &str) -> Reply {
+    let mut tcp = connect_on(server, path).await;
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let reply = read_replies(&mut tcp, 1).await.remove(0);
+    assert_eq!(reply.header("connection"), Some("close"), "{path:?} {request:?}: {reply:?}");
+    assert_eq!(reply.header("content-type"), Some("text/plain; charset=utf-8"), "{path:?}: {reply:?}");
+    assert_closed(&mut tcp).await;
+    reply
+}
+
+#[tokio::test]
+async fn a_request_without_exactly_one_valid_host_is_400_and_not_counted_on_either_path() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let body = call("a", 1);
+    let head =
+        |hosts: &str| format!("POST /check_and_report HTTP/1.1\r\n{hosts}content-length: {}\r\n\r\n{body}", body.len());
+    for path in PATHS {
+        for (hosts, why) in [
+            ("", "needs a Host header"),
+            ("host: t\r\nhost: t\r\n", "one Host header, not more"),
+            ("Host: t\r\nHost: u\r\n", "one Host header, not more"),
+            ("host: a b\r\n", "not host[:port]"),
+            ("host: t:http\r\n", "not host[:port]"),
+        ] {
+            let reply = refused(&server, path, &head(hosts)).await;
+            assert_eq!(reply.status, 400, "{path:?} {hosts:?}: {reply:?}");
+            assert!(reply.body.contains(why), "{path:?} {hosts:?}: {reply:?}");
+        }
+    }
+    // Nothing was counted: 3 still fit.
+    assert_eq!(server.post("/check", &call("a", 3)).await.0, 200);
+    // HTTP/1.0 needs no Host (hyper reads it on either path), and an empty one is valid.
+    for path in PATHS {
+        let mut tcp = connect_on(&server, path).await;
+        let request = format!("POST /check_and_report HTTP/1.0\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200, "{path:?}");
+    }
+    let mut tcp = connect(&server).await;
+    tcp.write_all(head("host:\r\n").as_bytes()).await.unwrap();
+    assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200);
+    assert_eq!(server.post("/check", &call("a", 1)).await.0, 429, "three counted");
+}
+
+#[tokio::test]
+async fn a_transfer_coding_other_than_one_chunked_is_501_and_not_counted_on_either_path() {
+    let server = server(LIMITS, Mode::Accuracy, false, false).await;
+    let body = call("a", 1);
+    let chunk = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+    for path in PATHS {
+        for codings in
+            ["gzip, chunked", "chunked, chunked", "identity, chunked", "Chunked\r\ntransfer-encoding: chunked"]
+        {
+            let request =
+                format!("POST /check_and_report HTTP/1.1\r\nhost: t\r\ntransfer-encoding: {codings}\r\n\r\n{chunk}");
+            let reply = refused(&server, path, &request).await;
+            assert_eq!(reply.status, 501, "{path:?} {codings:?}: {reply:?}");
+            assert!(reply.body.contains("only `chunked`, alone"), "{reply:?}");
+        }
+        // One `chunked`, in any case, is read and decided.
+        let mut tcp = connect_on(&server, path).await;
+        let request = format!("POST /check HTTP/1.1\r\nhost: t\r\ntransfer-encoding: CHUNKED\r\n\r\n{chunk}");
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        assert_eq!(read_replies(&mut tcp, 1).await[0].status, 200, "{path:?}");
+    }
+    assert_eq!(server.post("/check", &call("a", 3)).await.0, 200, "nothing counted");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_declared_length_over_the_body_limit_is_413_at_once_on_either_path() {
+    let server = timed_server(TIMEOUT).await;
+    // hyper cannot read the largest lengths (it answers 431 to any above u64::MAX - 2): refused
+    // here, they never reach it on the fast path; lengths hyper reads are refused on both.
+    let cases = [
+        (Path::Fast, "18446744073709551615"),
+        (Path::Fast, "99999999999999999999999"),
+        (Path::Fast, "2097153"),
+        (Path::Hyper, "2097153"),
+        (Path::Hyper, "1000000000000000000"),
+    ];
+    for (path, length) in cases {
+        let sent = tokio::time::Instant::now();
+        // The head and the start of a body that never comes whole.
+        let request = format!("POST /check_and_report HTTP/1.1\r\nhost: t\r\ncontent-length: {length}\r\n\r\n{{");
+        let reply = refused(&server, path, &request).await;
+        assert_eq!(reply.status, 413, "{path:?} {length}: {reply:?}");
+        assert!(reply.body.contains("over the body limit"), "{reply:?}");
+        assert_eq!(sent.elapsed(), Duration::ZERO, "{path:?} {length}: not waited for");
+    }
+    // The first request of a connection, whatever it is, is the fast path's to refuse.
+    let reply =
+        refused(&server, Path::Fast, "GET /status HTTP/1.1\r\nhost: t\r\ncontent-length: 18446744073709551615\r\n\r\n")
+            .await;
+    assert_eq!(reply.status, 413, "{reply:?}");
+}
+
+/// Sends `writes` on `tcp` (each after its delay from the opening, which is now), reading all
+/// the while, and says how long after the opening the server closed the connection, with what
+/// it answered.
+async fn held_for(tcp: TcpStream, writes: Vec<(Duration, Vec<u8>)>) -> (Duration, Vec<u8>) {
+    let opened = tokio::time::Instant::now();
+    let (mut read, mut write) = tcp.into_split();
+    let reader = tokio::spawn(async move {
+        let mut answers = Vec::new();
+        // An error (a reset, when writes came after the close) is a close too.
+        let _ = tokio::time::timeout(Duration::from_secs(600), read.read_to_end(&mut answers)).await;
+        (opened.elapsed(), answers)
+    });
+    for (at, bytes) in writes {
+        tokio::time::sleep_until(opened + at).await;
+        if write.write_all(&bytes).await.is_err() {
+            break;
+        }
+    }
+    reader.await.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn slowloris_through_the_hand_over_is_closed_by_the_fast_paths_deadline() {
+    let server = timed_server(TIMEOUT).await;
+    let body = call("a", 1);
+    let tick = Duration::from_millis(100);
+    // A head that crosses 16 KiB (the fast path hands it over) a tick before the read timeout,
+    // is finished a tick before hyper's header timer would fire had it started afresh, then
+    // its body trickles: hyper alone would hold it until its body timer, about 3 read timeouts.
+    let writes = vec![
+        (Duration::ZERO, b"POST /check_and_report HTTP/1.1\r\nhost: t\r\nx-pad: ".to_vec()),
+        (TIMEOUT - tick, vec![b'a'; 17 * 1024]),
+        (2 * TIMEOUT - 2 * tick, format!("\r\ncontent-length: {}\r\n\r\n{{", body.len()).into_bytes()),
+        (3 * TIMEOUT - 3 * tick, body.as_bytes()[1..10].to_vec()),
+    ];
+    let (took, answers) = held_for(connect(&server).await, writes).await;
+    assert!(within_a_tick(took, TIMEOUT), "held {took:?}: {:?}", String::from_utf8_lossy(&answers));
+    assert!(answers.is_empty(), "{:?}", String::from_utf8_lossy(&answers));
+    // The head in by then, its body trickling: answered 408 at the deadline, as a route answers
+    // a late body (hyper alone: a read timeout after the head).
+    let writes = vec![
+        (Duration::ZERO, b"POST /check_and_report HTTP/1.1\r\nhost: t\r\nx-pad: ".to_vec()),
+        (TIMEOUT - 2 * tick, vec![b'a'; 17 * 1024]),
+        (TIMEOUT - tick, format!("\r\ncontent-length: {}\r\n\r\n{{", body.len()).into_bytes()),
+        (2 * TIMEOUT - 2 * tick, body.as_bytes()[1..10].to_vec()),
+    ];
+    let (took, answers) = held_for(connect(&server).await, writes).await;
+    let answers = String::from_utf8_lossy(&answers);
+    assert!(within_a_tick(took, TIMEOUT), "held {took:?}: {answers:?}");
+    assert!(answers.starts_with("HTTP/1.1 408") && answers.contains("within 5s"), "{answers:?}");
+    // After answers here, the deadline is the fast path's next one: at most 2 timeouts after the
+    // last answer (its timer ticks every timeout from the opening).
+    let first = sized("/check", &body).into_bytes();
+    let writes = vec![
+        (Duration::ZERO, first),
+        (Duration::from_secs(1), b"POST /check_and_report HTTP/1.1\r\nhost: t\r\nx-pad: ".to_vec()),
+        (2 * TIMEOUT - tick, vec![b'a'; 17 * 1024]),
+        (3 * TIMEOUT - 2 * tick, format!("\r\ncontent-length: {}\r\n\r\n{body}", body.len()).into_bytes()),
+    ];
+    let (took, answers) = held_for(connect(&server).await, writes).await;
+    assert!(within_a_tick(took, 2 * TIMEOUT), "held {took:?}");
+    assert_eq!(String::from_utf8_lossy(&answers).matches("HTTP/1.1 200").count(), 1, "the /check only");
+    assert_eq!(server.post("/check", &call("a", 3)).await.0, 200, "nothing counted");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_handed_over_in_time_lives_by_hypers_timers() {
+    let server = timed_server(TIMEOUT).await;
+    // The first request reaches hyper just before the fast path's deadline; the next ones come
+    // after it, each within hyper's header timeout of the last answer.
+    let get = b"GET /status HTTP/1.1\r\nhost: t\r\n\r\n".to_vec();
+    let chunked_call = chunked("/check_and_report", &call("a", 1)).into_bytes();
+    let writes = vec![
+        (TIMEOUT - Duration::from_millis(100), get.clone()),
+        (2 * TIMEOUT - Duration::from_secs(1), chunked_call.clone()),
+        (3 * TIMEOUT - Duration::from_secs(2), get),
+    ];
+    let (took, answers) = held_for(connect(&server).await, writes).await;
+    let answers = String::from_utf8_lossy(&answers);
+    assert_eq!(answers.matches("HTTP/1.1 200").count(), 3, "{answers}");
+    // Closed by hyper's header timer, a read timeout after its last answer.
+    assert!(within_a_tick(took, 4 * TIMEOUT - Duration::from_secs(2)), "{took:?}");
+}
+
+/// A paused current-thread runtime, as the fuzz targets run their inputs on.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 300, ..Default::default() })]
+
+    /// The `http_connection` fuzz target's properties (`serve::fuzzing`), on random inputs:
+    /// answers whole and in order, each call counted once and only when answered, the
+    /// connection closed in time.
+    #[test]
+    fn any_byte_stream_keeps_the_connection_properties(
+        input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+    ) {
+        paused_runtime().block_on(tollgate_server::serve::fuzzing::http_connection(&input));
+    }
 }

@@ -184,15 +184,17 @@ impl<C: Clock> Api<C> {
             None => read.await,
             Some(timeout) => match tokio::time::timeout(timeout, read).await {
                 Ok(read) => read,
-                Err(_) => {
-                    let reason =
-                        format!("the request's body did not arrive within {}\n", humantime::format_duration(timeout));
-                    return Err((StatusCode::REQUEST_TIMEOUT, reason).into_response());
-                }
+                Err(_) => return Err(body_timed_out(timeout)),
             },
         };
         read.map_err(IntoResponse::into_response)
     }
+}
+
+/// The 408 of a body that did not arrive within `timeout` of its head.
+pub(super) fn body_timed_out(timeout: Duration) -> Response {
+    let reason = format!("the request's body did not arrive within {}\n", humantime::format_duration(timeout));
+    (StatusCode::REQUEST_TIMEOUT, reason).into_response()
 }
 
 /// The API's routes, deciding with `engine`.

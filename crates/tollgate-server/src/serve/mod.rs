@@ -14,6 +14,8 @@ mod admin;
 mod bounds;
 mod counters;
 mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod headers;
 pub mod http;
 mod http1;
@@ -31,7 +33,9 @@ mod unary;
 pub use admin::{CounterFilter, CounterList};
 pub use bounds::{Bound, Oversize, RequestBounds};
 pub use counters::CounterCap;
-pub use engine::{Action, CallError, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, Status, StorageError, StorageKind};
+pub use engine::{
+    Action, CallError, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, Status, StorageError, StorageKind,
+};
 pub use headers::{HeaderDraft, UnknownHeaderDraft};
 pub use metrics::{Metrics, UNCONFIGURED_NAMESPACE};
 pub use reload::{Reloaded, Reloader};

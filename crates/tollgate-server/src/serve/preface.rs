@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncRead, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
@@ -65,7 +65,12 @@ impl Deadline {
 }
 
 impl ReadHook for Deadline {
-    fn poll_read(&mut self, tcp: &mut TcpStream, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read<T: AsyncRead + Unpin>(
+        &mut self,
+        tcp: &mut T,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let Some(sleep) = &mut self.sleep else { return Pin::new(tcp).poll_read(cx, buf) };
         let before = buf.filled().len();
         match Pin::new(tcp).poll_read(cx, buf) {
@@ -95,6 +100,7 @@ impl Connected for Preface {
 #[cfg(test)]
 mod tests {
     use socket2::SockRef;
+    use tokio::net::TcpStream;
 
     use super::*;
 

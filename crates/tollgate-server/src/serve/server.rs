@@ -56,7 +56,9 @@ pub struct ServeConfig {
     /// the call is one the server reads itself (`POST /check`, `/report`, `/check_and_report` as
     /// they usually come) — the first within this of the opening, each next one within one to
     /// two times this of the last answer (exactly this for the head of a request hyper reads,
-    /// and this again for its body, or it is answered 408). A connection
+    /// and this again for its body, or it is answered 408; the first request hyper reads on a
+    /// connection handed to it must arrive whole by when the server's own reading would have
+    /// given up, so no connection is held past twice this). A connection
     /// that does not closes, as a kept-alive one idle that long does, and one whose answers
     /// stay unread that long; an HTTP/2 (prior knowledge) connection closes once it has sent
     /// nothing for this long. `None`: no limit. Default 30 s (hyper's header timeout).

@@ -3,6 +3,9 @@
 //! listener hands hyper the bytes it read first (`http1::Rewind`), and closes a connection whose
 //! client leaves the answers unread, and how the gRPC listener holds a new connection to its
 //! preface deadline (`preface::Deadline`).
+//!
+//! The connection is a [`Transport`]: a `TcpStream` when serving, an in-memory stream when the
+//! connection code is fuzzed (`super::fuzzing`).
 
 use std::future::Future;
 use std::io;
@@ -10,20 +13,49 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
+
+/// What a connection is carried on.
+pub(super) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Writes what the connection takes now, without waiting or registering for a wakeup (as
+    /// `TcpStream::try_write`); `WouldBlock` when it takes nothing.
+    fn try_write(&mut self, buf: &[u8]) -> io::Result<usize>;
+}
+
+impl Transport for TcpStream {
+    fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        TcpStream::try_write(self, buf)
+    }
+}
+
+impl Transport for DuplexStream {
+    fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // A waker that does nothing: a pending write is retried by the caller's `write_all`,
+        // which registers its own.
+        match Pin::new(self).poll_write(&mut Context::from_waker(std::task::Waker::noop()), buf) {
+            Poll::Ready(written) => written,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
 
 /// What a read of a [`Socket`] does instead of reading the socket alone.
 pub(super) trait ReadHook: Unpin {
     /// Fills `buf` as [`AsyncRead::poll_read`] would, from `tcp` or from the hook's own state.
-    fn poll_read(&mut self, tcp: &mut TcpStream, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>>;
+    fn poll_read<T: AsyncRead + Unpin>(
+        &mut self,
+        tcp: &mut T,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>>;
 }
 
 /// `tcp`, read through `hook`.
 #[derive(Debug)]
-pub(super) struct Socket<H> {
-    pub(super) tcp: TcpStream,
+pub(super) struct Socket<H, T = TcpStream> {
+    pub(super) tcp: T,
     pub(super) hook: H,
     /// How long a write may wait for room in the socket's buffer (`None`: for ever).
     write_timeout: Option<Duration>,
@@ -32,15 +64,15 @@ pub(super) struct Socket<H> {
     stalled: Option<Pin<Box<Sleep>>>,
 }
 
-impl<H> Socket<H> {
+impl<H, T> Socket<H, T> {
     /// `tcp` read through `hook`, its writes failing with `TimedOut` once the socket has taken
     /// nothing for `write_timeout`.
-    pub(super) fn new(tcp: TcpStream, hook: H, write_timeout: Option<Duration>) -> Socket<H> {
+    pub(super) fn new(tcp: T, hook: H, write_timeout: Option<Duration>) -> Socket<H, T> {
         Socket { tcp, hook, write_timeout, stalled: None }
     }
 
     /// What a write that wrote (or failed) returns; a pending one fails once stalled too long.
-    fn stall<T>(&mut self, cx: &mut Context<'_>, wrote: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn stall<R>(&mut self, cx: &mut Context<'_>, wrote: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
         let Poll::Pending = wrote else {
             self.stalled = None;
             return wrote;
@@ -62,14 +94,14 @@ pub(super) fn timed_out<T>(
     deadline.poll(cx).map(|()| Err(io::Error::new(io::ErrorKind::TimedOut, why())))
 }
 
-impl<H: ReadHook> AsyncRead for Socket<H> {
+impl<H: ReadHook, T: AsyncRead + Unpin> AsyncRead for Socket<H, T> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let me = &mut *self;
         me.hook.poll_read(&mut me.tcp, cx, buf)
     }
 }
 
-impl<H: Unpin> AsyncWrite for Socket<H> {
+impl<H: Unpin, T: AsyncWrite + Unpin> AsyncWrite for Socket<H, T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let wrote = Pin::new(&mut self.tcp).poll_write(cx, buf);
         self.stall(cx, wrote)
