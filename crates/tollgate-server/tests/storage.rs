@@ -819,6 +819,7 @@ async fn redis_cached_keeps_its_local_counters_within_the_byte_budget() {
     }
     let (bytes, max) = server.running.engine.cached_bytes().unwrap();
     assert_eq!(max, 4096);
+    eprintln!("{bytes} bytes kept");
     assert!(bytes <= max && bytes > max / 2, "{bytes} bytes kept");
     let (_, metrics) = server.get("/metrics").await;
     assert!(metrics.lines().any(|l| l == format!("tollgate_redis_cached_bytes {bytes}")), "{metrics}");
