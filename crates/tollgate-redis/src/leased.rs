@@ -52,9 +52,20 @@ pub struct LeasedLimiterBuilder<C: Clock = SystemClock> {
     failure: FailurePolicy,
     whole_keys: bool,
     metrics: Option<RedisMetrics>,
+    max_key_bytes: usize,
 }
 
 impl<C: Clock> LeasedLimiterBuilder<C> {
+    /// Most bytes the state this process keeps per key may take in all (default: no cap): each
+    /// key's text and its entry. A new key that would pass it is decided in Redis, one round trip
+    /// per request with nothing kept here (no lease, so no under-admission either), until idle
+    /// keys make room. For keys a client chooses, which would otherwise grow the state by every
+    /// distinct key asked for within a window.
+    pub fn max_key_bytes(mut self, max_key_bytes: usize) -> Self {
+        self.max_key_bytes = max_key_bytes;
+        self
+    }
+
     /// How far ahead a lease is sized: what this process spent per second recently, times this
     /// (default 100 ms). Longer: fewer round trips, more tokens parked when traffic moves.
     pub fn horizon(mut self, horizon: Duration) -> Self {
@@ -82,6 +93,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
             failure: self.failure,
             whole_keys: self.whole_keys,
             metrics: self.metrics,
+            max_key_bytes: self.max_key_bytes,
         }
     }
 
@@ -127,7 +139,12 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
                 window: self.quota.period(),
                 clock: self.clock,
                 horizon_ns: u64::try_from(self.horizon.as_nanos()).unwrap_or(u64::MAX),
-                slices: Mutex::new(Slices { map: HashMap::new(), sweep_at: SWEEP_FLOOR }),
+                slices: Mutex::new(Slices {
+                    map: HashMap::new(),
+                    sweep_at: SWEEP_FLOOR,
+                    bytes: 0,
+                    max_bytes: self.max_key_bytes,
+                }),
             }),
         })
     }
@@ -172,16 +189,64 @@ struct Slices {
     map: HashMap<String, Slice>,
     /// The size at which the next new key sweeps.
     sweep_at: usize,
+    /// What the keys weigh ([`Slices::weight`]), and the cap on that.
+    bytes: usize,
+    max_bytes: usize,
 }
 
 impl Slices {
-    /// Drops the slices idle at `now` for a window of `window_ns`, if the map has grown enough.
-    fn sweep(&mut self, now: u64, window_ns: u64) {
-        if self.map.len() < self.sweep_at {
+    /// What the state of `key` weighs: its text and its entry.
+    fn weight(key: &str) -> usize {
+        key.len() + size_of::<(String, Slice)>()
+    }
+
+    /// Drops the slices idle at `now` for a window of `window_ns`, if the map has grown enough
+    /// (or, with `full`, whatever its size: a key is waiting for room).
+    fn sweep(&mut self, now: u64, window_ns: u64, full: bool) {
+        if self.map.len() < self.sweep_at && !full {
             return;
         }
-        self.map.retain(|_, s| now < s.ends || now < s.spent_until || now.saturating_sub(s.since) < window_ns);
+        self.retain(|_, s| now < s.ends || now < s.spent_until || now.saturating_sub(s.since) < window_ns);
         self.sweep_at = (self.map.len() * 2).max(SWEEP_FLOOR);
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&str, &Slice) -> bool) {
+        let bytes = &mut self.bytes;
+        self.map.retain(|key, slice| {
+            let kept = keep(key, slice);
+            if !kept {
+                *bytes -= Slices::weight(key);
+            }
+            kept
+        });
+    }
+
+    fn get_mut(&mut self, key: &str) -> Option<&mut Slice> {
+        self.map.get_mut(key)
+    }
+
+    /// The slice of `key`, made by `new` if there is none and the cap leaves room for it (after
+    /// a sweep of idle keys when it does not); `None` when it does not.
+    fn get_or_insert(
+        &mut self,
+        key: &str,
+        now: u64,
+        window_ns: u64,
+        new: impl FnOnce() -> Slice,
+    ) -> Option<&mut Slice> {
+        if !self.map.contains_key(key) {
+            self.sweep(now, window_ns, false);
+            let weight = Slices::weight(key);
+            if self.bytes.saturating_add(weight) > self.max_bytes {
+                self.sweep(now, window_ns, true);
+                if self.bytes.saturating_add(weight) > self.max_bytes {
+                    return None;
+                }
+            }
+            self.bytes += weight;
+            self.map.insert(key.to_owned(), new());
+        }
+        self.map.get_mut(key)
     }
 }
 
@@ -189,12 +254,6 @@ impl std::ops::Deref for Slices {
     type Target = HashMap<String, Slice>;
     fn deref(&self) -> &Self::Target {
         &self.map
-    }
-}
-
-impl std::ops::DerefMut for Slices {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.map
     }
 }
 
@@ -247,6 +306,7 @@ impl LeasedLimiter<SystemClock> {
             failure: FailurePolicy::Deny,
             whole_keys: false,
             metrics: None,
+            max_key_bytes: usize::MAX,
         }
     }
 }
@@ -312,7 +372,10 @@ impl<C: Clock> LeasedLimiter<C> {
             return i.budget.try_acquire_or_error(key, n).await;
         }
         let sent = i.clock.now();
-        let (held, size) = self.plan(key, n, sent);
+        let Some((held, size)) = self.plan(key, n, sent) else {
+            // No room to keep a slice of this key: the budget decides this request alone.
+            return i.budget.try_acquire_or_error(key, n).await;
+        };
         let need = n - held;
         let mut asked = size;
         loop {
@@ -374,18 +437,17 @@ impl<C: Clock> LeasedLimiter<C> {
 
     /// What this process holds of `key` that is live, and how many permits to lease next: what it
     /// asked for per second recently times the horizon, at most a share of what the budget had
-    /// left at the last grant, at least what this request lacks.
-    fn plan(&self, key: &str, n: u64, now: u64) -> (u64, u64) {
+    /// left at the last grant, at least what this request lacks. `None` when the key has no
+    /// slice and [`LeasedLimiterBuilder::max_key_bytes`] leaves no room for one.
+    fn plan(&self, key: &str, n: u64, now: u64) -> Option<(u64, u64)> {
         let i = &*self.inner;
         let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
-        if !slices.contains_key(key) {
-            slices.sweep(now, u64::try_from(i.window.as_nanos()).unwrap_or(u64::MAX));
-        }
-        let slice = slices.entry(key.to_owned()).or_insert_with(|| Slice {
+        let window_ns = u64::try_from(i.window.as_nanos()).unwrap_or(u64::MAX);
+        let slice = slices.get_or_insert(key, now, window_ns, || Slice {
             since: now,
             meta: Meta { limit: i.limit, remaining: i.limit, reset_ns: 0, retry_ns: None },
             ..Slice::default()
-        });
+        })?;
         let elapsed = now.saturating_sub(slice.since);
         if elapsed > 0 {
             let observed = slice.asked as f64 * 1e9 / elapsed as f64;
@@ -399,7 +461,7 @@ impl<C: Clock> LeasedLimiter<C> {
         // After its window, the budget starts full again.
         let left = if now < slice.ends { slice.meta.remaining } else { i.limit };
         let cap = (left / SHARE).max(1);
-        (held, want.min(cap).max(need).min(i.limit))
+        Some((held, want.min(cap).max(need).min(i.limit)))
     }
 
     /// A grant of `grant.permits()` arrived for a request of `n`: the request spends `n` from what
@@ -414,7 +476,12 @@ impl<C: Clock> LeasedLimiter<C> {
         }
         let now = i.clock.now();
         let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
-        let slice = slices.entry(key.to_owned()).or_default();
+        let window_ns = u64::try_from(i.window.as_nanos()).unwrap_or(u64::MAX);
+        // Made by `plan` just before, unless a reset or a sweep dropped it meanwhile and there is
+        // no room for it now: the grant is then spent from a slice kept nowhere (what it holds
+        // beyond `n` is lost with it, the safe side).
+        let mut unkept = Slice::default();
+        let slice = slices.get_or_insert(key, now, window_ns, Slice::default).unwrap_or(&mut unkept);
         let ends = sent.saturating_add(grant.meta().reset_ns);
         let held = slice.live(now);
         let total = held + grant.permits();
@@ -459,6 +526,11 @@ impl<C: Clock> LeasedLimiter<C> {
         self.inner.slices.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// What the state kept per key weighs now (see [`LeasedLimiterBuilder::max_key_bytes`]).
+    pub fn key_bytes(&self) -> usize {
+        self.inner.slices.lock().unwrap_or_else(|e| e.into_inner()).bytes
+    }
+
     /// Permits of `key` this process holds and has not spent (0 once the window ended).
     pub fn held(&self, key: &str) -> u64 {
         let now = self.inner.clock.now();
@@ -474,6 +546,7 @@ impl<C: Clock> LeasedLimiter<C> {
         let held: Vec<(String, Slice)> = {
             let mut slices = i.slices.lock().unwrap_or_else(|e| e.into_inner());
             slices
+                .map
                 .iter_mut()
                 .filter(|(_, s)| s.live(now) > 0)
                 .map(|(k, s)| {

@@ -369,3 +369,30 @@ async fn processes_never_admit_more_than_the_limit_and_a_killed_ones_lease_comes
         assert!(*admitted >= PROCESS_LIMIT * 98 / 100, "window ending {end}: only {admitted} admitted ({windows:?})");
     }
 }
+
+/// Keys a client chooses cannot grow the state kept here past `max_key_bytes`: a new key past it
+/// is decided in Redis alone, and every decision stays exact (each key's budget is spent once).
+#[tokio::test]
+async fn keys_past_the_byte_cap_are_decided_in_redis_and_nothing_is_kept() {
+    let (_server, redis, clock) = setup().await;
+    let cap = 4096;
+    let limiter = LeasedLimiter::builder(&redis, "cap", Quota::per_minute(1).unwrap())
+        .clock(clock.clone())
+        .max_key_bytes(cap)
+        .build()
+        .unwrap();
+    for i in 0..100 {
+        let key = format!("user-{i}-{}", "x".repeat(100));
+        assert!(limiter.try_acquire(&key, 1).await.is_ok(), "key {i}");
+        let again = limiter.try_acquire(&key, 1).await.unwrap_err();
+        assert_eq!(again.reason(), Reason::Exhausted, "key {i}: spent, kept here or not");
+        assert!(limiter.key_bytes() <= cap, "key {i}: {} bytes kept", limiter.key_bytes());
+    }
+    let kept = limiter.keys();
+    assert!(kept > 0 && kept < 100, "{kept} keys kept");
+    // A window later every key is idle: new ones find room again.
+    clock.advance(Duration::from_secs(61));
+    let key = format!("late-{}", "y".repeat(100));
+    assert!(limiter.try_acquire(&key, 1).await.is_ok());
+    assert!(limiter.held(&key) == 0 && limiter.keys() <= kept, "idle keys made room");
+}

@@ -406,9 +406,12 @@ impl<C: Clock + Clone> Engine<C> {
     /// `--storage redis-leased`: replicas never admit more than a limit together; hits leased and
     /// not spent before their window ends are lost). Call [`Engine::close`] before exiting to
     /// give back what is unspent. Fails, naming the first such limit, if a limit cannot be
-    /// counted there.
+    /// counted there. The state kept here for its counters weighs at most the counter cap's
+    /// `max_bytes` per quota (set by [`Engine::with_counter_cap`] before this); a new counter
+    /// past it is decided in Redis, nothing kept.
     pub fn with_redis_leased(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
-        self.with_store(Box::new(Leased::new(store)))
+        let max_bytes = self.cap.max_bytes.get();
+        self.with_store(Box::new(Leased::new(store, max_bytes)))
     }
 
     /// What must happen before the process exits: pending hits are sent (redis-cached), leased

@@ -30,11 +30,14 @@ pub(crate) struct Leased<C: Clock> {
     /// One limiter per quota (max_value, window): a limiter keeps a slice per Redis key, and the
     /// key names the limit and the values.
     limiters: RwLock<HashMap<(u64, Duration), LeasedLimiter<C>>>,
+    /// Most bytes each limiter's per-key state takes (past it, a new key is decided in Redis).
+    max_key_bytes: usize,
 }
 
 impl<C: Clock> Leased<C> {
-    pub(crate) fn new(store: RedisStore) -> Leased<C> {
-        Leased { redis: InRedis::new(store), limiters: RwLock::default() }
+    /// Counters in `store`, with at most `max_key_bytes` of per-key state per quota here.
+    pub(crate) fn new(store: RedisStore, max_key_bytes: usize) -> Leased<C> {
+        Leased { redis: InRedis::new(store), limiters: RwLock::default(), max_key_bytes }
     }
 
     /// The limiter of `counter`'s quota, built on first use.
@@ -51,6 +54,7 @@ impl<C: Clock> Leased<C> {
                 let quota = Quota::per(counter.window, counter.limit).expect("a loaded limit has a usable quota");
                 let builder = LeasedLimiter::builder(&store.redis, &store.prefix, quota)
                     .whole_keys()
+                    .max_key_bytes(self.max_key_bytes)
                     .metrics(self.redis.metrics.clone())
                     .clock(clock.clone());
                 let builder = if store.time == TimeSource::Redis { builder.redis_time() } else { builder };
