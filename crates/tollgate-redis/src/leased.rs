@@ -144,6 +144,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
                     sweep_at: SWEEP_FLOOR,
                     bytes: 0,
                     max_bytes: self.max_key_bytes,
+                    full_swept_at: None,
                 }),
             }),
         })
@@ -192,7 +193,14 @@ struct Slices {
     /// What the keys weigh ([`Slices::weight`]), and the cap on that.
     bytes: usize,
     max_bytes: usize,
+    /// When a new key last swept the whole map for room (at the cap, at most once per
+    /// [`FULL_SWEEPS`]th of a window: a sweep is a pass over every key, and keys go idle with
+    /// time, so a flood of new keys at the cap costs no pass per key).
+    full_swept_at: Option<u64>,
 }
+
+/// At the byte cap, the whole map is swept for idle keys at most this many times a window.
+const FULL_SWEEPS: u64 = 16;
 
 impl Slices {
     /// What the state of `key` weighs: its text and its entry.
@@ -238,7 +246,10 @@ impl Slices {
             self.sweep(now, window_ns, false);
             let weight = Slices::weight(key);
             if self.bytes.saturating_add(weight) > self.max_bytes {
-                self.sweep(now, window_ns, true);
+                if self.full_swept_at.is_none_or(|at| now.saturating_sub(at) >= window_ns / FULL_SWEEPS) {
+                    self.full_swept_at = Some(now);
+                    self.sweep(now, window_ns, true);
+                }
                 if self.bytes.saturating_add(weight) > self.max_bytes {
                     return None;
                 }
