@@ -312,7 +312,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// use tollgate_server::serve::{Action, CounterCap, Engine, Mode};
     ///
     /// let policy = Policy::parse("- {namespace: api, max_value: 5, seconds: 60, variables: [ip]}", "limits.yaml")?;
-    /// let cap = CounterCap { max: NonZeroUsize::new(64).unwrap(), at_max: AtKeyLimit::Reject };
+    /// let cap = CounterCap { max: NonZeroUsize::new(64).unwrap(), at_max: AtKeyLimit::Reject, ..CounterCap::default() };
     /// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new()).with_counter_cap(cap);
     /// for ip in 0..1000 {
     ///     let _ = block_on(engine.call("api", &[Descriptor::from([("ip", ip.to_string().as_str())])], 1, Action::CheckAndReport)).unwrap();
