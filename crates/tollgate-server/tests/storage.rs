@@ -824,3 +824,24 @@ async fn redis_cached_keeps_its_local_counters_within_the_byte_budget() {
     let (_, metrics) = server.get("/metrics").await;
     assert!(metrics.lines().any(|l| l == format!("tollgate_redis_cached_bytes {bytes}")), "{metrics}");
 }
+
+/// redis-leased: once an enforcing counter has denied a call, the call's later counters are only
+/// looked at, not taken from (nor leased from Redis and given back to this replica's slice, which
+/// would keep their budget from the other replicas until the window ends).
+#[tokio::test]
+async fn redis_leased_takes_nothing_from_later_counters_once_a_call_is_denied() {
+    let redis = RedisServer::start();
+    let yaml = "- {namespace: api, name: all, max_value: 1, seconds: 60}\n\
+                - {namespace: api, name: per-user, max_value: 10, seconds: 60, variables: [user]}\n";
+    let storage = Storage::RedisLeased { url: redis.url(), prefix: "d:".into() };
+    let server = server_on(yaml, Mode::Accuracy, false, false, storage).await;
+    let mut client = server.rls().await;
+    let user = |u: &str| vec![descriptor(&[("user", u)])];
+    let first = should_rate_limit(&mut client, "api", user("ann"), 1).await;
+    assert_eq!(first.overall_code, Code::Ok as i32);
+    let denied = should_rate_limit(&mut client, "api", user("bob"), 1).await;
+    assert_eq!(denied.overall_code, Code::OverLimit as i32, "`all` is spent");
+    assert_eq!(denied.statuses[0].limit_remaining, 0);
+    let keys = redis.cli(&["KEYS", "d:*bob*"]);
+    assert_eq!(keys.trim(), "", "nothing of bob's counter was taken in Redis");
+}

@@ -79,14 +79,12 @@ impl<C: Clock> Leased<C> {
         let mut denied = false;
         for (i, counter) in counters.iter().enumerate() {
             let limiter = self.limiter(counter, call.clock);
-            let answer = match call.action {
-                Action::Check => {
-                    limiter.check_or_error(&counter.key, counter.hits).await.map(|a| a.map(|meta| (meta, None)))
-                }
-                _ => limiter
-                    .try_acquire_or_error(&counter.key, counter.hits)
-                    .await
-                    .map(|a| a.map(|l| (l.meta(), Some(l)))),
+            // Once an enforcing counter has denied the call, the others are only looked at:
+            // taking and giving back would hold their budget in this replica's slices.
+            let answer = if denied || call.action == Action::Check {
+                limiter.check_or_error(&counter.key, counter.hits).await.map(|a| a.map(|meta| (meta, None)))
+            } else {
+                limiter.try_acquire_or_error(&counter.key, counter.hits).await.map(|a| a.map(|l| (l.meta(), Some(l))))
             };
             let answer = match answer {
                 Ok(answer) => answer,
