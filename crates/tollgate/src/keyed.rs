@@ -1000,13 +1000,6 @@ where
         self.inner.max_per_shard * self.inner.shards.len()
     }
 
-    /// The cap on what the stored keys weigh (`max_key_bytes` rounded up to a multiple of the
-    /// shard count); `None` without one.
-    pub fn max_key_bytes(&self) -> Option<usize> {
-        let inner = &*self.inner;
-        inner.weigh.map(|_| inner.max_bytes_per_shard.saturating_mul(inner.shards.len()))
-    }
-
     /// What a new key gets at the cap.
     pub fn at_key_limit(&self) -> AtKeyLimit {
         self.inner.at_limit
@@ -1099,6 +1092,15 @@ fn key_limit(limit: u64, retry_ns: Option<u64>) -> Snapshot {
     Meta { limit, remaining: 0, reset_ns: retry_ns.unwrap_or(0), retry_ns }.into()
 }
 
+impl<K, A: Algorithm, C: Clock> Keyed<K, A, C> {
+    /// The cap on what the stored keys weigh (`max_key_bytes` rounded up to a multiple of the
+    /// shard count); `None` without one.
+    pub fn max_key_bytes(&self) -> Option<usize> {
+        let inner = &*self.inner;
+        inner.weigh.map(|_| inner.max_bytes_per_shard.saturating_mul(inner.shards.len()))
+    }
+}
+
 impl<K, A: Algorithm, C: Clock> std::fmt::Debug for Keyed<K, A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let inner = &*self.inner;
@@ -1106,7 +1108,7 @@ impl<K, A: Algorithm, C: Clock> std::fmt::Debug for Keyed<K, A, C> {
             .field("config", &inner.algo.config())
             .field("shards", &inner.shards.len())
             .field("max_keys", &(inner.max_per_shard * inner.shards.len()))
-            .field("max_key_bytes", &inner.weigh.map(|_| inner.max_bytes_per_shard.saturating_mul(inner.shards.len())))
+            .field("max_key_bytes", &self.max_key_bytes())
             .field("at_key_limit", &inner.at_limit)
             .finish_non_exhaustive()
     }
