@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tollgate::{
-    Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected, SystemClock,
+    Acquire, Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected, SystemClock,
 };
 
 use crate::backend::Redis;
@@ -584,7 +584,7 @@ impl<C: Clock> LeasedLimiter<C> {
 
 /// A leased limiter is a [`RateLimiter`] for any key with a text form: a decision from a held lease
 /// is [`Answer::Ready`] (no allocation, no I/O); one that needs a new lease is
-/// [`Answer::Pending`]. `acquire` waits as [`RedisLimiter::acquire`] does when no lease has room.
+/// [`Answer::Pending`].
 impl<K: RedisKey + ?Sized, C: Clock> RateLimiter<K> for LeasedLimiter<C> {
     fn decide(&self, key: &K, n: u64) -> Decision {
         let key = key.redis_key();
@@ -608,16 +608,6 @@ impl<K: RedisKey + ?Sized, C: Clock> RateLimiter<K> for LeasedLimiter<C> {
         Answer::Pending(Box::pin(async move { limiter.inner.budget.check(&key, n).await }))
     }
 
-    fn acquire(&self, key: &K, n: u64) -> impl std::future::Future<Output = Result<Lease, Rejected>> + Send {
-        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
-        async move {
-            match limiter.try_acquire(&key, n).await {
-                Err(no) if no.reason() == Reason::Exhausted => limiter.inner.budget.acquire(&key, n).await,
-                decided => decided,
-            }
-        }
-    }
-
     fn give_back(&self, key: &K, lease: Lease) -> Refund {
         let (limiter, key) = (self.clone(), key.redis_key().into_owned());
         Answer::Pending(Box::pin(async move {
@@ -633,6 +623,19 @@ impl<K: RedisKey + ?Sized, C: Clock> RateLimiter<K> for LeasedLimiter<C> {
 
     fn window(&self) -> Option<Duration> {
         Some(self.inner.window)
+    }
+}
+
+/// Waits as [`RedisLimiter::acquire`] does when no lease has room.
+impl<K: RedisKey + ?Sized, C: Clock> Acquire<K> for LeasedLimiter<C> {
+    fn acquire(&self, key: &K, n: u64) -> impl std::future::Future<Output = Result<Lease, Rejected>> + Send {
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        async move {
+            match limiter.try_acquire(&key, n).await {
+                Err(no) if no.reason() == Reason::Exhausted => limiter.inner.budget.acquire(&key, n).await,
+                decided => decided,
+            }
+        }
     }
 }
 

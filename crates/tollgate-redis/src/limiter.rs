@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Script;
-use tollgate::{Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected};
+use tollgate::{Acquire, Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected};
 
 use crate::backend::Redis;
 use crate::error::BackendError;
@@ -593,11 +593,6 @@ impl<K: RedisKey + ?Sized> RateLimiter<K> for RedisLimiter {
         Answer::Pending(Box::pin(async move { RedisLimiter::check(&limiter, &key, n).await }))
     }
 
-    fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
-        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
-        async move { RedisLimiter::acquire(&limiter, &key, n).await }
-    }
-
     fn give_back(&self, key: &K, lease: Lease) -> Refund {
         let (limiter, key) = (self.clone(), key.redis_key().into_owned());
         Answer::Pending(Box::pin(async move {
@@ -613,6 +608,14 @@ impl<K: RedisKey + ?Sized> RateLimiter<K> for RedisLimiter {
 
     fn window(&self) -> Option<Duration> {
         self.inner.window
+    }
+}
+
+/// Waits as [`RedisLimiter::acquire`] does.
+impl<K: RedisKey + ?Sized> Acquire<K> for RedisLimiter {
+    fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        async move { RedisLimiter::acquire(&limiter, &key, n).await }
     }
 }
 

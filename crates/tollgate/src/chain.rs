@@ -1,23 +1,21 @@
 //! [`Chain`]: two limiters as one, all-or-nothing, whatever each is (in-process or distributed).
 //! Nest chains for more (`Chain::new(a, Chain::new(b, c))`). This is all-or-nothing over
-//! limiters that share a key. The tower layer's `Both` does the same over policies that each
-//! read their own key from the request (and name the policy that said no); the server's stores
-//! take a call's counters one by one and give back on a refusal as here (memory, holding the
-//! call's lock stripes in accuracy mode; redis-leased), decide them under one lock
-//! (redis-cached) or in one Lua script (redis).
+//! limiters that share a key, decided by [`AllOrNothing`] as every other all-or-nothing call is.
 
 use std::borrow::Borrow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::all_or_nothing::{AllOrNothing, Outcome, PartAnswer, Reply, Step};
 use crate::answer::{Answer, Check, Decision, Refund};
 use crate::decision::{Lease, Meta, Rejected};
-use crate::rate_limiter::RateLimiter;
+use crate::rate_limiter::{Acquire, RateLimiter};
 
 /// Both limits must admit; when the second rejects, what the first granted is given back (a real
-/// refund, awaited before the rejection is answered), so nothing is taken from either. Metadata
-/// is the tightest of the two: the smaller `remaining` (with its `limit`), the later reset, and the
-/// longer retry-after.
+/// refund, awaited before the rejection is answered), so nothing is taken from either, by the
+/// rules of [`AllOrNothing`]. Metadata is the tightest of the two as the call left them (a part
+/// given back reports its state after the refund): the smaller `remaining` (with its `limit`),
+/// the later reset, and the longer retry-after.
 ///
 /// ```
 /// use tollgate::{Chain, Limiter, Quota, RateLimiter, TokenBucket};
@@ -77,20 +75,51 @@ pub(crate) fn tightest(a: Meta, b: Meta) -> Meta {
     Meta { limit, remaining, reset_ns: a.reset_ns.max(b.reset_ns), retry_ns }
 }
 
-fn merge_rejection(r: Rejected, other: Result<Meta, Rejected>) -> Rejected {
-    let other = other.unwrap_or_else(|o| o.meta());
-    let mut meta = tightest(r.meta(), other);
-    if r.retry_after().is_none() {
-        // Waiting cannot help this limiter, so it cannot help the chain.
-        meta.retry_ns = None;
+impl<A, B> Chain<A, B> {
+    /// Runs one step of the chain's call on the part it names.
+    fn run<K>(&self, step: Step, key: &K, n: u64) -> Answer<Reply>
+    where
+        K: ?Sized,
+        A: RateLimiter<K>,
+        B: RateLimiter<K>,
+    {
+        match step.part() {
+            0 => step.run(&*self.first, key, n),
+            _ => step.run(&*self.second, key, n),
+        }
     }
-    r.with_meta(meta)
+
+    fn shared(&self) -> Chain<A, B> {
+        Chain { first: self.first.clone(), second: self.second.clone() }
+    }
 }
 
-fn combine(a: Lease, b: Lease, n: u64) -> Lease {
-    let meta = tightest(a.meta(), b.meta());
-    let at = a.acquired_at.max(b.acquired_at);
-    Lease::combine(meta, n, at, [a, b])
+/// The chain's answer from its parts': the parts' leases as one, or the rejection of the part
+/// that denied the call with the tightest state of all parts (each as the call left it).
+fn answer(outcome: Outcome, n: u64) -> Result<Lease, Rejected> {
+    let meta = outcome.parts().iter().map(PartAnswer::meta).reduce(tightest).unwrap_or_default();
+    let denied_by = outcome.denied_by();
+    let mut parts = outcome.into_parts().into_iter();
+    match (denied_by, parts.next(), parts.next()) {
+        (None, Some(PartAnswer::Taken(a)), Some(PartAnswer::Taken(b))) => {
+            let at = a.acquired_at.max(b.acquired_at);
+            Ok(Lease::combine(meta, n, at, [a, b]))
+        }
+        (Some(i), a, b) => {
+            let Some(PartAnswer::NoRoom(rejected) | PartAnswer::Checked(Err(rejected))) =
+                [a, b].into_iter().nth(i).flatten()
+            else {
+                unreachable!("the part that denied a call had no room")
+            };
+            let mut meta = meta;
+            if rejected.retry_after().is_none() {
+                // Waiting cannot help this part, so it cannot help the chain.
+                meta.retry_ns = None;
+            }
+            Err(rejected.with_meta(meta))
+        }
+        _ => unreachable!("a granted chain took from both parts"),
+    }
 }
 
 impl<K, A, B> RateLimiter<K> for Chain<A, B>
@@ -101,36 +130,24 @@ where
     B: RateLimiter<K> + 'static,
 {
     fn decide(&self, key: &K, n: u64) -> Decision {
-        let a = match self.first.decide(key, n) {
-            Answer::Ready(a) => a,
-            Answer::Pending(a) => {
-                let (first, second, key) = (self.first.clone(), self.second.clone(), key.to_owned());
-                return Answer::Pending(Box::pin(async move {
-                    match a.await {
-                        Err(r) => Err(merge_rejection(r, second.check(key.borrow(), n).await)),
-                        Ok(a) => {
-                            let b = second.decide(key.borrow(), n).await;
-                            second_answered(&*first, key.borrow(), n, a, b).await
+        let mut call = AllOrNothing::new([true, true]);
+        while let Some(step) = call.step() {
+            match self.run(step, key, n).now() {
+                Ok(reply) => call.reply(reply),
+                Err(pending) => {
+                    // A distributed part answers later: the rest of the call runs when it has.
+                    let (chain, key) = (self.shared(), key.to_owned());
+                    return Answer::Pending(Box::pin(async move {
+                        call.reply(pending.await);
+                        while let Some(step) = call.step() {
+                            call.reply(chain.run(step, key.borrow(), n).await);
                         }
-                    }
-                }));
-            }
-        };
-        let a = match a {
-            Ok(a) => a,
-            Err(r) => return self.second.check(key, n).map(move |other| Err(merge_rejection(r, other))),
-        };
-        match self.second.decide(key, n) {
-            Answer::Ready(Ok(b)) => Answer::Ready(Ok(combine(a, b, n))),
-            Answer::Ready(Err(r)) => {
-                let a_meta = a.meta();
-                self.first.give_back(key, a).map(move |()| Err(merge_rejection(r, Ok(a_meta))))
-            }
-            Answer::Pending(b) => {
-                let (first, key) = (self.first.clone(), key.to_owned());
-                Answer::Pending(Box::pin(async move { second_answered(&*first, key.borrow(), n, a, b.await).await }))
+                        answer(call.finish(), n)
+                    }));
+                }
             }
         }
+        Answer::Ready(answer(call.finish(), n))
     }
 
     fn check(&self, key: &K, n: u64) -> Check {
@@ -138,15 +155,6 @@ where
             (Answer::Ready(a), Answer::Ready(b)) => Answer::Ready(both_checked(a, b)),
             (a, b) => Answer::Pending(Box::pin(async move { both_checked(a.await, b.await) })),
         }
-    }
-
-    async fn acquire(&self, key: &K, n: u64) -> Result<Lease, Rejected> {
-        let a = match self.first.acquire(key, n).await {
-            Ok(a) => a,
-            Err(r) => return Err(merge_rejection(r, self.second.check(key, n).await)),
-        };
-        let b = self.second.acquire(key, n).await;
-        second_answered(&*self.first, key, n, a, b).await
     }
 
     fn give_back(&self, key: &K, lease: Lease) -> Refund {
@@ -164,27 +172,37 @@ where
     }
 }
 
-/// The second part has answered: combine, or refund the first and reject.
-async fn second_answered<K: ?Sized, A: RateLimiter<K>>(
-    first: &A,
-    key: &K,
-    n: u64,
-    a: Lease,
-    b: Result<Lease, Rejected>,
-) -> Result<Lease, Rejected> {
-    match b {
-        Ok(b) => Ok(combine(a, b, n)),
-        Err(r) => {
-            let a_meta = a.meta();
-            first.give_back(key, a).await;
-            Err(merge_rejection(r, Ok(a_meta)))
+/// Waits on the first part, then on the second, by the same rules as a decision.
+impl<K, A, B> Acquire<K> for Chain<A, B>
+where
+    K: ToOwned + Sync + ?Sized,
+    K::Owned: Send + Sync + 'static,
+    A: Acquire<K> + 'static,
+    B: Acquire<K> + 'static,
+{
+    async fn acquire(&self, key: &K, n: u64) -> Result<Lease, Rejected> {
+        let mut call = AllOrNothing::new([true, true]);
+        while let Some(step) = call.step() {
+            let reply = match step {
+                Step::Take(0) => Reply::Took(self.first.acquire(key, n).await),
+                Step::Take(_) => Reply::Took(self.second.acquire(key, n).await),
+                step => self.run(step, key, n).await,
+            };
+            call.reply(reply);
         }
+        answer(call.finish(), n)
     }
 }
 
 fn both_checked(a: Result<Meta, Rejected>, b: Result<Meta, Rejected>) -> Result<Meta, Rejected> {
     match (a, b) {
         (Ok(a), Ok(b)) => Ok(tightest(a, b)),
-        (Err(r), other) | (other @ Ok(_), Err(r)) => Err(merge_rejection(r, other)),
+        (Err(r), other) | (other @ Ok(_), Err(r)) => {
+            let mut meta = tightest(r.meta(), other.unwrap_or_else(|o| o.meta()));
+            if r.retry_after().is_none() {
+                meta.retry_ns = None;
+            }
+            Err(r.with_meta(meta))
+        }
     }
 }

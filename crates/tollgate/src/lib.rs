@@ -79,6 +79,7 @@
 #![deny(unsafe_code)]
 
 mod algorithm;
+mod all_or_nothing;
 mod answer;
 #[allow(unsafe_code)]
 mod biased_lock;
@@ -108,6 +109,7 @@ mod token_bucket;
 mod weighted_window;
 
 pub use algorithm::Algorithm;
+pub use all_or_nothing::{AllOrNothing, Outcome, PartAnswer, Reply, Step};
 pub use answer::{Answer, AnswerFuture, BoxFuture, Check, Decision, Refund};
 #[cfg(feature = "calendar")]
 pub use calendar::{Calendar, CalendarError, CalendarUnit};
@@ -122,7 +124,7 @@ pub use limiter::{Builder, Limiter, QueueOrder};
 pub use parse::{ParseError, ParseErrorKind, ParseTarget, parse_duration, parse_duration_or_zero, parse_rate};
 pub use permit::Permit;
 pub use quota::{Quota, QuotaError};
-pub use rate_limiter::RateLimiter;
+pub use rate_limiter::{Acquire, RateLimiter};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 pub use snapshot::Snapshot;

@@ -1,6 +1,9 @@
 //! [`RateLimiter`]: the one contract for "may `n` permits for this key go now?", whether the
 //! answer is in this process or across the network.
 //!
+//! It is object-safe (`Box<dyn RateLimiter<str>>`, a table of limits of different algorithms);
+//! waiting for permits, which each limiter does its own way, is the extension trait [`Acquire`].
+//!
 //! Every limiter implements it — [`Limiter`] (one state, the key is ignored), [`Keyed`] (a state
 //! per key), [`Chain`](crate::Chain) (several, all-or-nothing), `Arc<L>`, and distributed limiters
 //! in other crates (`tollgate_redis::RedisLimiter`) — so middleware, servers and bindings take any
@@ -24,7 +27,8 @@ use crate::limiter::Limiter;
 /// - [`decide`](RateLimiter::decide) takes `n` permits or rejects, never waits; `n == 0` is a
 ///   probe that reports the state and takes nothing.
 /// - [`check`](RateLimiter::check) says whether `n` would go, taking nothing.
-/// - [`acquire`](RateLimiter::acquire) waits for `n` permits.
+/// - [`Acquire::acquire`] (a separate trait, so that this one can be a trait object) waits for
+///   `n` permits.
 /// - [`give_back`](RateLimiter::give_back) refunds a lease as if it had never been granted (what
 ///   still counts at the time of the refund), so all-or-nothing over several limiters holds.
 ///
@@ -42,15 +46,24 @@ use crate::limiter::Limiter;
 /// assert!(admit(&per_user, "alice").await);
 /// # Ok(()) }
 /// ```
+///
+/// Limits of different algorithms behind one type:
+///
+/// ```
+/// use tollgate::{FixedWindow, Keyed, Quota, RateLimiter, TokenBucket};
+/// let limits: Vec<Box<dyn RateLimiter<str>>> = vec![
+///     Box::new(Keyed::<String, _>::new(TokenBucket::new(Quota::per_second(5)?))),
+///     Box::new(Keyed::<String, _>::new(FixedWindow::new(Quota::per_minute(100)?))),
+/// ];
+/// assert!(limits.iter().all(|l| l.decide("alice", 1).now().is_ok_and(|d| d.is_ok())));
+/// # Ok::<(), tollgate::QuotaError>(())
+/// ```
 pub trait RateLimiter<K: ?Sized = ()>: Send + Sync {
     /// Takes `n` permits for `key` now or rejects; never waits. `n == 0` is a probe.
     fn decide(&self, key: &K, n: u64) -> Decision;
 
     /// Would `n` permits for `key` be granted now? Takes nothing.
     fn check(&self, key: &K, n: u64) -> Check;
-
-    /// Waits for `n` permits for `key` (each limiter documents its queue or retry rule).
-    fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send;
 
     /// Gives `lease` (granted for `key` by this limiter) back: what it took and still counts is
     /// restored. Concurrency permits are released.
@@ -64,6 +77,24 @@ pub trait RateLimiter<K: ?Sized = ()>: Send + Sync {
     fn window(&self) -> Option<Duration>;
 }
 
+/// A [`RateLimiter`] that can wait for permits.
+///
+/// ```
+/// use tollgate::{Acquire, Chain, Limiter, Quota, TokenBucket};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let both = Chain::new(
+///     Limiter::new(TokenBucket::new(Quota::per_second(10)?)),
+///     Limiter::new(TokenBucket::new(Quota::per_minute(100)?)),
+/// );
+/// let lease = both.acquire(&(), 2).await?;
+/// assert_eq!(lease.permits(), 2);
+/// # Ok(()) }
+/// ```
+pub trait Acquire<K: ?Sized = ()>: RateLimiter<K> {
+    /// Waits for `n` permits for `key` (each limiter documents its queue or retry rule).
+    fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send;
+}
+
 /// One state for everything: the key is `()`.
 impl<A: Algorithm, C: Clock> RateLimiter for Limiter<A, C> {
     #[inline]
@@ -72,9 +103,6 @@ impl<A: Algorithm, C: Clock> RateLimiter for Limiter<A, C> {
     }
     fn check(&self, _key: &(), n: u64) -> Check {
         Answer::Ready(Limiter::check(self, n))
-    }
-    fn acquire(&self, _key: &(), n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
-        Limiter::acquire(self, n)
     }
     fn give_back(&self, _key: &(), lease: Lease) -> Refund {
         Limiter::give_back(self, lease);
@@ -88,8 +116,14 @@ impl<A: Algorithm, C: Clock> RateLimiter for Limiter<A, C> {
     }
 }
 
-/// A key-by-key limiter. `acquire` retries at each `retry_after` without a bound on the wait (use
-/// [`Keyed::acquire`] for one).
+/// Waits in the limiter's queue.
+impl<A: Algorithm, C: Clock> Acquire for Limiter<A, C> {
+    fn acquire(&self, _key: &(), n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
+        Limiter::acquire(self, n)
+    }
+}
+
+/// A key-by-key limiter.
 impl<K, Q, A, C> RateLimiter<Q> for Keyed<K, A, C>
 where
     K: Borrow<Q> + Hash + Eq + Send + Sync + 'static,
@@ -104,9 +138,6 @@ where
     fn check(&self, key: &Q, n: u64) -> Check {
         Answer::Ready(Keyed::check(self, key, n))
     }
-    fn acquire(&self, key: &Q, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
-        Keyed::acquire(self, key, n, None)
-    }
     fn give_back(&self, key: &Q, lease: Lease) -> Refund {
         Keyed::give_back(self, key, lease);
         Answer::Ready(())
@@ -119,6 +150,19 @@ where
     }
 }
 
+/// Retries at each `retry_after` without a bound on the wait (use [`Keyed::acquire`] for one).
+impl<K, Q, A, C> Acquire<Q> for Keyed<K, A, C>
+where
+    K: Borrow<Q> + Hash + Eq + Send + Sync + 'static,
+    Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+    A: Algorithm,
+    C: Clock,
+{
+    fn acquire(&self, key: &Q, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
+        Keyed::acquire(self, key, n, None)
+    }
+}
+
 impl<K: ?Sized, L: RateLimiter<K> + ?Sized> RateLimiter<K> for Arc<L> {
     #[inline]
     fn decide(&self, key: &K, n: u64) -> Decision {
@@ -127,8 +171,30 @@ impl<K: ?Sized, L: RateLimiter<K> + ?Sized> RateLimiter<K> for Arc<L> {
     fn check(&self, key: &K, n: u64) -> Check {
         (**self).check(key, n)
     }
+    fn give_back(&self, key: &K, lease: Lease) -> Refund {
+        (**self).give_back(key, lease)
+    }
+    fn capacity(&self) -> u64 {
+        (**self).capacity()
+    }
+    fn window(&self) -> Option<Duration> {
+        (**self).window()
+    }
+}
+
+impl<K: ?Sized, L: Acquire<K> + ?Sized> Acquire<K> for Arc<L> {
     fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
         (**self).acquire(key, n)
+    }
+}
+
+impl<K: ?Sized, L: RateLimiter<K> + ?Sized> RateLimiter<K> for Box<L> {
+    #[inline]
+    fn decide(&self, key: &K, n: u64) -> Decision {
+        (**self).decide(key, n)
+    }
+    fn check(&self, key: &K, n: u64) -> Check {
+        (**self).check(key, n)
     }
     fn give_back(&self, key: &K, lease: Lease) -> Refund {
         (**self).give_back(key, lease)

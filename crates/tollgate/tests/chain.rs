@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tollgate::{
-    Answer, Chain, Concurrency, Lease, Limiter, ManualClock, Quota, RateLimiter, Reason, Rejected, SlidingLog,
+    Acquire, Answer, Chain, Concurrency, Lease, Limiter, ManualClock, Quota, RateLimiter, Reason, Rejected, SlidingLog,
     TokenBucket,
 };
 

@@ -13,9 +13,9 @@ use super::engine::{CounterView, Engine, Loaded};
 
 /// A namespace's live counters, at most the number asked for.
 #[derive(Debug)]
-pub struct CounterList<C: Clock> {
+pub struct CounterList {
     /// The limits the counters are of ([`CounterView::limit`] indexes them).
-    pub loaded: Arc<Loaded<C>>,
+    pub loaded: Arc<Loaded>,
     /// The counters, in no particular order.
     pub counters: Vec<CounterView>,
     /// True when the namespace had more live counters than were listed.
@@ -112,10 +112,7 @@ impl CounterFilter {
 }
 
 /// The namespace's limits by id: (index in the policy, the limit).
-pub(crate) fn limits_by_id<'l, C: Clock>(
-    loaded: &'l Loaded<C>,
-    namespace: &str,
-) -> HashMap<LimitId, (usize, &'l Limit)> {
+pub(crate) fn limits_by_id<'l>(loaded: &'l Loaded, namespace: &str) -> HashMap<LimitId, (usize, &'l Limit)> {
     let limits = loaded.policy.limits();
     loaded.policy.namespace_indexes(namespace).iter().map(|&i| (limits[i].id(), (i, &limits[i]))).collect()
 }
@@ -140,7 +137,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// assert_eq!(list.counters[0].meta.remaining, 4);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn list_counters(&self, namespace: &str, max: usize) -> Result<CounterList<C>, BackendError> {
+    pub async fn list_counters(&self, namespace: &str, max: usize) -> Result<CounterList, BackendError> {
         self.store.list(self.loaded(), namespace, max, &self.clock).await
     }
 

@@ -2,9 +2,10 @@
 //! limit's variables.
 
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use tollgate::{
-    Algorithm, AtKeyLimit, Clock, FixedWindow, Keyed, KeyedStatistics, Lease, Meta, Rejected, SlidingWindow,
+    Algorithm, AtKeyLimit, Clock, FixedWindow, Keyed, KeyedStatistics, Meta, Quota, RateLimiter, SlidingWindow,
     TokenBucket, WeightedWindow,
 };
 use tollgate_policy::{AlgorithmKind, Limit};
@@ -57,102 +58,96 @@ fn weigh<S>(key: &Vec<String>) -> usize {
     size_of::<(Vec<String>, S)>() + 16 + heap
 }
 
-/// [`weigh`] for `A`'s counters.
-fn weigher<A: Algorithm>(_: &A) -> fn(&Vec<String>) -> usize {
-    weigh::<A::State>
-}
-
 /// Sliding windows are counted in this many segments.
 const SLIDING_SEGMENTS: u64 = tollgate_policy::SLIDING_SEGMENTS;
 
-pub(crate) enum Counters<C: Clock> {
-    Fixed(Keyed<Vec<String>, FixedWindow, C>),
-    Bucket(Keyed<Vec<String>, TokenBucket, C>),
-    Sliding(Keyed<Vec<String>, SlidingWindow, C>),
-    Weighted(Keyed<Vec<String>, WeightedWindow, C>),
+/// The counters of one limit, whatever its algorithm: a keyed limiter (decided through
+/// [`RateLimiter`]), with what the admin API and reloads ask of it besides.
+pub(crate) trait Counters: RateLimiter<[String]> {
+    /// Counters kept, and what happened at the cap.
+    fn statistics(&self) -> KeyedStatistics;
+
+    /// The caps on counters kept (count, bytes), and what a new one gets past them.
+    fn cap(&self) -> (usize, usize, AtKeyLimit);
+
+    /// A new `max_value` for a kept limit: each counter carries over by its algorithm's rule.
+    fn set_quota(&self, quota: Quota);
+
+    /// Forgets one counter; true when it held hits.
+    fn reset(&self, key: &[String]) -> bool;
+
+    /// Forgets the counters `f` chooses; returns how many held hits.
+    fn reset_matching(&self, f: &mut dyn FnMut(&Vec<String>) -> bool) -> usize;
+
+    /// Calls `f` with every counter kept and its state.
+    fn for_each(&self, f: &mut dyn FnMut(&Vec<String>, Meta));
 }
 
-macro_rules! each {
-    ($self:expr, $k:ident => $body:expr) => {
-        match $self {
-            Counters::Fixed($k) => $body,
-            Counters::Bucket($k) => $body,
-            Counters::Sliding($k) => $body,
-            Counters::Weighted($k) => $body,
-        }
-    };
+impl<A: Algorithm<Config = Quota>, C: Clock> Counters for Keyed<Vec<String>, A, C> {
+    fn statistics(&self) -> KeyedStatistics {
+        Keyed::statistics(self)
+    }
+
+    fn cap(&self) -> (usize, usize, AtKeyLimit) {
+        (self.max_keys(), self.max_key_bytes().unwrap_or(usize::MAX), self.at_key_limit())
+    }
+
+    fn set_quota(&self, quota: Quota) {
+        Keyed::set_quota(self, quota)
+    }
+
+    fn reset(&self, key: &[String]) -> bool {
+        Keyed::reset(self, key)
+    }
+
+    fn reset_matching(&self, f: &mut dyn FnMut(&Vec<String>) -> bool) -> usize {
+        Keyed::reset_matching(self, f)
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(&Vec<String>, Meta)) {
+        Keyed::for_each(self, f)
+    }
 }
 
-impl<C: Clock + Clone> Counters<C> {
-    pub(crate) fn new(limit: &Limit, clock: &C, cap: CounterCap) -> Counters<C> {
-        // The policy crate validated the quota when it read the file.
-        let quota = limit.quota().expect("a validated limit has a usable quota");
-        let max = limit.max_counters().unwrap_or(cap.max);
-        let at_max = limit.at_max_counters().unwrap_or(cap.at_max);
-        macro_rules! keyed {
-            ($algo:expr) => {{
-                let algo = $algo;
-                let weigh = weigher(&algo);
-                Keyed::builder(algo)
-                    .clock(clock.clone())
-                    .max_keys(max)
-                    .max_key_bytes(cap.max_bytes, weigh)
-                    .at_key_limit(at_max)
-                    .build()
-            }};
-        }
-        match limit.algorithm() {
-            AlgorithmKind::FixedWindow => Counters::Fixed(keyed!(match limit.calendar() {
+/// The counters of `limit`, kept on `clock` within `cap`.
+pub(crate) fn counters<C: Clock + Clone>(limit: &Limit, clock: &C, cap: CounterCap) -> Arc<dyn Counters> {
+    // The policy crate validated the quota when it read the file.
+    let quota = limit.quota().expect("a validated limit has a usable quota");
+    match limit.algorithm() {
+        AlgorithmKind::FixedWindow => keyed(
+            match limit.calendar() {
                 Some(calendar) => FixedWindow::calendar(limit.max_value(), calendar.clone(), clock)
                     .expect("a validated limit has a usable quota"),
                 None => FixedWindow::new(quota),
-            })),
-            AlgorithmKind::TokenBucket => Counters::Bucket(keyed!(TokenBucket::new(quota))),
-            AlgorithmKind::SlidingWindow => Counters::Sliding(keyed!(
-                SlidingWindow::new(quota, SLIDING_SEGMENTS).expect("segments fit a whole-second window")
-            )),
-            AlgorithmKind::WeightedWindow => Counters::Weighted(keyed!(WeightedWindow::new(quota))),
-        }
+            },
+            limit,
+            clock,
+            cap,
+        ),
+        AlgorithmKind::TokenBucket => keyed(TokenBucket::new(quota), limit, clock, cap),
+        AlgorithmKind::SlidingWindow => keyed(
+            SlidingWindow::new(quota, SLIDING_SEGMENTS).expect("segments fit a whole-second window"),
+            limit,
+            clock,
+            cap,
+        ),
+        AlgorithmKind::WeightedWindow => keyed(WeightedWindow::new(quota), limit, clock, cap),
     }
+}
 
-    /// Counters kept, and what happened at the cap.
-    pub(crate) fn statistics(&self) -> KeyedStatistics {
-        each!(self, k => k.statistics())
-    }
-
-    /// The caps on counters kept (count, bytes), and what a new one gets past them.
-    pub(crate) fn cap(&self) -> (usize, usize, AtKeyLimit) {
-        each!(self, k => (k.max_keys(), k.max_key_bytes().unwrap_or(usize::MAX), k.at_key_limit()))
-    }
-
-    pub(crate) fn check(&self, key: &[String], n: u64) -> Result<Meta, Rejected> {
-        each!(self, k => k.check(key, n))
-    }
-
-    pub(crate) fn take(&self, key: &[String], n: u64) -> Result<Lease, Rejected> {
-        each!(self, k => k.try_acquire(key, n))
-    }
-
-    pub(crate) fn give_back(&self, key: &[String], lease: Lease) {
-        each!(self, k => k.give_back(key, lease))
-    }
-
-    /// A new `max_value` for a kept limit: each counter carries over by its algorithm's rule.
-    pub(crate) fn set_quota(&self, quota: tollgate::Quota) {
-        each!(self, k => k.set_quota(quota))
-    }
-
-    /// Forgets one counter; true when it held hits.
-    pub(crate) fn reset(&self, key: &[String]) -> bool {
-        each!(self, k => k.reset(key))
-    }
-
-    /// Forgets the counters `f` chooses; returns how many held hits.
-    pub(crate) fn reset_matching(&self, f: impl FnMut(&Vec<String>) -> bool) -> usize {
-        each!(self, k => k.reset_matching(f))
-    }
-
-    pub(crate) fn for_each(&self, f: impl FnMut(&Vec<String>, Meta)) {
-        each!(self, k => k.for_each(f))
-    }
+/// `algo`'s counters for `limit`: its own caps, else the server's.
+fn keyed<A: Algorithm<Config = Quota>, C: Clock + Clone>(
+    algo: A,
+    limit: &Limit,
+    clock: &C,
+    cap: CounterCap,
+) -> Arc<dyn Counters> {
+    Arc::new(
+        Keyed::builder(algo)
+            .clock(clock.clone())
+            .max_keys(limit.max_counters().unwrap_or(cap.max))
+            .max_key_bytes(cap.max_bytes, weigh::<A::State>)
+            .at_key_limit(limit.at_max_counters().unwrap_or(cap.at_max))
+            .build(),
+    )
 }

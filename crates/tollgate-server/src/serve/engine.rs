@@ -9,7 +9,7 @@ use tollgate::{Clock, Meta, SystemClock};
 use tollgate_policy::{AlgorithmKind, Descriptor, Enforcement, Limit, LimitId, Policy, Position};
 
 use super::bounds::{Oversize, RequestBounds};
-use super::counters::{CounterCap, Counters};
+use super::counters::{CounterCap, Counters, counters};
 use super::store::{Cached, Call, InRedis, Leased, Memory, RedisStore, Store};
 
 /// Accuracy vs throughput, as seed 003 defines them.
@@ -36,14 +36,14 @@ pub enum Action {
 }
 
 /// The limits in force and their counters; replaced as a whole by a reload.
-pub struct Loaded<C: Clock = SystemClock> {
+pub struct Loaded {
     /// The limits.
     pub policy: Policy,
     /// Incremented by each successful load, from 1.
     pub generation: u64,
     /// Each limit's in-memory counters, in the policy's order; none at all when the counters
     /// live in Redis (an empty table costs ~16 KB per limit).
-    pub(super) counters: Vec<Arc<Counters<C>>>,
+    pub(super) counters: Vec<Arc<dyn Counters>>,
 }
 
 /// One counter's part in a decision.
@@ -60,8 +60,8 @@ pub struct Status {
 }
 
 /// The result of one call.
-pub struct Outcome<C: Clock = SystemClock> {
-    loaded: Arc<Loaded<C>>,
+pub struct Outcome {
+    loaded: Arc<Loaded>,
     /// Every counter the request touched.
     pub statuses: Vec<Status>,
     /// The answer to give: false means "limited" (HTTP 429, RLS `OVER_LIMIT`).
@@ -71,7 +71,7 @@ pub struct Outcome<C: Clock = SystemClock> {
     pub would_limit: bool,
 }
 
-impl<C: Clock> Outcome<C> {
+impl Outcome {
     /// The limit a status is about.
     pub fn limit(&self, status: &Status) -> &Limit {
         &self.loaded.policy.limits()[status.limit]
@@ -110,7 +110,7 @@ impl<C: Clock> Outcome<C> {
 }
 
 /// True when a status without room belongs to a limit that denies.
-fn denies<C: Clock>(loaded: &Loaded<C>, statuses: &[Status]) -> bool {
+fn denies(loaded: &Loaded, statuses: &[Status]) -> bool {
     statuses.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies())
 }
 
@@ -165,7 +165,7 @@ pub struct CounterView {
 /// # Ok::<(), tollgate_policy::PolicyError>(())
 /// ```
 pub struct Engine<C: Clock = SystemClock> {
-    loaded: RwLock<Arc<Loaded<C>>>,
+    loaded: RwLock<Arc<Loaded>>,
     pub(super) clock: C,
     shadow: bool,
     /// Where the counters live: the one value that decides every call.
@@ -337,16 +337,11 @@ impl<C: Clock + Clone> Engine<C> {
     }
 
     /// Empty in-memory counters for `limits`, or none when this engine's storage does not use them.
-    fn new_counters(&self, limits: &[Limit]) -> Vec<Arc<Counters<C>>> {
+    fn new_counters(&self, limits: &[Limit]) -> Vec<Arc<dyn Counters>> {
         if self.storage() != StorageKind::Memory {
             return Vec::new();
         }
-        limits.iter().map(|l| Arc::new(Counters::new(l, &self.clock, self.cap))).collect()
-    }
-
-    /// The in-memory counters' bounds.
-    pub fn counter_cap(&self) -> CounterCap {
-        self.cap
+        limits.iter().map(|l| counters(l, &self.clock, self.cap)).collect()
     }
 
     /// Bounds the size of each request's descriptors (`--max-value-bytes` and the others): a
@@ -420,11 +415,6 @@ impl<C: Clock + Clone> Engine<C> {
         self.store.close(&self.clock).await
     }
 
-    /// True when counters are cached locally and flushed to Redis.
-    pub fn is_cached(&self) -> bool {
-        self.storage() == StorageKind::RedisCached
-    }
-
     /// Keeps counters in Redis. Fails, naming the first such limit, if a limit cannot be counted
     /// there. The store's Redis metrics (`tollgate_redis_decision_seconds{prefix}` and
     /// `tollgate_redis_errors_total{prefix, kind}`, see [`tollgate_redis::RedisMetrics`]) are
@@ -433,11 +423,6 @@ impl<C: Clock + Clone> Engine<C> {
     /// `/metrics`.
     pub fn with_redis(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
         self.with_store(Box::new(InRedis::new(store)))
-    }
-
-    /// True when counters live in Redis (directly or cached).
-    pub fn uses_redis(&self) -> bool {
-        self.storage() != StorageKind::Memory
     }
 
     /// Where the counters live.
@@ -464,7 +449,7 @@ impl<C: Clock + Clone> Engine<C> {
         descriptors: &[Descriptor],
         delta: u64,
         action: Action,
-    ) -> Result<Outcome<C>, CallError> {
+    ) -> Result<Outcome, CallError> {
         self.bounds.check(namespace, descriptors)?;
         let loaded = self.loaded();
         let statuses = {
@@ -482,7 +467,7 @@ impl<C: Clock + Clone> Engine<C> {
     pub fn reload(&self, policy: Policy) -> u64 {
         let mut slot = self.loaded.write().unwrap_or_else(|e| e.into_inner());
         let old = &**slot;
-        let by_id: std::collections::HashMap<LimitId, (&Limit, &Arc<Counters<C>>)> = old
+        let by_id: std::collections::HashMap<LimitId, (&Limit, &Arc<dyn Counters>)> = old
             .policy
             .limits()
             .iter()
@@ -503,7 +488,7 @@ impl<C: Clock + Clone> Engine<C> {
                         }
                         Arc::clone(counters)
                     }
-                    None => Arc::new(Counters::new(limit, &self.clock, self.cap)),
+                    None => counters(limit, &self.clock, self.cap),
                 })
                 .collect()
         };
@@ -513,7 +498,7 @@ impl<C: Clock + Clone> Engine<C> {
     }
 
     /// The limits in force.
-    pub fn loaded(&self) -> Arc<Loaded<C>> {
+    pub fn loaded(&self) -> Arc<Loaded> {
         Arc::clone(&self.loaded.read().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -527,21 +512,6 @@ impl<C: Clock + Clone> Engine<C> {
         self.shadow
     }
 
-    /// The live in-memory counters of one namespace (none when they live in Redis: see
-    /// [`Engine::list_counters`]).
-    pub fn counters(&self, namespace: &str) -> (Arc<Loaded<C>>, Vec<CounterView>) {
-        let loaded = self.loaded();
-        let mut views = Vec::new();
-        for &index in loaded.policy.namespace_indexes(namespace) {
-            // None when the counters live in Redis.
-            if let Some(counters) = loaded.counters.get(index) {
-                counters
-                    .for_each(|values, meta| views.push(CounterView { limit: index, values: values.clone(), meta }));
-            }
-        }
-        (loaded, views)
-    }
-
     /// With `--storage redis-cached`, what its local copies of the counters weigh now, and the
     /// cap on that (`--max-counter-bytes`); `None` with the other storages.
     pub fn cached_bytes(&self) -> Option<(usize, usize)> {
@@ -550,7 +520,7 @@ impl<C: Clock + Clone> Engine<C> {
 
     /// Each limit's in-memory counters (in the policy's order): how many are kept, the cap, and
     /// what new counters met at the cap; empty when the counters live in Redis.
-    pub fn counter_tables(&self) -> (Arc<Loaded<C>>, Vec<CounterTable>) {
+    pub fn counter_tables(&self) -> (Arc<Loaded>, Vec<CounterTable>) {
         let loaded = self.loaded();
         let tables = loaded
             .counters
@@ -575,14 +545,14 @@ impl<C: Clock + Clone> Engine<C> {
 
     /// For each limit (by index), its fullest counter's use of `max_value` from 0.0 to 1.0; empty
     /// when the counters live in Redis.
-    pub fn fill(&self) -> (Arc<Loaded<C>>, Vec<f64>) {
+    pub fn fill(&self) -> (Arc<Loaded>, Vec<f64>) {
         let loaded = self.loaded();
         let fill = loaded
             .counters
             .iter()
             .map(|c| {
                 let mut most = 0.0f64;
-                c.for_each(|_, meta| {
+                c.for_each(&mut |_, meta| {
                     if meta.limit > 0 {
                         most = most.max(meta.limit.saturating_sub(meta.remaining) as f64 / meta.limit as f64);
                     }
@@ -594,7 +564,7 @@ impl<C: Clock + Clone> Engine<C> {
     }
 }
 
-impl<C: Clock> std::fmt::Debug for Loaded<C> {
+impl std::fmt::Debug for Loaded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Loaded")
             .field("generation", &self.generation)
@@ -603,7 +573,7 @@ impl<C: Clock> std::fmt::Debug for Loaded<C> {
     }
 }
 
-impl<C: Clock> std::fmt::Debug for Outcome<C> {
+impl std::fmt::Debug for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Outcome")
             .field("allowed", &self.allowed)

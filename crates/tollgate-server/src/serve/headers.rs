@@ -4,8 +4,6 @@
 
 use std::fmt::Write as _;
 
-use tollgate::Clock;
-
 use super::engine::{Outcome, Status};
 
 /// Which draft of the RateLimit header fields to send (`--rate-limit-headers` for RLS replies,
@@ -57,7 +55,7 @@ pub const QUOTA_EXCEEDED: &str = "x-tollgate-quota-exceeded";
 /// The headers to send with `outcome`: the draft's RateLimit fields of the tightest counter (a
 /// limited one first, then the one with the fewest hits left) when `draft` is set, and
 /// [`QUOTA_EXCEEDED`] when a quota was exceeded. Names are lower case.
-pub fn response_headers<C: Clock>(outcome: &Outcome<C>, draft: Option<HeaderDraft>) -> Vec<(&'static str, String)> {
+pub fn response_headers(outcome: &Outcome, draft: Option<HeaderDraft>) -> Vec<(&'static str, String)> {
     let mut headers = Vec::new();
     if let Some(draft) = draft {
         rate_limit(outcome, draft, &mut headers);
@@ -69,7 +67,7 @@ pub fn response_headers<C: Clock>(outcome: &Outcome<C>, draft: Option<HeaderDraf
     headers
 }
 
-fn rate_limit<C: Clock>(outcome: &Outcome<C>, draft: HeaderDraft, headers: &mut Vec<(&'static str, String)>) {
+fn rate_limit(outcome: &Outcome, draft: HeaderDraft, headers: &mut Vec<(&'static str, String)>) {
     let mut order: Vec<&Status> = outcome.statuses.iter().collect();
     order.sort_by_key(|s| (!s.limited, s.meta.remaining));
     let Some(tightest) = order.first() else { return };

@@ -119,7 +119,7 @@ impl Metrics {
     /// `hits` added to `authorized_hits` when allowed, and each shadow or quota limit it went over
     /// (`shadow_limited_calls`, `quota_exceeded_calls`, labelled with the limit's name).
     /// A namespace the limits do not name is labelled [`UNCONFIGURED_NAMESPACE`].
-    pub fn record<C: Clock>(&self, namespace: &str, outcome: &Outcome<C>, hits: u64, took: Duration) {
+    pub fn record(&self, namespace: &str, outcome: &Outcome, hits: u64, took: Duration) {
         self.latency.record(took.as_secs_f64());
         let name = |s: &super::engine::Status| outcome.limit(s).name().unwrap_or("");
         if outcome.allowed {
@@ -146,14 +146,14 @@ impl Metrics {
 
     /// Records hits reported without a decision (Kuadrant's `Report`), decided as `outcome`; a
     /// namespace the limits do not name is labelled [`UNCONFIGURED_NAMESPACE`].
-    pub fn record_report<C: Clock>(&self, namespace: &str, outcome: &Outcome<C>, hits: u64) {
+    pub fn record_report(&self, namespace: &str, outcome: &Outcome, hits: u64) {
         self.add("authorized_hits", namespace, None, hits, outcome);
     }
 
     /// Adds `n` to one labelled counter. Its handle is registered once and kept: building the
     /// labels and finding the series on every call would cost more than the decision. Whether
     /// the limits name the namespace is asked only when its series is not found.
-    fn add<C: Clock>(&self, metric: &'static str, namespace: &str, limit: Option<&str>, n: u64, outcome: &Outcome<C>) {
+    fn add(&self, metric: &'static str, namespace: &str, limit: Option<&str>, n: u64, outcome: &Outcome) {
         let found = |namespace| {
             let key = SeriesRef { metric, namespace, limit };
             let series = self.series.read().unwrap_or_else(|e| e.into_inner());

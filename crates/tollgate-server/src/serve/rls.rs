@@ -161,7 +161,7 @@ impl<C: Clock + Clone> RateLimitService for Rls<C> {
 }
 
 /// The RLS response for an outcome over `descriptors` descriptors.
-pub(crate) fn response<C: Clock>(outcome: &Outcome<C>, descriptors: usize) -> RateLimitResponse {
+pub(crate) fn response(outcome: &Outcome, descriptors: usize) -> RateLimitResponse {
     let slots = descriptors.max(1);
     // Per descriptor: the rank and index of its tightest status. A counter over its limit wins,
     // then one without room (a shadow limit's), then the one with the fewest hits remaining.
@@ -199,7 +199,7 @@ pub(crate) fn response<C: Clock>(outcome: &Outcome<C>, descriptors: usize) -> Ra
 
 /// True when a counter is reported over its limit: it denied the call, or it is a quota the call
 /// exceeded (marked, allowed).
-fn over<C: Clock>(outcome: &Outcome<C>, status: &Status) -> bool {
+fn over(outcome: &Outcome, status: &Status) -> bool {
     status.limited
         && match outcome.limit(status).enforcement() {
             Enforcement::Enforce => !outcome.allowed,

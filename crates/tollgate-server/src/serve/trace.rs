@@ -27,7 +27,6 @@
 use std::fmt::Write as _;
 
 use http::HeaderMap;
-use tollgate::Clock;
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -154,7 +153,7 @@ impl Decision {
     }
 
     /// The call was decided.
-    pub(crate) fn decided<C: Clock>(&self, outcome: &Outcome<C>) {
+    pub(crate) fn decided(&self, outcome: &Outcome) {
         if self.span.is_disabled() {
             return;
         }
@@ -192,7 +191,7 @@ struct Names {
 
 impl Names {
     /// Adds the limit of `status`, unless it is there already.
-    fn add<C: Clock>(&mut self, outcome: &Outcome<C>, status: &Status) {
+    fn add(&mut self, outcome: &Outcome, status: &Status) {
         if self.seen.contains(&status.limit) {
             return;
         }

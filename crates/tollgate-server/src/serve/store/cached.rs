@@ -77,11 +77,11 @@ impl<C: Clock> Store<C> for Cached {
 
     fn list<'a>(
         &'a self,
-        loaded: Arc<Loaded<C>>,
+        loaded: Arc<Loaded>,
         namespace: &'a str,
         max: usize,
         clock: &'a C,
-    ) -> Later<'a, Result<CounterList<C>, BackendError>> {
+    ) -> Later<'a, Result<CounterList, BackendError>> {
         Box::pin(async move {
             Store::<C>::flush(self, clock).await?;
             self.redis.list_now(loaded, namespace, max, clock).await
@@ -90,7 +90,7 @@ impl<C: Clock> Store<C> for Cached {
 
     fn reset<'a>(
         &'a self,
-        loaded: &'a Loaded<C>,
+        loaded: &'a Loaded,
         namespace: &'a str,
         filter: &'a CounterFilter,
         clock: &'a C,

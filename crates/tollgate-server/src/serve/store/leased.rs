@@ -6,8 +6,9 @@
 //! cost is under-admission: hits leased by a replica that does not spend them before the window
 //! ends (bounded by the slices outstanding, which are sized from each replica's own rate).
 //!
-//! A call is all-or-nothing as with the other storages: when an enforcing counter has no room,
-//! what the call took from the others goes back to this replica's slices. Listing and resetting
+//! A call is all-or-nothing by the rule every storage follows ([`AllOrNothing`]): when an
+//! enforcing counter has no room, the later ones are only checked, and what the call took from
+//! the earlier ones goes back to this replica's slices. Listing and resetting
 //! are `--storage redis`'s (the keys are the same); a reset also forgets this replica's slices
 //! of the counters it deleted. On shutdown, what is leased and unspent goes back to Redis.
 
@@ -15,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tollgate::{Clock, Lease, Meta, Quota};
+use tollgate::{AllOrNothing, Clock, Lease, Meta, Quota, Reply, Step};
 use tollgate_policy::Policy;
 use tollgate_redis::{BackendError, LeasedLimiter, WindowCounter};
 
@@ -67,61 +68,53 @@ impl<C: Clock> Leased<C> {
         self.limiters.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
     }
 
-    /// Decides every counter of a call: each counter's state after the call, and whether it
-    /// alone had no room.
+    /// Decides every counter of a call by the one all-or-nothing rule ([`AllOrNothing`]): each
+    /// counter's state after the call, and whether it alone had no room.
     async fn decide_all(
         &self,
         call: &Call<'_, C>,
         counters: &[WindowCounter],
     ) -> Result<Vec<(Meta, bool)>, BackendError> {
-        let mut decided = Vec::with_capacity(counters.len());
-        let mut taken: Vec<(usize, LeasedLimiter<C>, Lease)> = Vec::new();
-        let mut denied = false;
-        for (i, counter) in counters.iter().enumerate() {
-            let limiter = self.limiter(counter, call.clock);
-            // Once an enforcing counter has denied the call, the others are only looked at:
-            // taking and giving back would hold their budget in this replica's slices.
-            let answer = if denied || call.action == Action::Check {
-                limiter.check_or_error(&counter.key, counter.hits).await.map(|a| a.map(|meta| (meta, None)))
-            } else {
-                limiter.try_acquire_or_error(&counter.key, counter.hits).await.map(|a| a.map(|l| (l.meta(), Some(l))))
+        // A report counts what fits, each counter on its own, and limits nothing.
+        let reports = call.action == Action::Report;
+        let enforces = counters.iter().map(|c| !reports && c.enforce);
+        let mut decided = match call.action {
+            Action::Check => AllOrNothing::check(enforces),
+            Action::Report | Action::CheckAndReport => AllOrNothing::new(enforces),
+        };
+        let limiters: Vec<LeasedLimiter<C>> = counters.iter().map(|c| self.limiter(c, call.clock)).collect();
+        while let Some(step) = decided.step() {
+            let i = step.part();
+            let (limiter, key, n) = (&limiters[i], counters[i].key.as_str(), counters[i].hits);
+            let reply = match step {
+                Step::Take(_) => limiter.try_acquire_or_error(key, n).await.map(Reply::Took),
+                Step::Check(_) => limiter.check_or_error(key, n).await.map(Reply::Checked),
+                // Given back to this replica's slice: its state is known here, no round trip.
+                Step::Probe(_) => limiter.check_or_error(key, 0).await.map(Reply::Checked),
+                Step::GiveBack(_, lease) => {
+                    give_back(limiter, key, lease).await;
+                    Ok(Reply::GaveBack)
+                }
             };
-            let answer = match answer {
-                Ok(answer) => answer,
+            match reply {
+                Ok(reply) => decided.reply(reply),
                 Err(error) => {
                     // What this call took goes back before the error is answered.
-                    give_back(counters, taken).await;
+                    for (i, lease) in decided.abandon() {
+                        give_back(&limiters[i], &counters[i].key, lease).await;
+                    }
                     return Err(error);
                 }
-            };
-            match answer {
-                Ok((meta, lease)) => {
-                    decided.push((meta, false));
-                    taken.extend(lease.map(|lease| (i, limiter, lease)));
-                }
-                Err(no) => {
-                    denied |= counter.enforce && call.action != Action::Report;
-                    // A report counts what fits, each counter on its own, and limits nothing.
-                    decided.push((no.meta(), call.action != Action::Report));
-                }
             }
         }
-        if denied {
-            for (i, _, lease) in &taken {
-                decided[*i].0.remaining = decided[*i].0.remaining.saturating_add(lease.permits());
-            }
-            give_back(counters, taken).await;
-        }
-        Ok(decided)
+        Ok(decided.finish().parts().iter().map(|part| (part.meta(), !reports && part.is_limited())).collect())
     }
 }
 
-/// Gives leases a call took back to this replica's slices (no round trip).
-async fn give_back<C: Clock>(counters: &[WindowCounter], taken: Vec<(usize, LeasedLimiter<C>, Lease)>) {
-    for (i, limiter, lease) in taken {
-        if let Err(error) = limiter.give_back(&counters[i].key, lease).await {
-            tracing::warn!(%error, key = %counters[i].key, "giving back a lease failed; its hits stay taken");
-        }
+/// Gives a lease a call took back to this replica's slice (no round trip).
+async fn give_back<C: Clock>(limiter: &LeasedLimiter<C>, key: &str, lease: Lease) {
+    if let Err(error) = limiter.give_back(key, lease).await {
+        tracing::warn!(%error, %key, "giving back a lease failed; its hits stay taken");
     }
 }
 
@@ -150,17 +143,17 @@ impl<C: Clock> Store<C> for Leased<C> {
 
     fn list<'a>(
         &'a self,
-        loaded: Arc<Loaded<C>>,
+        loaded: Arc<Loaded>,
         namespace: &'a str,
         max: usize,
         clock: &'a C,
-    ) -> Later<'a, Result<CounterList<C>, BackendError>> {
+    ) -> Later<'a, Result<CounterList, BackendError>> {
         Box::pin(self.redis.list_now(loaded, namespace, max, clock))
     }
 
     fn reset<'a>(
         &'a self,
-        loaded: &'a Loaded<C>,
+        loaded: &'a Loaded,
         namespace: &'a str,
         filter: &'a CounterFilter,
         clock: &'a C,

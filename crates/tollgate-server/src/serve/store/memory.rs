@@ -4,7 +4,7 @@
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tollgate::Clock;
+use tollgate::{AllOrNothing, Clock};
 use tollgate_policy::{Hit, Policy};
 use tollgate_redis::BackendError;
 
@@ -44,65 +44,36 @@ impl Memory {
         stripes.into_iter().map(|i| locks[i].lock().unwrap_or_else(|e| e.into_inner())).collect()
     }
 
+    /// Decides a call by the one all-or-nothing rule ([`AllOrNothing`]); in accuracy mode the
+    /// stripes of its counters are held throughout, so no other call sees permits taken and
+    /// given back.
     fn decide_now<C: Clock>(&self, call: &Call<'_, C>) -> Vec<Status> {
         let (loaded, hits) = (call.loaded, call.hits);
-        let mut statuses = Vec::with_capacity(hits.len());
-        let status =
-            |hit: &Hit<'_>, meta, limited| Status { limit: hit.index, descriptor: hit.descriptor, meta, limited };
-        match call.action {
-            Action::Check => {
-                for hit in hits {
-                    let decided = loaded.counters[hit.index].check(&hit.values, call.hits_on(hit));
-                    statuses.push(status(hit, decided.unwrap_or_else(|r| r.meta()), decided.is_err()));
-                }
-            }
-            Action::Report => {
-                for hit in hits {
-                    // A report counts what happened; a counter already full stays full.
-                    let meta = match loaded.counters[hit.index].take(&hit.values, call.hits_on(hit)) {
-                        Ok(lease) => lease.meta(),
-                        Err(rejected) => rejected.meta(),
-                    };
-                    statuses.push(status(hit, meta, false));
-                }
-            }
-            Action::CheckAndReport => {
-                let _held = self.lock(hits);
-                let mut taken = Vec::with_capacity(hits.len());
-                let mut limited = false;
-                for hit in hits {
-                    let counters = &loaded.counters[hit.index];
-                    let delta = call.hits_on(hit);
-                    if limited {
-                        // Already limited: report the others' state, take nothing more.
-                        let decided = counters.check(&hit.values, delta);
-                        statuses.push(status(hit, decided.unwrap_or_else(|r| r.meta()), decided.is_err()));
-                        continue;
-                    }
-                    match counters.take(&hit.values, delta) {
-                        Ok(lease) => {
-                            statuses.push(status(hit, lease.meta(), false));
-                            taken.push((statuses.len() - 1, hit.index, &hit.values, lease));
-                        }
-                        Err(rejected) => {
-                            statuses.push(status(hit, rejected.meta(), true));
-                            // A shadow or quota limit without room takes nothing and stops nothing.
-                            limited = hit.limit.enforcement().denies();
-                        }
-                    }
-                }
-                if limited {
-                    // All or nothing. In accuracy mode the locks are still held, so no other
-                    // request saw these permits gone.
-                    for (i, index, values, lease) in taken {
-                        let counters = &loaded.counters[index];
-                        counters.give_back(values, lease);
-                        statuses[i].meta = counters.check(values, 0).unwrap_or_else(|r| r.meta());
-                    }
-                }
+        // A report counts what happened, each counter on its own: a full one stays full, and
+        // nothing is limited.
+        let reports = call.action == Action::Report;
+        let enforces = hits.iter().map(|hit| !reports && hit.limit.enforcement().denies());
+        let mut decided = match call.action {
+            Action::Check => AllOrNothing::check(enforces),
+            Action::Report | Action::CheckAndReport => AllOrNothing::new(enforces),
+        };
+        let _held = (call.action == Action::CheckAndReport).then(|| self.lock(hits));
+        while let Some(step) = decided.step() {
+            let hit = &hits[step.part()];
+            match step.run(&*loaded.counters[hit.index], &hit.values[..], call.hits_on(hit)).now() {
+                Ok(reply) => decided.reply(reply),
+                Err(_) => unreachable!("in-memory counters answer at once"),
             }
         }
-        statuses
+        let outcome = decided.finish();
+        (hits.iter().zip(outcome.parts()))
+            .map(|(hit, part)| Status {
+                limit: hit.index,
+                descriptor: hit.descriptor,
+                meta: part.meta(),
+                limited: !reports && part.is_limited(),
+            })
+            .collect()
     }
 }
 
@@ -126,15 +97,15 @@ impl<C: Clock> Store<C> for Memory {
 
     fn list<'a>(
         &'a self,
-        loaded: Arc<Loaded<C>>,
+        loaded: Arc<Loaded>,
         namespace: &'a str,
         max: usize,
         _clock: &'a C,
-    ) -> Later<'a, Result<CounterList<C>, BackendError>> {
+    ) -> Later<'a, Result<CounterList, BackendError>> {
         let mut counters = Vec::new();
         let mut truncated = false;
         for &index in loaded.policy.namespace_indexes(namespace) {
-            loaded.counters[index].for_each(|values, meta| {
+            loaded.counters[index].for_each(&mut |values, meta| {
                 if counters.len() < max {
                     counters.push(CounterView { limit: index, values: values.clone(), meta });
                 } else {
@@ -147,7 +118,7 @@ impl<C: Clock> Store<C> for Memory {
 
     fn reset<'a>(
         &'a self,
-        loaded: &'a Loaded<C>,
+        loaded: &'a Loaded,
         namespace: &'a str,
         filter: &'a CounterFilter,
         _clock: &'a C,
@@ -159,7 +130,7 @@ impl<C: Clock> Store<C> for Memory {
             reset += match filter.pick(limit) {
                 Pick::Nothing => 0,
                 Pick::One(values) => usize::from(counters.reset(&values)),
-                Pick::Matching => counters.reset_matching(|values| filter.matches(limit, values)),
+                Pick::Matching => counters.reset_matching(&mut |values| filter.matches(limit, values)),
             };
         }
         Box::pin(std::future::ready(Ok(reset as u64)))

@@ -52,7 +52,7 @@ impl<T> Answer<'_, T> {
 
 /// One call, as the engine hands it to its store: the counters it touches and what to do.
 pub(crate) struct Call<'a, C: Clock> {
-    pub(crate) loaded: &'a Loaded<C>,
+    pub(crate) loaded: &'a Loaded,
     pub(crate) namespace: &'a str,
     /// The counters, in the policy's order.
     pub(crate) hits: &'a [Hit<'a>],
@@ -88,16 +88,16 @@ pub(crate) trait Store<C: Clock>: Send + Sync {
     /// Up to `max` live counters of `namespace`.
     fn list<'a>(
         &'a self,
-        loaded: std::sync::Arc<Loaded<C>>,
+        loaded: std::sync::Arc<Loaded>,
         namespace: &'a str,
         max: usize,
         clock: &'a C,
-    ) -> Later<'a, Result<CounterList<C>, BackendError>>;
+    ) -> Later<'a, Result<CounterList, BackendError>>;
 
     /// Forgets the counters of `namespace` that `filter` chooses; returns how many held hits.
     fn reset<'a>(
         &'a self,
-        loaded: &'a Loaded<C>,
+        loaded: &'a Loaded,
         namespace: &'a str,
         filter: &'a CounterFilter,
         clock: &'a C,

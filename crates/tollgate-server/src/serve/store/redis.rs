@@ -80,11 +80,11 @@ impl InRedis {
     /// Up to `max` live counters of `namespace`.
     pub(crate) async fn list_now<C: Clock>(
         &self,
-        loaded: Arc<Loaded<C>>,
+        loaded: Arc<Loaded>,
         namespace: &str,
         max: usize,
         clock: &C,
-    ) -> Result<CounterList<C>, BackendError> {
+    ) -> Result<CounterList, BackendError> {
         let by_id = limits_by_id(&loaded, namespace);
         let calendars = self.calendars(by_id.values().map(|(_, limit)| *limit), clock);
         let mut counters = Vec::new();
@@ -124,7 +124,7 @@ impl InRedis {
     /// Deletes the counters of `namespace` that `filter` chooses; returns how many were live.
     pub(crate) async fn reset_now<C: Clock>(
         &self,
-        loaded: &Loaded<C>,
+        loaded: &Loaded,
         namespace: &str,
         filter: &CounterFilter,
         clock: &C,
@@ -247,17 +247,17 @@ impl<C: Clock> Store<C> for InRedis {
 
     fn list<'a>(
         &'a self,
-        loaded: Arc<Loaded<C>>,
+        loaded: Arc<Loaded>,
         namespace: &'a str,
         max: usize,
         clock: &'a C,
-    ) -> Later<'a, Result<CounterList<C>, BackendError>> {
+    ) -> Later<'a, Result<CounterList, BackendError>> {
         Box::pin(self.list_now(loaded, namespace, max, clock))
     }
 
     fn reset<'a>(
         &'a self,
-        loaded: &'a Loaded<C>,
+        loaded: &'a Loaded,
         namespace: &'a str,
         filter: &'a CounterFilter,
         clock: &'a C,
@@ -318,8 +318,8 @@ pub(crate) fn counter_key(prefix: &str, namespace: &str, limit: LimitId, values:
 
 /// Whether a counter key of `namespace` is one `filter` chooses (a key of a limit no longer
 /// loaded, or of another namespace, is not).
-pub(crate) fn chosen_by<'a, C: Clock>(
-    loaded: &'a Loaded<C>,
+pub(crate) fn chosen_by<'a>(
+    loaded: &'a Loaded,
     prefix: &str,
     namespace: &'a str,
     filter: &'a CounterFilter,

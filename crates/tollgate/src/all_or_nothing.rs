@@ -1,0 +1,292 @@
+//! [`AllOrNothing`]: the one place that decides a call over several limits together, whatever
+//! holds their state (in this process, across the network, behind a lock or not).
+//!
+//! It decides nothing itself and does no I/O: it says which [`Step`] to run on which part next,
+//! and the caller runs it on its own storage (at once, or awaiting a round trip) and hands back
+//! the [`Reply`]. So [`Chain`](crate::Chain), a server's in-memory counters and a store that
+//! reaches Redis follow the same rules, written here once:
+//!
+//! 1. parts are taken in order;
+//! 2. once a part that *enforces* has no room, the call is denied and the parts after it are only
+//!    checked (taking and giving back would hold their budget for nothing); a part that only
+//!    counts (a shadow or quota limit) without room denies nothing;
+//! 3. a denied call gives back what it took, newest first, so it leaves every part as it was;
+//! 4. a part given back reports its state **after** the refund (probed with `n = 0`), so the
+//!    `remaining` a client is told is what it really has.
+
+use crate::answer::Answer;
+use crate::decision::{Lease, Meta, Rejected};
+use crate::rate_limiter::RateLimiter;
+
+/// What to run on one part next (parts are numbered in the order they were given).
+#[derive(Debug)]
+#[must_use = "a Step is work the caller must run, then reply to"]
+pub enum Step {
+    /// Take the part's permits; reply [`Reply::Took`].
+    Take(usize),
+    /// Check the part's permits, taking nothing; reply [`Reply::Checked`].
+    Check(usize),
+    /// Give this lease back to the part it came from; reply [`Reply::GaveBack`].
+    GiveBack(usize, Lease),
+    /// Probe the part (`n = 0`) after its refund; reply [`Reply::Checked`].
+    Probe(usize),
+}
+
+impl Step {
+    /// The part this step runs on.
+    pub fn part(&self) -> usize {
+        match *self {
+            Step::Take(i) | Step::Check(i) | Step::GiveBack(i, _) | Step::Probe(i) => i,
+        }
+    }
+
+    /// Runs this step on `limiter`, the part it names, asked for `n` permits of `key`.
+    pub fn run<K: ?Sized, L: RateLimiter<K> + ?Sized>(self, limiter: &L, key: &K, n: u64) -> Answer<Reply> {
+        match self {
+            Step::Take(_) => limiter.decide(key, n).map(Reply::Took),
+            Step::Check(_) => limiter.check(key, n).map(Reply::Checked),
+            Step::Probe(_) => limiter.check(key, 0).map(Reply::Checked),
+            Step::GiveBack(_, lease) => limiter.give_back(key, lease).map(|()| Reply::GaveBack),
+        }
+    }
+}
+
+/// What running a [`Step`] answered.
+#[derive(Debug)]
+pub enum Reply {
+    /// A take's answer.
+    Took(Result<Lease, Rejected>),
+    /// A check's or a probe's answer.
+    Checked(Result<Meta, Rejected>),
+    /// The lease went back.
+    GaveBack,
+}
+
+/// How one part came out of the call.
+#[derive(Debug)]
+pub enum PartAnswer {
+    /// Its permits were taken: the call was granted, or the part is still being decided.
+    Taken(Lease),
+    /// It had room, but the call was denied: what it took went back, and this is its state after.
+    GivenBack(Meta),
+    /// It had no room (the call is denied if the part enforces).
+    NoRoom(Rejected),
+    /// It was only checked: the call was a check, or an earlier part had denied it.
+    Checked(Result<Meta, Rejected>),
+}
+
+impl PartAnswer {
+    /// The part's state as the call left it.
+    pub fn meta(&self) -> Meta {
+        match self {
+            PartAnswer::Taken(lease) => lease.meta(),
+            PartAnswer::GivenBack(meta) | PartAnswer::Checked(Ok(meta)) => *meta,
+            PartAnswer::NoRoom(rejected) | PartAnswer::Checked(Err(rejected)) => rejected.meta(),
+        }
+    }
+
+    /// True when the part had no room for the call's permits.
+    pub fn is_limited(&self) -> bool {
+        matches!(self, PartAnswer::NoRoom(_) | PartAnswer::Checked(Err(_)))
+    }
+}
+
+/// A call over several parts, decided all-or-nothing by the rules of the [module](self).
+///
+/// ```
+/// use tollgate::{AllOrNothing, Limiter, Quota, TokenBucket};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tollgate::QuotaError> {
+/// let parts = [
+///     Limiter::new(TokenBucket::new(Quota::per_second(10)?)),
+///     Limiter::new(TokenBucket::new(Quota::per_second(1)?)),
+/// ];
+/// let _ = parts[1].try_acquire(1); // the second has no room left
+///
+/// let mut call = AllOrNothing::new([true, true]); // both enforce
+/// while let Some(step) = call.step() {
+///     let i = step.part();
+///     // In-process parts answer at once; a distributed one's answer would be awaited.
+///     call.reply(step.run(&parts[i], &(), 1).await);
+/// }
+/// let outcome = call.finish();
+/// assert_eq!(outcome.denied_by(), Some(1));
+/// assert_eq!(outcome.parts()[0].meta().remaining, 10, "the first got its permit back");
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct AllOrNothing {
+    enforces: Vec<bool>,
+    answers: Vec<PartAnswer>,
+    denied_by: Option<usize>,
+    check_only: bool,
+    /// The step whose reply is awaited.
+    waiting: Option<Waiting>,
+    /// Parts still to give back (indexes into `answers`), newest last; `None` until listed.
+    refunds: Option<Vec<usize>>,
+    /// A part given back, whose state is to be probed next.
+    probe: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Waiting {
+    Take,
+    Check,
+    GiveBack(usize),
+    Probe(usize),
+}
+
+impl AllOrNothing {
+    /// A call that takes from each part; `enforces[i]` says whether part `i` having no room
+    /// denies the call (false for a limit that only counts).
+    pub fn new(enforces: impl IntoIterator<Item = bool>) -> AllOrNothing {
+        let enforces: Vec<bool> = enforces.into_iter().collect();
+        AllOrNothing {
+            answers: Vec::with_capacity(enforces.len()),
+            enforces,
+            denied_by: None,
+            check_only: false,
+            waiting: None,
+            refunds: None,
+            probe: None,
+        }
+    }
+
+    /// A call that only checks each part (takes nothing); it is denied by the first enforcing
+    /// part without room.
+    pub fn check(enforces: impl IntoIterator<Item = bool>) -> AllOrNothing {
+        AllOrNothing { check_only: true, ..AllOrNothing::new(enforces) }
+    }
+
+    /// The next step to run, or `None` when the call is decided ([`AllOrNothing::finish`]).
+    ///
+    /// # Panics
+    /// When the previous step has not been replied to (a bug in the caller).
+    pub fn step(&mut self) -> Option<Step> {
+        assert!(self.waiting.is_none(), "AllOrNothing::step called before the previous step's reply");
+        let next = self.answers.len();
+        if next < self.enforces.len() {
+            let (waiting, step) = if self.check_only || self.denied_by.is_some() {
+                (Waiting::Check, Step::Check(next))
+            } else {
+                (Waiting::Take, Step::Take(next))
+            };
+            self.waiting = Some(waiting);
+            return Some(step);
+        }
+        if let Some(i) = self.probe.take() {
+            self.waiting = Some(Waiting::Probe(i));
+            return Some(Step::Probe(i));
+        }
+        // A granted call is done; a denied one gives back what it took first.
+        self.denied_by?;
+        // Every part is decided and the call denied: what was taken goes back, newest first.
+        let answers = &self.answers;
+        let refunds = self
+            .refunds
+            .get_or_insert_with(|| (0..next).filter(|&i| matches!(answers[i], PartAnswer::Taken(_))).collect());
+        let i = refunds.pop()?;
+        let taken = std::mem::replace(&mut self.answers[i], PartAnswer::GivenBack(Meta::default()));
+        let PartAnswer::Taken(lease) = taken else { unreachable!("only taken parts are given back") };
+        self.waiting = Some(Waiting::GiveBack(i));
+        Some(Step::GiveBack(i, lease))
+    }
+
+    /// Hands back what running the last [`Step`] answered.
+    ///
+    /// # Panics
+    /// When the reply is not the one the step asks for, or no step is waiting (a bug in the
+    /// caller).
+    pub fn reply(&mut self, reply: Reply) {
+        match (self.waiting.take(), reply) {
+            (Some(Waiting::Take), Reply::Took(Ok(lease))) => self.answers.push(PartAnswer::Taken(lease)),
+            (Some(Waiting::Take), Reply::Took(Err(rejected))) => {
+                self.deny_if_enforced();
+                self.answers.push(PartAnswer::NoRoom(rejected));
+            }
+            (Some(Waiting::Check), Reply::Checked(checked)) => {
+                if checked.is_err() && self.check_only {
+                    self.deny_if_enforced();
+                }
+                self.answers.push(PartAnswer::Checked(checked));
+            }
+            (Some(Waiting::GiveBack(i)), Reply::GaveBack) => self.probe = Some(i),
+            (Some(Waiting::Probe(i)), Reply::Checked(probed)) => {
+                self.answers[i] = PartAnswer::GivenBack(probed.unwrap_or_else(|r| r.meta()));
+            }
+            (waiting, reply) => panic!("AllOrNothing: {reply:?} does not answer {waiting:?}"),
+        }
+    }
+
+    /// The part whose reply is awaited decided "no room": the call is denied if it enforces and
+    /// nothing denied it before.
+    fn deny_if_enforced(&mut self) {
+        let i = self.answers.len();
+        if self.denied_by.is_none() && self.enforces[i] {
+            self.denied_by = Some(i);
+        }
+    }
+
+    /// True once an enforcing part has denied the call.
+    pub fn is_denied(&self) -> bool {
+        self.denied_by.is_some()
+    }
+
+    /// How the call came out.
+    ///
+    /// # Panics
+    /// When steps are left to run (a bug in the caller).
+    pub fn finish(self) -> Outcome {
+        assert!(
+            self.waiting.is_none()
+                && self.probe.is_none()
+                && self.answers.len() == self.enforces.len()
+                && (self.denied_by.is_none() || self.refunds.as_ref().is_some_and(Vec::is_empty)),
+            "AllOrNothing::finish called with steps left to run"
+        );
+        Outcome { parts: self.answers, denied_by: self.denied_by }
+    }
+
+    /// Gives up on the call (the storage failed): the leases taken so far, newest first, for the
+    /// caller to give back before it reports the failure.
+    pub fn abandon(self) -> Vec<(usize, Lease)> {
+        let mut taken: Vec<(usize, Lease)> = (self.answers.into_iter().enumerate())
+            .filter_map(|(i, answer)| match answer {
+                PartAnswer::Taken(lease) => Some((i, lease)),
+                _ => None,
+            })
+            .collect();
+        taken.reverse();
+        taken
+    }
+}
+
+/// How a call over several parts came out: each part's answer, in order, and which part denied
+/// it.
+#[derive(Debug)]
+#[must_use = "an Outcome holds the leases a granted call took"]
+pub struct Outcome {
+    parts: Vec<PartAnswer>,
+    denied_by: Option<usize>,
+}
+
+impl Outcome {
+    /// True when no enforcing part denied the call: every part with room keeps what it took.
+    pub fn is_granted(&self) -> bool {
+        self.denied_by.is_none()
+    }
+
+    /// The first enforcing part without room, if any.
+    pub fn denied_by(&self) -> Option<usize> {
+        self.denied_by
+    }
+
+    /// Each part's answer, in order.
+    pub fn parts(&self) -> &[PartAnswer] {
+        &self.parts
+    }
+
+    /// Each part's answer, in order, owned (the leases of a granted call).
+    pub fn into_parts(self) -> Vec<PartAnswer> {
+        self.parts
+    }
+}
