@@ -90,18 +90,28 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
         }
     };
     let algorithm = match raw.algorithm {
-        None => AlgorithmKind::default(),
-        Some(a) => AlgorithmKind::from_name(a.value.trim()).ok_or_else(|| {
-            let known: Vec<&str> = AlgorithmKind::ALL.iter().map(|k| k.name()).collect();
-            let (last, others) = known.split_last().unwrap_or((&"", &[]));
-            err(
-                a.referenced.into(),
-                format!("unknown algorithm `{}`: expected {} or {last}", a.value, others.join(", ")),
-            )
-        })?,
+        // Limitador counts in fixed windows.
+        None => AlgorithmKind::FixedWindow,
+        Some(a) => {
+            let known = || AlgorithmKind::names_where(|s| s.limits_file);
+            match AlgorithmKind::from_name(a.value.trim()) {
+                Some(kind) if kind.support().limits_file => kind,
+                Some(kind) => {
+                    let why = format!("algorithm `{kind}` is not one a limits file can name: expected {}", known());
+                    return Err(err(a.referenced.into(), why));
+                }
+                None => {
+                    return Err(err(
+                        a.referenced.into(),
+                        format!("unknown algorithm `{}`: expected {}", a.value, known()),
+                    ));
+                }
+            }
+        }
     };
-    if calendar.is_some() && algorithm != AlgorithmKind::FixedWindow {
-        return Err(err(at, format!("calendar windows count as fixed_window only, not {}", algorithm.name())));
+    if calendar.is_some() && !algorithm.support().calendar {
+        let known = AlgorithmKind::names_where(|s| s.calendar);
+        return Err(err(at, format!("calendar windows count as {known} only, not {}", algorithm.name())));
     }
     let max_counters = raw
         .max_counters

@@ -12,54 +12,10 @@ use crate::expr::{Condition, Variable};
 /// no fixed edge where a full window's worth can follow another at once.
 pub const SLIDING_SEGMENTS: u64 = 10;
 
-/// How a limit counts. Limitador counts in fixed windows; the others are additive choices of ours.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum AlgorithmKind {
-    /// `max_value` hits per window of `seconds`, the window starting at the first hit (Limitador's).
-    #[default]
-    FixedWindow,
-    /// A token bucket holding `max_value` tokens, refilled at `max_value` per `seconds`, smoothly.
-    TokenBucket,
-    /// A sliding window of `seconds`, counted in [`SLIDING_SEGMENTS`] segments
-    /// ([`tollgate::SlidingWindow`]).
-    SlidingWindow,
-    /// The two-window approximation of a sliding window: the previous window's count weighted by
-    /// how much of it still overlaps, plus the current one's ([`tollgate::WeightedWindow`],
-    /// Cloudflare's). Two counters per key, smooth, approximate.
-    WeightedWindow,
-}
-
-impl AlgorithmKind {
-    /// The name used in limits files.
-    pub fn name(self) -> &'static str {
-        match self {
-            AlgorithmKind::FixedWindow => "fixed_window",
-            AlgorithmKind::TokenBucket => "token_bucket",
-            AlgorithmKind::SlidingWindow => "sliding_window",
-            AlgorithmKind::WeightedWindow => "weighted_window",
-        }
-    }
-
-    /// Every algorithm a limits file can name, in the order error messages list them.
-    pub const ALL: [AlgorithmKind; 4] = [
-        AlgorithmKind::FixedWindow,
-        AlgorithmKind::TokenBucket,
-        AlgorithmKind::SlidingWindow,
-        AlgorithmKind::WeightedWindow,
-    ];
-
-    /// Parses the name used in limits files.
-    ///
-    /// ```
-    /// use tollgate_policy::AlgorithmKind;
-    /// assert_eq!(AlgorithmKind::from_name("weighted_window"), Some(AlgorithmKind::WeightedWindow));
-    /// assert_eq!(AlgorithmKind::from_name("sliding_window"), Some(AlgorithmKind::SlidingWindow));
-    /// assert_eq!(AlgorithmKind::from_name("leaky_bucket"), None);
-    /// ```
-    pub fn from_name(name: &str) -> Option<AlgorithmKind> {
-        AlgorithmKind::ALL.into_iter().find(|k| k.name() == name)
-    }
-}
+/// How a limit counts: the core's catalogue, of which a limits file names the algorithms whose
+/// [`support`](AlgorithmKind::support) says `limits_file` (`fixed_window`, Limitador's and the
+/// default, `token_bucket`, `sliding_window` in [`SLIDING_SEGMENTS`] segments, `weighted_window`).
+pub use tollgate::AlgorithmKind;
 
 /// What a limit does with a request it has no room for.
 ///

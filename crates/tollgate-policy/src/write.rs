@@ -75,7 +75,7 @@ fn write_limit(out: &mut String, limit: &Limit) {
     }
     let _ = writeln!(out, "  conditions: {}", list(limit.conditions().iter().map(|c| c.source())));
     let _ = writeln!(out, "  variables: {}", list(limit.variables().iter().map(|v| v.source())));
-    if limit.algorithm() != AlgorithmKind::default() {
+    if limit.algorithm() != AlgorithmKind::FixedWindow {
         let _ = writeln!(out, "  algorithm: {}", limit.algorithm().name());
     }
     match limit.enforcement() {

@@ -22,7 +22,7 @@
 //! ```
 //!
 //! Data flows one way: user input is parsed ([`tollgate::Quota::parse`], [`Traffic::parse`],
-//! [`AlgorithmKind::parse_list`]) into a [`Scenario`]; [`simulate`] turns its traffic into
+//! [`parse_algorithms`]) into a [`Scenario`]; [`simulate`] turns its traffic into
 //! arrival times (seeded, so the same seed gives the same run) and runs them through a
 //! [`tollgate::Limiter`] per algorithm, each on its own [`tollgate::ManualClock`]; the resulting
 //! [`Simulation`] prints as a table ([`Simulation::report`]) and draws as a plot ([`plot`]).
@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use tollgate::Quota;
 
-pub use algorithm::AlgorithmKind;
+pub use algorithm::{AlgorithmKind, parse_algorithms};
 pub use error::SimError;
 pub use report::Report;
 pub use run::{AlgorithmRun, Memory, Mode, Waits};

@@ -85,6 +85,7 @@ mod answer;
 mod biased_lock;
 #[cfg(feature = "calendar")]
 mod calendar;
+mod catalogue;
 mod chain;
 mod clock;
 mod concurrency;
@@ -113,6 +114,7 @@ pub use all_or_nothing::{AllOrNothing, Outcome, PartAnswer, Reply, Step};
 pub use answer::{Answer, AnswerFuture, BoxFuture, Check, Decision, Refund};
 #[cfg(feature = "calendar")]
 pub use calendar::{Calendar, CalendarError, CalendarUnit};
+pub use catalogue::{AlgorithmKind, Support, UnknownAlgorithm};
 pub use chain::Chain;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use concurrency::{Concurrency, ConcurrencyState};

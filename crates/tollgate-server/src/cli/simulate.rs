@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tollgate::{Quota, parse_duration};
-use tollgate_sim::{AlgorithmKind, DEFAULT_DURATION, Mode, Scenario, SimError, Traffic, plot, simulate};
+use tollgate_sim::{DEFAULT_DURATION, Mode, Scenario, SimError, Traffic, parse_algorithms, plot, simulate};
 
 /// Arguments of `tollgate simulate`.
 #[derive(Debug, Args)]
@@ -140,7 +140,7 @@ fn validate(args: SimulateArgs) -> Result<Validated, SimError> {
         plot::check_bucket(duration, b)?;
     }
     let scenario = Scenario {
-        algorithms: AlgorithmKind::parse_list(&args.algorithms)?,
+        algorithms: parse_algorithms(&args.algorithms)?,
         duration,
         segments: args.segments,
         seed: args.seed,

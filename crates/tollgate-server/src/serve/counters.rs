@@ -132,6 +132,9 @@ pub(crate) fn counters<C: Clock + Clone>(limit: &Limit, clock: &C, cap: CounterC
             cap,
         ),
         AlgorithmKind::WeightedWindow => keyed(WeightedWindow::new(quota), limit, clock, cap),
+        kind @ (AlgorithmKind::IntervalBucket | AlgorithmKind::SlidingLog) => {
+            unreachable!("the policy crate reads only limits_file algorithms, not {kind}")
+        }
     }
 }
 

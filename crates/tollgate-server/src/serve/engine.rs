@@ -272,9 +272,10 @@ impl StorageError {
             );
         }
         format!(
-            "algorithm {} is not available with --storage {} (fixed_window only): {limit}",
+            "algorithm {} is not available with --storage {} ({} only): {limit}",
             self.algorithm.name(),
-            self.storage
+            self.storage,
+            AlgorithmKind::names_where(|s| s.redis_counters),
         )
     }
 }

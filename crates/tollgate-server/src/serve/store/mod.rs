@@ -169,11 +169,13 @@ impl RedisStore {
 }
 
 /// The first limit of `policy` a Redis store cannot count, as the error that names it: Redis counts
-/// fixed windows only, and a `cached` or `leased` one no calendar windows.
+/// the algorithms whose [`support`](tollgate::AlgorithmKind::support) says `redis_counters`, and a
+/// `cached` or `leased` store no calendar windows (their local copies count windows that open at
+/// a first hit).
 pub(crate) fn redis_accepts(policy: &Policy, storage: StorageKind) -> Result<(), StorageError> {
     let cached = matches!(storage, StorageKind::RedisCached | StorageKind::RedisLeased);
     let refused = policy.limits().iter().find_map(|l| {
-        if l.algorithm() != tollgate_policy::AlgorithmKind::FixedWindow {
+        if !l.algorithm().support().redis_counters {
             Some((l, false))
         } else if cached && l.calendar().is_some() {
             Some((l, true))
