@@ -34,9 +34,8 @@ local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local mode = tonumber(ARGV[2])
 local min_ttl = tonumber(ARGV[3])
 
-local windows = {}
-local admitted, limiting = 1, 0
-for i, key in ipairs(KEYS) do
+-- Does every enforcing counter admit? (read_parts: from all_or_nothing.lua, prepended)
+local windows, admitted, limiting = read_parts(function(i, key)
   local at = 4 + 7 * (i - 1)
   local lim, period = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   local hits, enforce = tonumber(ARGV[at + 2]), ARGV[at + 3] == '1'
@@ -50,14 +49,9 @@ for i, key in ipairs(KEYS) do
   elseif count == 0 or now >= start + period then
     start, count = math.max(now - ago, 0), 0
   end
-  local fits = count + hits <= lim
-  if mode == 3 then fits = true end
-  windows[i] = {start = start, count = count, lim = lim, period = period, hits = hits, fits = fits}
-  if not fits and enforce and admitted == 1 then
-    admitted, limiting = 0, i
-  end
-end
-
+  local fits = mode == 3 or count + hits <= lim
+  return {start = start, count = count, lim = lim, period = period, hits = hits, fits = fits, enforce = enforce}
+end)
 local function take(i, key)
   local w = windows[i]
   w.count = math.min(w.count + w.hits, math.max(w.lim, w.count))

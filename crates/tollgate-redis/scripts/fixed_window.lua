@@ -19,52 +19,36 @@ local n = tonumber(ARGV[2])
 local mode = tonumber(ARGV[3])
 local min_ttl = tonumber(ARGV[5])
 
-local admitted, limiting = 1, 0
-local limit, remaining, reset, retry = nil, nil, 0, 0
-local windows = {}
-
-for i, key in ipairs(KEYS) do
+-- Does every window admit? (read_parts: from all_or_nothing.lua, prepended)
+local windows, admitted, limiting = read_parts(function(i, key)
   local lim = tonumber(ARGV[6 + 2 * (i - 1)])
   local period = tonumber(ARGV[7 + 2 * (i - 1)])
   local start, count = fixed_state(key, period, now)  -- from window_lib.lua, prepended
-  windows[i] = {start, count, period}
-  local this_remaining, this_reset, this_retry
-  if count + n > lim then
-    if admitted == 1 then admitted, limiting = 0, i end
-    this_remaining = math.max(lim - count, 0)
-    this_retry = start + period - now
-  else
-    this_remaining = lim - count
-    this_retry = nil
-  end
-  if count == 0 then this_reset = 0 else this_reset = start + period - now end
-  if this_retry == nil then
-    if this_remaining > 0 then this_retry = 0 else this_retry = this_reset end
-  end
-  if remaining == nil or this_remaining < remaining then
-    remaining, limit = this_remaining, lim
-  end
-  reset = math.max(reset, this_reset)
-  retry = math.max(retry, this_retry)
-end
+  return {lim = lim, period = period, start = start, count = count, fits = count + n <= lim}
+end)
 
-if admitted == 1 and n > 0 and mode ~= 0 then
-  remaining = nil
-  reset = 0
-  for i, key in ipairs(KEYS) do
-    local start, count, period = windows[i][1], windows[i][2] + n, windows[i][3]
-    local lim = tonumber(ARGV[6 + 2 * (i - 1)])
-    redis.call('HSET', key, 's', string.format('%.0f', start), 'c', count)
-    redis.call('PEXPIRE', key, math.max(math.ceil((start + period - now) / 1000), 1, min_ttl))
-    if remaining == nil or lim - count < remaining then remaining, limit = lim - count, lim end
-    reset = math.max(reset, start + period - now)
-  end
-  retry = 0
-  for i, _ in ipairs(KEYS) do
-    local lim = tonumber(ARGV[6 + 2 * (i - 1)])
-    if windows[i][2] + n >= lim then
-      retry = math.max(retry, windows[i][1] + windows[i][3] - now)
+-- Taken only if all admitted; metadata of the state each window is left in.
+local take = admitted == 1 and n > 0 and mode ~= 0
+local meta = tightest()
+for i, key in ipairs(KEYS) do
+  local w = windows[i]
+  local ends = w.start + w.period - now
+  if take then
+    local count = w.count + n
+    redis.call('HSET', key, 's', string.format('%.0f', w.start), 'c', count)
+    redis.call('PEXPIRE', key, math.max(math.ceil(ends / 1000), 1, min_ttl))
+    local retry = 0
+    if count >= w.lim then retry = ends end
+    meta.add(w.lim, w.lim - count, ends, retry)
+  else
+    local remaining, reset, retry = math.max(w.lim - w.count, 0), 0, 0
+    if w.count > 0 then reset = ends end
+    if not w.fits then
+      retry = ends
+    elseif remaining == 0 then
+      retry = reset
     end
+    meta.add(w.lim, remaining, reset, retry)
   end
 end
-return {admitted, limit, remaining, reset, retry, 0, limiting, now}
+return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, 0, limiting, now}

@@ -27,23 +27,21 @@ local function wait_for(key, total, lim, p, k)
   return math.max(tonumber(oldest[2]) + p - now, 0)
 end
 
-local admitted, limiting = 1, 0
-local totals = {}
-for i, key in ipairs(KEYS) do
+-- Does every log admit? (read_parts: from all_or_nothing.lua, prepended)
+local logs, admitted, limiting = read_parts(function(i, key)
   local lim = tonumber(ARGV[6 + 2 * (i - 1)])
   local p = tonumber(ARGV[7 + 2 * (i - 1)])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p))
   local total = redis.call('ZCARD', key)
-  totals[i] = total
-  if total + n > lim and admitted == 1 then admitted, limiting = 0, i end
-end
+  return {lim = lim, p = p, total = total, fits = total + n <= lim}
+end)
 
+-- Taken only if all admitted; metadata of the state each log is left in.
 local take = admitted == 1 and n > 0 and mode ~= 0
-local limit, remaining, reset, retry = nil, nil, 0, 0
+local meta = tightest()
 for i, key in ipairs(KEYS) do
-  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
-  local p = tonumber(ARGV[7 + 2 * (i - 1)])
-  local total = totals[i]
+  local l = logs[i]
+  local total = l.total
   if take then
     local stamp = string.format('%.0f', now)
     -- Members taken in the same microsecond are numbered after the ones already there.
@@ -52,19 +50,15 @@ for i, key in ipairs(KEYS) do
       redis.call('ZADD', key, stamp, stamp .. ':' .. (first + j))
     end
     total = total + n
-    redis.call('PEXPIRE', key, math.max(math.ceil(p / 1000), 1, min_ttl))
+    redis.call('PEXPIRE', key, math.max(math.ceil(l.p / 1000), 1, min_ttl))
   end
-  local rem = math.max(lim - total, 0)
   local rst = 0
   if total > 0 then
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    rst = math.max(tonumber(newest[2]) + p - now, 0)
+    rst = math.max(tonumber(newest[2]) + l.p - now, 0)
   end
   local k = 1
   if admitted == 0 and i == limiting then k = n end
-  local rty = wait_for(key, total, lim, p, k)
-  if remaining == nil or rem < remaining then remaining, limit = rem, lim end
-  reset = math.max(reset, rst)
-  retry = math.max(retry, rty)
+  meta.add(l.lim, math.max(l.lim - total, 0), rst, wait_for(key, total, l.lim, l.p, k))
 end
-return {admitted, limit, remaining, reset, retry, 0, limiting, now}
+return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, 0, limiting, now}

@@ -21,48 +21,37 @@ local mode = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])
 local min_ttl = tonumber(ARGV[5])
 
--- First pass: does every bucket admit?
-local admitted, limiting = 1, 0
-local buckets = {}
-for i, key in ipairs(KEYS) do
+-- Does every bucket admit? (read_parts: from all_or_nothing.lua, prepended)
+local buckets, admitted, limiting = read_parts(function(i, key)
   local t = tonumber(ARGV[6 + 2 * (i - 1)])
   local burst = tonumber(ARGV[7 + 2 * (i - 1)])
   local horizon = now + t * burst
   local base = math.max(tonumber(redis.call('GET', key)) or 0, now)
   local new_tat = base + n * t
-  local ok = new_tat <= horizon or (mode == 2 and new_tat - horizon <= max_wait)
-  if not ok and admitted == 1 then admitted, limiting = 0, i end
-  buckets[i] = {t, burst, horizon, base, new_tat, ok}
-end
+  local fits = new_tat <= horizon or (mode == 2 and new_tat - horizon <= max_wait)
+  return {t = t, burst = burst, horizon = horizon, base = base, new_tat = new_tat, fits = fits}
+end)
 
--- Second pass: metadata of the state each bucket is left in (taken only if all admitted).
+-- Taken only if all admitted; metadata of the state each bucket is left in.
 local take = admitted == 1 and n > 0 and mode ~= 0
-local limit, remaining, reset, retry, wait = nil, nil, 0, 0, 0
-local new_tats = {}
-for i, b in ipairs(buckets) do
-  local t, burst, horizon, base, new_tat, ok = unpack(b)
-  new_tats[i] = new_tat
-  local state_tat = take and new_tat or base
-  local this_remaining = math.floor(math.max(horizon - state_tat, 0) / t)
-  local this_reset = math.max(state_tat - now, 0)
-  local this_retry
-  if not ok then
-    this_retry = new_tat - horizon
-  elseif this_remaining > 0 then
-    this_retry = 0
+local meta, wait = tightest(), 0
+for i, key in ipairs(KEYS) do
+  local b = buckets[i]
+  local state_tat = take and b.new_tat or b.base
+  local remaining = math.floor(math.max(b.horizon - state_tat, 0) / b.t)
+  local retry
+  if not b.fits then
+    retry = b.new_tat - b.horizon
+  elseif remaining > 0 then
+    retry = 0
   else
-    this_retry = math.max(state_tat + t - horizon, 0)
+    retry = math.max(state_tat + b.t - b.horizon, 0)
   end
-  if remaining == nil or this_remaining < remaining then remaining, limit = this_remaining, burst end
-  reset = math.max(reset, this_reset)
-  retry = math.max(retry, this_retry)
-  if take then wait = math.max(wait, new_tat - horizon, 0) end
-end
-
-if take then
-  for i, key in ipairs(KEYS) do
-    local ttl = math.max(math.ceil((new_tats[i] - now) / 1000) + 1, min_ttl)
-    redis.call('SET', key, string.format('%.0f', new_tats[i]), 'PX', ttl)
+  meta.add(b.burst, remaining, math.max(state_tat - now, 0), retry)
+  if take then
+    wait = math.max(wait, b.new_tat - b.horizon, 0)
+    local ttl = math.max(math.ceil((b.new_tat - now) / 1000) + 1, min_ttl)
+    redis.call('SET', key, string.format('%.0f', b.new_tat), 'PX', ttl)
   end
 end
-return {admitted, limit, remaining, reset, retry, wait, limiting, now}
+return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, wait, limiting, now}

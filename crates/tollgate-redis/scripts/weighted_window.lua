@@ -43,7 +43,7 @@ local function wait_for(index, prev, curr, lim, p, k)
   return math.max(start + p + e - now, 0)
 end
 
-local function meta(index, prev, curr, lim, p)
+local function state_meta(index, prev, curr, lim, p)
   local elapsed = now - index * p
   local weighted = prev * (p - elapsed) + curr * p
   local rem = idiv(math.max(lim * p - weighted, 0), p)
@@ -52,32 +52,29 @@ local function meta(index, prev, curr, lim, p)
   return rem, rst, wait_for(index, prev, curr, lim, p, 1)
 end
 
-local admitted, limiting = 1, 0
-local states = {}
-for i, key in ipairs(KEYS) do
+-- Does every counter admit? (read_parts: from all_or_nothing.lua, prepended)
+local states, admitted, limiting = read_parts(function(i, key)
   local lim = tonumber(ARGV[6 + 2 * (i - 1)])
   local p = tonumber(ARGV[7 + 2 * (i - 1)])
   local index, prev, curr = weighted_state(key, p, now)  -- from window_lib.lua, prepended
-  states[i] = {index, prev, curr, lim, p}
   local elapsed = now - index * p
-  if prev * (p - elapsed) + (curr + n) * p > lim * p and admitted == 1 then
-    admitted, limiting = 0, i
-  end
-end
+  local fits = prev * (p - elapsed) + (curr + n) * p <= lim * p
+  return {index = index, prev = prev, curr = curr, lim = lim, p = p, fits = fits}
+end)
 
+-- Taken only if all admitted; metadata of the state each counter is left in.
 local take = admitted == 1 and n > 0 and mode ~= 0
-local limit, remaining, reset, retry = nil, nil, 0, 0
+local meta = tightest()
 for i, key in ipairs(KEYS) do
-  local index, prev, curr, lim, p = unpack(states[i])
+  local s = states[i]
+  local curr = s.curr
   if take then
     curr = curr + n
-    redis.call('HSET', key, 'i', index, 'p', prev, 'c', curr)
-    redis.call('PEXPIRE', key, math.max(math.ceil(((index + 2) * p - now) / 1000), 1, min_ttl))
+    redis.call('HSET', key, 'i', s.index, 'p', s.prev, 'c', curr)
+    redis.call('PEXPIRE', key, math.max(math.ceil(((s.index + 2) * s.p - now) / 1000), 1, min_ttl))
   end
-  local rem, rst, rty = meta(index, prev, curr, lim, p)
-  if admitted == 0 and i == limiting then rty = wait_for(index, prev, curr, lim, p, n) end
-  if remaining == nil or rem < remaining then remaining, limit = rem, lim end
-  reset = math.max(reset, rst)
-  retry = math.max(retry, rty)
+  local rem, rst, rty = state_meta(s.index, s.prev, curr, s.lim, s.p)
+  if admitted == 0 and i == limiting then rty = wait_for(s.index, s.prev, curr, s.lim, s.p, n) end
+  meta.add(s.lim, rem, rst, rty)
 end
-return {admitted, limit, remaining, reset, retry, 0, limiting, now}
+return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, 0, limiting, now}
