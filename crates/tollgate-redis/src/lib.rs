@@ -45,6 +45,7 @@ mod counters;
 mod error;
 mod failure;
 mod key;
+mod keyspace;
 mod leased;
 mod limiter;
 mod metrics;
@@ -60,6 +61,7 @@ pub use counters::{CountersAnswer, CountersMode, WindowCounter, decide_windows};
 pub use error::BackendError;
 pub use failure::{FailurePolicy, LocalFallback};
 pub use key::RedisKey;
+pub use keyspace::Keyspace;
 pub use leased::{LeasedLimiter, LeasedLimiterBuilder};
 pub use limiter::{KeyCountError, RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
 /// The Redis client underneath, re-exported so that commands for [`Redis::query`] and
