@@ -11,6 +11,7 @@ use crate::backend::Redis;
 use crate::error::BackendError;
 use crate::failure::FailurePolicy;
 use crate::key::RedisKey;
+use crate::keyspace::Keyspace;
 use crate::metrics::{LimiterMetrics, RedisMetrics};
 use crate::scripts;
 
@@ -160,6 +161,7 @@ impl RedisLimiterBuilder {
         Ok(RedisLimiter {
             inner: Arc::new(LimiterInner {
                 redis: self.redis,
+                keyspace: Keyspace::new(format!("{}:", self.prefix)),
                 prefix: self.prefix,
                 algorithm: self.algorithm,
                 limits: specs,
@@ -200,6 +202,8 @@ pub struct RedisLimiter {
 
 struct LimiterInner {
     redis: Redis,
+    /// `{prefix}:`, where the keys of a decision are (but for whole keys).
+    keyspace: Keyspace,
     prefix: String,
     algorithm: RedisAlgorithm,
     limits: Vec<LimitSpec>,
@@ -280,11 +284,7 @@ impl RedisLimiter {
             .iter()
             .zip(keys)
             .map(|(l, k)| {
-                if *k == tag {
-                    format!("{}:{{{tag}}}:{}", i.prefix, l.name)
-                } else {
-                    format!("{}:{{{tag}}}:{}:{k}", i.prefix, l.name)
-                }
+                if *k == tag { i.keyspace.plain_key(tag, &[&l.name]) } else { i.keyspace.plain_key(tag, &[&l.name, k]) }
             })
             .collect()
     }

@@ -673,3 +673,30 @@ async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones
     assert_eq!(delete_windows(&redis, &both, Some(later)).await.unwrap(), 1, "the older day's counter is no counter");
     assert_eq!(server.cli(&["EXISTS", "rl:{cal}:older"]), "0", "deleted all the same");
 }
+
+/// Deployed state lives under these keys: the layout of each type must not move when the code
+/// that builds them does.
+#[tokio::test]
+async fn each_type_keeps_its_deployed_keys() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let quota = Quota::per_minute(5).unwrap();
+    let two = RedisLimiter::builder(&redis, "api", RedisAlgorithm::FixedWindow)
+        .limit("user", quota)
+        .limit("tenant", quota)
+        .build()
+        .unwrap();
+    assert_eq!(two.redis_keys("user:42"), ["api:{user:42}:user", "api:{user:42}:tenant"]);
+    let _lease = two.try_acquire_keys("acme", &["user:42", "acme"], 1).await.unwrap().unwrap();
+    for key in ["api:{acme}:user:user:42", "api:{acme}:tenant"] {
+        assert_eq!(server.cli(&["EXISTS", key]), "1", "{key}");
+    }
+
+    let semaphore = tollgate_redis::RedisSemaphore::builder(&redis, "db", 2).build().unwrap();
+    let held = semaphore.try_acquire().await.unwrap();
+    for key in ["holders", "tokens", "fence"] {
+        let key = format!("tollgate:semaphore:{{db}}:{key}");
+        assert_eq!(server.cli(&["EXISTS", &key]), "1", "{key}");
+    }
+    drop(held);
+}
