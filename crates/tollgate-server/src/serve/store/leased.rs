@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use tollgate::{Clock, Lease, Meta, Quota};
 use tollgate_policy::Policy;
-use tollgate_redis::{BackendError, LeasedLimiter, WindowCounter};
+use tollgate_redis::counters::WindowCounter;
+use tollgate_redis::{BackendError, LeasedLimiter};
 
 use super::redis::{InRedis, chosen_by, statuses};
-use super::{Answer, Call, Later, RedisStore, Store, TimeSource, redis_accepts};
+use super::{Answer, Call, Later, RedisStore, Store, redis_accepts};
 use crate::serve::admin::{CounterFilter, CounterList};
 use crate::serve::engine::{Action, Loaded, Mode, Status, StorageError, StorageKind};
 
@@ -52,13 +53,14 @@ impl<C: Clock> Leased<C> {
             .or_insert_with(|| {
                 let store = &self.redis.store;
                 let quota = Quota::per(counter.window, counter.limit).expect("a loaded limit has a usable quota");
-                let builder = LeasedLimiter::builder(&store.redis, &store.prefix, quota)
+                LeasedLimiter::builder(&store.redis, &store.prefix, quota)
                     .whole_keys()
                     .max_key_bytes(self.max_key_bytes)
                     .metrics(self.redis.metrics.clone())
-                    .clock(clock.clone());
-                let builder = if store.time == TimeSource::Redis { builder.redis_time() } else { builder };
-                builder.build().expect("one limit with whole keys is a valid leased limiter")
+                    .clock(clock.clone())
+                    .time(store.time.clone())
+                    .build()
+                    .expect("one limit with whole keys is a valid leased limiter")
             })
             .clone()
     }
