@@ -9,7 +9,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
-use tollgate_redis::{BackendError, Redis};
+use tollgate_redis::{BackendError, Keyspace, Redis};
 
 use crate::{PaceError, QueueError};
 
@@ -108,15 +108,16 @@ impl RedisStreams {
     /// # Ok(()) }
     /// ```
     pub async fn open(redis: &Redis, name: &str, idle: Duration, max_attempts: u64) -> Result<RedisStreams, PaceError> {
-        if name.is_empty() || name.contains(['{', '}']) {
+        if !Keyspace::is_whole_tag(name) {
             return Err(QueueError::BadName { name: name.to_owned() }.into());
         }
-        let stream = format!("{{{name}}}");
+        // No prefix: the stream is the tag alone, as deployed queues have it.
+        let space = Keyspace::new("");
         let queue = RedisStreams {
             redis: redis.with_deadline(Self::DEFAULT_DEADLINE),
-            attempts: format!("{stream}:attempts"),
-            dead: format!("{stream}:dead"),
-            stream,
+            attempts: space.key::<&str>(name, "attempts", &[]),
+            dead: space.key::<&str>(name, "dead", &[]),
+            stream: space.tag_key(name),
             group: "workers".into(),
             idle,
             max_attempts: max_attempts.max(1),

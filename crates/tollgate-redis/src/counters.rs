@@ -1,14 +1,20 @@
-//! Fixed-window counters of different limits decided in one round trip, reporting each counter:
-//! what a rate-limit server needs (Limitador's Redis storage, Envoy's per-descriptor statuses).
+//! The rate-limit server's Redis API: fixed-window counters of different limits decided in one
+//! round trip, reporting each counter (what Limitador's Redis storage and Envoy's per-descriptor
+//! statuses need), and listing and deleting them ([`scan_windows`], [`delete_windows`]).
 //!
 //! Unlike [`crate::RedisLimiter`], the limits are not fixed at build time: each call names its
-//! counters and their limits. All keys of one call must share a hash tag (Redis Cluster).
+//! counters and their limits. All keys of one call must share a hash tag (Redis Cluster): build
+//! them with one [`crate::Keyspace`] and tag.
 
 use std::time::Duration;
 
 use tollgate::Meta;
 
-use crate::{BackendError, Redis, scripts};
+use crate::{BackendError, Redis, RedisTime, scripts};
+
+mod scan;
+
+pub use scan::{StoredWindow, WindowKey, WindowPage, delete_windows, scan_windows};
 
 /// One counter of a call.
 #[derive(Clone, Debug)]
@@ -25,8 +31,8 @@ pub struct WindowCounter {
     /// False for a counter that never denies (a shadow or quota limit): it is reported as limited
     /// when it has no room, takes nothing then, and does not make the call rejected.
     pub enforce: bool,
-    /// A calendar window's start and end, in microseconds on the clock the call runs on (Redis
-    /// `TIME`, or the `now_us` given): every counter stored for another start is from an older
+    /// A calendar window's start and end, in microseconds on the clock the call runs on (see
+    /// [`RedisTime::window_us`]): every counter stored for another start is from an older
     /// window. `None`: the window opens at the first hit, for `window`.
     pub calendar: Option<(u64, u64)>,
     /// For a window opened by the first hit: how long ago the caller saw that hit — a cache
@@ -44,7 +50,7 @@ impl WindowCounter {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate_redis::WindowCounter;
+    /// use tollgate_redis::counters::WindowCounter;
     /// let c = WindowCounter {
     ///     key: "k".into(),
     ///     limit: 5,
@@ -96,16 +102,17 @@ pub struct CountersAnswer {
     pub counters: Vec<(Meta, bool)>,
 }
 
-/// Decides the hits of `counters` in one EVALSHA, with time from Redis `TIME` (or `now_us`,
-/// for tests on a manual clock; keys then live for at least a minute of real time).
+/// Decides the hits of `counters` in one EVALSHA, on `time` (a passed-in clock's keys live for
+/// at least a minute of real time).
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
 /// use std::time::Duration;
-/// use tollgate_redis::{CountersMode, Redis, WindowCounter, decide_windows};
+/// use tollgate_redis::counters::{CountersMode, WindowCounter, decide_windows};
+/// use tollgate_redis::{Keyspace, Redis, RedisTime};
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
 /// let all = WindowCounter {
-///     key: "rl:{api}:all".into(),
+///     key: Keyspace::new("rl:").key("api", "all", &[] as &[&str]),
 ///     limit: 100,
 ///     window: Duration::from_secs(60),
 ///     hits: 1,
@@ -113,7 +120,7 @@ pub struct CountersAnswer {
 ///     calendar: None,
 ///     opened_ago: Duration::ZERO,
 /// };
-/// let answer = decide_windows(&redis, &[all], CountersMode::Take, None).await?;
+/// let answer = decide_windows(&redis, &[all], CountersMode::Take, &RedisTime::redis()).await?;
 /// assert!(answer.admitted);
 /// # Ok(()) }
 /// ```
@@ -121,16 +128,13 @@ pub async fn decide_windows(
     redis: &Redis,
     counters: &[WindowCounter],
     mode: CountersMode,
-    now_us: Option<u64>,
+    time: &RedisTime,
 ) -> Result<CountersAnswer, BackendError> {
     if counters.is_empty() {
         return Ok(CountersAnswer { admitted: true, counters: Vec::new() });
     }
     let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
-    let (now, min_ttl) = match now_us {
-        Some(now) => (now.to_string(), 60_000),
-        None => (String::new(), 0),
-    };
+    let (now, min_ttl) = time.script_now();
     let mut args = Vec::with_capacity(3 + 7 * counters.len());
     args.extend([now, (mode as u8).to_string(), min_ttl.to_string()]);
     for c in counters {

@@ -33,6 +33,7 @@ use crate::failure::FailurePolicy;
 use crate::key::RedisKey;
 use crate::limiter::{RedisAlgorithm, RedisLimiter};
 use crate::metrics::RedisMetrics;
+use crate::time::RedisTime;
 
 /// The largest share of what a budget has left that one lease takes.
 const SHARE: u64 = 4;
@@ -47,7 +48,7 @@ pub struct LeasedLimiterBuilder<C: Clock = SystemClock> {
     prefix: String,
     quota: Quota,
     clock: C,
-    test_clock: bool,
+    time: RedisTime,
     horizon: Duration,
     failure: FailurePolicy,
     whole_keys: bool,
@@ -80,15 +81,16 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         self
     }
 
-    /// Times leases on `clock`, and passes its time to Redis instead of `TIME` — for tests on a
-    /// [`tollgate::ManualClock`] only: processes with different clocks would disagree.
+    /// Times leases on `clock` (default: the system clock). Whose clock times the windows in
+    /// Redis is [`time`](Self::time)'s to say: a test on a [`tollgate::ManualClock`] passes
+    /// the same clock to both.
     pub fn clock<D: Clock>(self, clock: D) -> LeasedLimiterBuilder<D> {
         LeasedLimiterBuilder {
             redis: self.redis,
             prefix: self.prefix,
             quota: self.quota,
             clock,
-            test_clock: true,
+            time: self.time,
             horizon: self.horizon,
             failure: self.failure,
             whole_keys: self.whole_keys,
@@ -97,11 +99,23 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
         }
     }
 
-    /// Keeps Redis `TIME` for the windows while leases are timed on the clock given to
-    /// [`clock`](Self::clock) (for a process whose clock is its own type, e.g. a server generic
-    /// over its clock): the default without `clock`.
-    pub fn redis_time(mut self) -> Self {
-        self.test_clock = false;
+    /// Whose clock times the windows in Redis (default [`RedisTime::redis`];
+    /// [`RedisLimiterBuilder::time`](crate::RedisLimiterBuilder::time)).
+    ///
+    /// ```no_run
+    /// use tollgate::{ManualClock, Quota};
+    /// use tollgate_redis::{LeasedLimiter, Redis, RedisTime};
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = Redis::connect("redis://127.0.0.1/").await?;
+    /// let clock = ManualClock::new();
+    /// let tenant = LeasedLimiter::builder(&redis, "test", Quota::per_second(100)?)
+    ///     .clock(clock.clone())
+    ///     .time(RedisTime::clock(clock))
+    ///     .build()?;
+    /// # let _ = tenant; Ok(()) }
+    /// ```
+    pub fn time(mut self, time: RedisTime) -> Self {
+        self.time = time;
         self
     }
 
@@ -125,8 +139,8 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
     pub fn build(self) -> Result<LeasedLimiter<C>, crate::ConfigError> {
         let builder = RedisLimiter::builder(&self.redis, &self.prefix, RedisAlgorithm::FixedWindow)
             .limit("leased", self.quota)
-            .failure_policy(self.failure);
-        let builder = if self.test_clock { builder.clock(self.clock.clone()) } else { builder };
+            .failure_policy(self.failure)
+            .time(self.time);
         let builder = if self.whole_keys { builder.whole_keys() } else { builder };
         let builder = match self.metrics {
             Some(metrics) => builder.metrics(metrics),
@@ -312,7 +326,7 @@ impl LeasedLimiter<SystemClock> {
             prefix: prefix.to_owned(),
             quota,
             clock: SystemClock::new(),
-            test_clock: false,
+            time: RedisTime::redis(),
             horizon: Duration::from_millis(100),
             failure: FailurePolicy::Deny,
             whole_keys: false,
@@ -656,6 +670,7 @@ impl<C: Clock> std::fmt::Debug for LeasedLimiterBuilder<C> {
             .field("prefix", &self.prefix)
             .field("quota", &self.quota)
             .field("horizon", &self.horizon)
+            .field("time", &self.time)
             .finish_non_exhaustive()
     }
 }

@@ -20,7 +20,11 @@
 //!   prefix (never a key): `tollgate_redis_decision_seconds` (histogram),
 //!   `tollgate_redis_errors_total{kind}` and `tollgate_redis_failure_policy_total{outcome}`. A
 //!   [`RedisLimiter`] registers them when it is built: install the recorder first. Code that
-//!   calls Redis through [`decide_windows`] records the first two with a [`RedisMetrics`].
+//!   calls Redis through [`counters::decide_windows`] records the first two with a [`RedisMetrics`];
+//! - one key layout for every type, [`Keyspace`], and one choice of whose clock decides,
+//!   [`RedisTime`] (Redis `TIME`, or a [`tollgate::ManualClock`] in tests);
+//! - the rate-limit server's own calls (counters named per call, listed and deleted by scan) in
+//!   [`counters`].
 //!
 //! Going from local to distributed is one line:
 //!
@@ -41,32 +45,33 @@
 #![forbid(unsafe_code)]
 
 mod backend;
-mod counters;
+pub mod counters;
 mod error;
 mod failure;
 mod key;
+mod keyspace;
 mod leased;
 mod limiter;
 mod metrics;
-mod scan;
 mod scripts;
 mod semaphore;
 mod sentinel;
+mod time;
 mod tls;
 
 pub use crate::metrics::RedisMetrics;
 pub use backend::{Redis, RedisOptions, redact_url};
-pub use counters::{CountersAnswer, CountersMode, WindowCounter, decide_windows};
 pub use error::BackendError;
 pub use failure::{FailurePolicy, LocalFallback};
 pub use key::RedisKey;
+pub use keyspace::Keyspace;
 pub use leased::{LeasedLimiter, LeasedLimiterBuilder};
 pub use limiter::{KeyCountError, RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
 /// The Redis client underneath, re-exported so that commands for [`Redis::query`] and
 /// [`Redis::pipeline`] are built with the same version (`tollgate_redis::redis::cmd("XLEN")`).
 pub use redis;
-pub use scan::{StoredWindow, WindowKey, WindowPage, delete_windows, glob_escape, scan_windows};
 pub use semaphore::{RedisSemaphore, RedisSemaphoreBuilder, SemaphoreConfigError, SemaphoreGuard, SemaphoreState};
+pub use time::RedisTime;
 
 /// A misconfigured limiter, naming what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

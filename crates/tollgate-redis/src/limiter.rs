@@ -5,14 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Script;
-use tollgate::{Acquire, Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected};
+use tollgate::{Acquire, Answer, Check, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected};
 
 use crate::backend::Redis;
 use crate::error::BackendError;
 use crate::failure::FailurePolicy;
 use crate::key::RedisKey;
+use crate::keyspace::Keyspace;
 use crate::metrics::{LimiterMetrics, RedisMetrics};
 use crate::scripts;
+use crate::time::RedisTime;
 
 /// Which algorithm the script runs (the same rules as the in-memory limiters of the same name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,11 +65,6 @@ struct LimitSpec {
     params: [u64; 2],
 }
 
-/// Reads "now" for scripts in tests (a [`tollgate::ManualClock`]); production reads Redis TIME.
-type NowFn = Arc<dyn Fn() -> u64 + Send + Sync>;
-/// Sleeps until a time of that clock.
-type SleepFn = Arc<dyn Fn(u64) -> tollgate::Sleep + Send + Sync>;
-
 /// Builds a [`RedisLimiter`].
 #[must_use = "a builder does nothing until .build()"]
 pub struct RedisLimiterBuilder {
@@ -76,7 +73,7 @@ pub struct RedisLimiterBuilder {
     algorithm: RedisAlgorithm,
     limits: Vec<(String, Quota)>,
     failure: FailurePolicy,
-    clock: Option<(NowFn, SleepFn)>,
+    time: RedisTime,
     max_wait: Option<Duration>,
     whole_keys: bool,
     metrics: Option<RedisMetrics>,
@@ -103,11 +100,27 @@ impl RedisLimiterBuilder {
         self
     }
 
-    /// Takes time from `clock` instead of Redis `TIME` — for tests on a
-    /// [`tollgate::ManualClock`] only: processes with different clocks would disagree.
-    pub fn clock<C: Clock>(mut self, clock: C) -> Self {
-        let sleeper = clock.clone();
-        self.clock = Some((Arc::new(move || clock.now()), Arc::new(move |at| sleeper.sleep_until(at))));
+    /// Whose clock decides (default [`RedisTime::redis`]); `acquire` also waits on it.
+    /// [`RedisTime::clock`] is for tests on a [`tollgate::ManualClock`]: processes with different
+    /// clocks would disagree.
+    ///
+    /// ```no_run
+    /// use tollgate::{ManualClock, Quota};
+    /// use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter, RedisTime};
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = Redis::connect("redis://127.0.0.1/").await?;
+    /// let clock = ManualClock::new();
+    /// let api = RedisLimiter::builder(&redis, "test", RedisAlgorithm::FixedWindow)
+    ///     .limit("per-user", Quota::per_second(1)?)
+    ///     .time(RedisTime::clock(clock.clone()))
+    ///     .build()?;
+    /// api.try_acquire("alice", 1).await?;
+    /// clock.advance(std::time::Duration::from_secs(1)); // the next window, without sleeping
+    /// api.try_acquire("alice", 1).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn time(mut self, time: RedisTime) -> Self {
+        self.time = time;
         self
     }
 
@@ -160,6 +173,7 @@ impl RedisLimiterBuilder {
         Ok(RedisLimiter {
             inner: Arc::new(LimiterInner {
                 redis: self.redis,
+                keyspace: Keyspace::new(format!("{}:", self.prefix)),
                 prefix: self.prefix,
                 algorithm: self.algorithm,
                 limits: specs,
@@ -167,7 +181,7 @@ impl RedisLimiterBuilder {
                 window,
                 failure: self.failure,
                 metrics,
-                clock: self.clock,
+                time: self.time,
                 system: tollgate::SystemClock::new(),
                 max_wait: self.max_wait,
                 whole_keys: self.whole_keys,
@@ -200,6 +214,8 @@ pub struct RedisLimiter {
 
 struct LimiterInner {
     redis: Redis,
+    /// `{prefix}:`, where the keys of a decision are (but for whole keys).
+    keyspace: Keyspace,
     prefix: String,
     algorithm: RedisAlgorithm,
     limits: Vec<LimitSpec>,
@@ -207,7 +223,8 @@ struct LimiterInner {
     window: Option<Duration>,
     failure: FailurePolicy,
     metrics: LimiterMetrics,
-    clock: Option<(NowFn, SleepFn)>,
+    time: RedisTime,
+    /// Times the round trips for metrics: real time, whatever `time` is.
     system: tollgate::SystemClock,
     max_wait: Option<Duration>,
     whole_keys: bool,
@@ -247,7 +264,7 @@ impl RedisLimiter {
             algorithm,
             limits: Vec::new(),
             failure: FailurePolicy::Deny,
-            clock: None,
+            time: RedisTime::redis(),
             max_wait: None,
             whole_keys: false,
             metrics: None,
@@ -280,20 +297,9 @@ impl RedisLimiter {
             .iter()
             .zip(keys)
             .map(|(l, k)| {
-                if *k == tag {
-                    format!("{}:{{{tag}}}:{}", i.prefix, l.name)
-                } else {
-                    format!("{}:{{{tag}}}:{}:{k}", i.prefix, l.name)
-                }
+                if *k == tag { i.keyspace.plain_key(tag, &[&l.name]) } else { i.keyspace.plain_key(tag, &[&l.name, k]) }
             })
             .collect()
-    }
-
-    fn now_ns(&self) -> u64 {
-        match &self.inner.clock {
-            Some((now, _)) => now(),
-            None => tollgate::Clock::now(&self.inner.system),
-        }
     }
 
     /// Takes `n` permits for `key` from every limit, or from none.
@@ -422,14 +428,14 @@ impl RedisLimiter {
         let max_wait_us = self.inner.max_wait.map_or(u64::MAX / 4, |d| d.as_micros() as u64);
         if self.inner.algorithm == RedisAlgorithm::TokenBucket {
             // The lease is granted at its slot on Redis's clock; we sleep the same span on ours.
-            let asked = self.now_ns();
+            let asked = self.inner.time.local_now();
             let (lease, wait_us) = self.decide_with(key, &keys, n, Mode::Reserve, max_wait_us).await?;
             if wait_us > 0 {
-                self.sleep_until(asked.saturating_add(wait_us.saturating_mul(1000))).await;
+                self.inner.time.sleep_until(asked.saturating_add(wait_us.saturating_mul(1000))).await;
             }
             return Ok(lease);
         }
-        let start = self.now_ns();
+        let start = self.inner.time.local_now();
         loop {
             let rejected = match self.decide_keys(key, &keys, n, Mode::Take).await {
                 Ok(lease) => return Ok(lease),
@@ -437,18 +443,11 @@ impl RedisLimiter {
                 Err(r) => return Err(r),
             };
             let retry = rejected.retry_after().unwrap_or_default().max(Duration::from_micros(1));
-            let at = self.now_ns().saturating_add(retry.as_nanos() as u64);
+            let at = self.inner.time.local_now().saturating_add(retry.as_nanos() as u64);
             if at.saturating_sub(start) / 1000 > max_wait_us {
                 return Err(rejected.because(Reason::MaxWait));
             }
-            self.sleep_until(at).await;
-        }
-    }
-
-    async fn sleep_until(&self, at: u64) {
-        match &self.inner.clock {
-            Some((_, sleep)) => sleep(at).await,
-            None => tollgate::Clock::sleep_until(&self.inner.system, at).await,
+            self.inner.time.sleep_until(at).await;
         }
     }
 
@@ -565,11 +564,7 @@ impl RedisLimiter {
     /// TTL, then each limit's two numbers.
     fn args(&self, n: u64, third: String, fourth: String) -> Vec<String> {
         let i = &self.inner;
-        let (now_arg, min_ttl) = match &i.clock {
-            // A manual clock runs at its own pace: keep keys for a minute of real time at least.
-            Some((now, _)) => ((now() / 1000).to_string(), 60_000),
-            None => (String::new(), 0),
-        };
+        let (now_arg, min_ttl) = i.time.script_now();
         let mut args = Vec::with_capacity(5 + 2 * i.limits.len());
         args.extend([now_arg, n.to_string(), third, fourth, min_ttl.to_string()]);
         for l in &i.limits {
@@ -627,6 +622,7 @@ impl std::fmt::Debug for RedisLimiter {
             .field("algorithm", &i.algorithm)
             .field("limits", &i.limits)
             .field("failure", &i.failure)
+            .field("time", &i.time)
             .finish_non_exhaustive()
     }
 }

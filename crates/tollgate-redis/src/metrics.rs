@@ -35,7 +35,7 @@ fn kind(error: &BackendError) -> usize {
 
 /// The decision latency and the failures of Redis calls made under one key prefix: what a
 /// [`crate::RedisLimiter`] records, for code that calls Redis through this crate another way (the
-/// rate-limit server's storages, around [`crate::decide_windows`]).
+/// rate-limit server's storages, around [`crate::counters::decide_windows`]).
 ///
 /// `new` registers `tollgate_redis_decision_seconds{prefix}` and
 /// `tollgate_redis_errors_total{prefix, kind}` (one series per [`BackendError`] variant, at 0) with

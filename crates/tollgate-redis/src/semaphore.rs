@@ -32,6 +32,7 @@ pub use guard::SemaphoreGuard;
 
 use crate::backend::Redis;
 use crate::error::BackendError;
+use crate::keyspace::Keyspace;
 
 macro_rules! semaphore_script {
     ($file:literal) => {
@@ -48,6 +49,9 @@ static ACQUIRE: LazyLock<Script> = semaphore_script!("semaphore_acquire.lua");
 static RENEW: LazyLock<Script> = semaphore_script!("semaphore_renew.lua");
 static RELEASE: LazyLock<Script> = semaphore_script!("semaphore_release.lua");
 static STATE: LazyLock<Script> = semaphore_script!("semaphore_state.lua");
+
+/// Where every semaphore's keys are (its name is their tag).
+const SEMAPHORE_PREFIX: &str = "tollgate:semaphore:";
 
 /// A semaphore that cannot be built, naming what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,7 +109,7 @@ impl RedisSemaphoreBuilder {
     /// The semaphore.
     pub fn build(self) -> Result<RedisSemaphore, SemaphoreConfigError> {
         let name = self.name;
-        if name.is_empty() || name.contains(['{', '}']) {
+        if !Keyspace::is_whole_tag(&name) {
             return Err(SemaphoreConfigError::BadName { name });
         }
         if self.capacity == 0 {
@@ -114,13 +118,15 @@ impl RedisSemaphoreBuilder {
         if self.lease_ttl < RedisSemaphore::MIN_LEASE_TTL {
             return Err(SemaphoreConfigError::TtlTooShort { name, ttl: self.lease_ttl });
         }
-        let prefix = format!("tollgate:semaphore:{{{name}}}:");
-        let keys = ["holders", "tokens", "queue", "waiters", "fence"].map(|k| format!("{prefix}{k}")).to_vec();
+        let space = Keyspace::new(SEMAPHORE_PREFIX);
+        let keys =
+            ["holders", "tokens", "queue", "waiters", "fence"].map(|k| space.key::<&str>(&name, k, &[])).to_vec();
         let instance = wake::instance_id();
         Ok(RedisSemaphore {
             inner: Arc::new(Inner {
-                wake_list: format!("{prefix}wake:{instance}"),
-                wake_prefix: format!("{prefix}wake:"),
+                // Scripts append an instance to the prefix, so these two keep the plain layout.
+                wake_list: space.plain_key(&name, &["wake", &instance]),
+                wake_prefix: space.plain_key(&name, &["wake", ""]),
                 redis: self.redis,
                 name,
                 keys,

@@ -7,7 +7,7 @@ use tollgate::{
     Algorithm, FixedWindow, Keyed, ManualClock, Meta, Quota, Reason, SlidingLog, TokenBucket, WeightedWindow,
 };
 use tollgate::{Lease, RateLimiter};
-use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter, RedisTime};
 use tollgate_testkit::RedisServer;
 
 /// What a caller can observe of a decision.
@@ -90,7 +90,11 @@ async fn setup(server: &RedisServer, algorithm: RedisAlgorithm, quota: Quota, cl
     .unwrap();
     // A prefix per limiter: each run starts from empty state, like its fresh in-memory twin.
     let prefix = format!("generic:{algorithm:?}:{quota}");
-    RedisLimiter::builder(&redis, &prefix, algorithm).limit("l", quota).clock(clock.clone()).build().unwrap()
+    RedisLimiter::builder(&redis, &prefix, algorithm)
+        .limit("l", quota)
+        .time(RedisTime::clock(clock.clone()))
+        .build()
+        .unwrap()
 }
 
 // Quotas whose emission intervals and periods are whole microseconds, so µs (Redis) and ns

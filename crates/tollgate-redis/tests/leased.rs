@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use tollgate::{ManualClock, Quota, RateLimiter, Reason};
-use tollgate_redis::{FailurePolicy, LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+use tollgate_redis::{FailurePolicy, LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter, RedisOptions, RedisTime};
 use tollgate_testkit::RedisServer;
 
 const LIMIT: u64 = 100;
@@ -30,14 +30,18 @@ async fn warm(limiter: &LeasedLimiter<ManualClock>, clock: &ManualClock) {
 }
 
 fn leased(redis: &Redis, prefix: &str, clock: &ManualClock) -> LeasedLimiter<ManualClock> {
-    LeasedLimiter::builder(redis, prefix, Quota::per_second(LIMIT).unwrap()).clock(clock.clone()).build().unwrap()
+    LeasedLimiter::builder(redis, prefix, Quota::per_second(LIMIT).unwrap())
+        .clock(clock.clone())
+        .time(RedisTime::clock(clock.clone()))
+        .build()
+        .unwrap()
 }
 
 /// The plain limiter on the same budget (the leased limiter's limit is named `leased`).
 fn plain(redis: &Redis, prefix: &str, clock: &ManualClock) -> RedisLimiter {
     RedisLimiter::builder(redis, prefix, RedisAlgorithm::FixedWindow)
         .limit("leased", Quota::per_second(LIMIT).unwrap())
-        .clock(clock.clone())
+        .time(RedisTime::clock(clock.clone()))
         .build()
         .unwrap()
 }
@@ -166,6 +170,7 @@ async fn a_held_lease_is_spent_while_redis_is_down_and_none_is_renewed() {
     let (mut server, redis, clock) = setup().await;
     let limiter = LeasedLimiter::builder(&redis, "down", Quota::per_second(LIMIT).unwrap())
         .clock(clock.clone())
+        .time(RedisTime::clock(clock.clone()))
         .failure_policy(FailurePolicy::Deny)
         .build()
         .unwrap();
@@ -188,6 +193,7 @@ async fn whole_keys_checks_forgetting_and_errors_instead_of_the_failure_policy()
     let (mut server, redis, clock) = setup().await;
     let limiter = LeasedLimiter::builder(&redis, "unused", Quota::per_second(LIMIT).unwrap())
         .clock(clock.clone())
+        .time(RedisTime::clock(clock.clone()))
         .whole_keys()
         .build()
         .unwrap();
@@ -378,6 +384,7 @@ async fn keys_past_the_byte_cap_are_decided_in_redis_and_nothing_is_kept() {
     let cap = 4096;
     let limiter = LeasedLimiter::builder(&redis, "cap", Quota::per_minute(1).unwrap())
         .clock(clock.clone())
+        .time(RedisTime::clock(clock.clone()))
         .max_key_bytes(cap)
         .build()
         .unwrap();

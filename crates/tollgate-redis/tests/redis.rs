@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{ManualClock, Quota, Reason};
 use tollgate_redis::{
-    BackendError, FailurePolicy, LocalFallback, Redis, RedisAlgorithm, RedisLimiter, RedisOptions, redis,
+    BackendError, FailurePolicy, LocalFallback, Redis, RedisAlgorithm, RedisLimiter, RedisOptions, RedisTime, redis,
 };
 use tollgate_testkit::{RedisCluster, RedisServer, free_port};
 
@@ -37,7 +37,7 @@ async fn several_limits_are_all_or_nothing() {
         let l = RedisLimiter::builder(&redis, &format!("multi:{algorithm:?}"), algorithm)
             .limit("user", Quota::per_minute(5).unwrap())
             .limit("tenant", Quota::per_minute(8).unwrap())
-            .clock(clock.clone())
+            .time(RedisTime::clock(clock.clone()))
             .build()
             .unwrap();
         let _ = l.try_acquire_keys("acme", &["alice", "acme"], 5).await.unwrap().unwrap();
@@ -50,7 +50,7 @@ async fn several_limits_are_all_or_nothing() {
         // Bob took 3 of his 5, not 3 + 4.
         let alone = RedisLimiter::builder(&redis, &format!("multi:{algorithm:?}"), algorithm)
             .limit("user", Quota::per_minute(5).unwrap())
-            .clock(clock.clone())
+            .time(RedisTime::clock(clock.clone()))
             .build()
             .unwrap();
         let probe = alone.try_acquire_keys("acme", &["bob"], 0).await.unwrap().unwrap();
@@ -437,7 +437,7 @@ async fn acquire_reserves_the_earliest_slot_and_max_wait_takes_nothing() {
     let clock = ManualClock::new();
     let l = RedisLimiter::builder(&redis, "reserve", RedisAlgorithm::TokenBucket)
         .limit("l", Quota::per_second(10).unwrap())
-        .clock(clock.clone())
+        .time(RedisTime::clock(clock.clone()))
         .max_wait(Duration::from_millis(250))
         .build()
         .unwrap();
@@ -515,7 +515,7 @@ async fn a_local_fallback_s_grants_are_counted_in_redis_when_it_answers_again() 
         let l = RedisLimiter::builder(&redis, &format!("charge:{algorithm:?}"), algorithm)
             .limit("l", Quota::per_minute(100).unwrap())
             .failure_policy(FailurePolicy::Local(local.clone()))
-            .clock(clock.clone())
+            .time(RedisTime::clock(clock.clone()))
             .build()
             .unwrap();
         assert_eq!(l.try_acquire("k", 10).await.unwrap().reason(), Reason::Granted);
@@ -558,7 +558,7 @@ async fn reset_forgets_one_key_in_every_limit_and_keeps_the_others() {
         let l = RedisLimiter::builder(&redis, &prefix, algorithm)
             .limit("minute", Quota::per_minute(5).unwrap())
             .limit("hour", Quota::per_hour(8).unwrap())
-            .clock(clock.clone())
+            .time(RedisTime::clock(clock.clone()))
             .build()
             .unwrap();
         let _ = l.try_acquire("alice", 5).await.unwrap();
@@ -598,9 +598,10 @@ async fn reset_reports_an_outage() {
 #[tokio::test]
 async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones() {
     use std::collections::HashSet;
-    use tollgate_redis::{
-        CountersMode, WindowCounter, WindowKey, decide_windows, delete_windows, glob_escape, scan_windows,
+    use tollgate_redis::counters::{
+        CountersMode, WindowCounter, WindowKey, decide_windows, delete_windows, scan_windows,
     };
+    use tollgate_redis::{Keyspace, RedisTime};
 
     let server = RedisServer::start();
     let redis = connect(&server).await;
@@ -614,22 +615,25 @@ async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones
         opened_ago: Duration::ZERO,
     };
     let now = 1_000_000_000;
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_micros(now));
+    let time = RedisTime::clock(clock.clone());
     for i in 0..300 {
         // Every third counter has a 1 s window, over by the time of the scan below.
         let window = if i % 3 == 0 { 1 } else { 60 };
         let one = [counter(format!("rl:{{a*}}:{i}"), window)];
-        assert!(decide_windows(&redis, &one, CountersMode::Take, Some(now)).await.unwrap().admitted);
+        assert!(decide_windows(&redis, &one, CountersMode::Take, &time).await.unwrap().admitted);
     }
     let other = [counter("rl:{ab}:1".into(), 60)];
-    assert!(decide_windows(&redis, &other, CountersMode::Take, Some(now)).await.unwrap().admitted);
+    assert!(decide_windows(&redis, &other, CountersMode::Take, &time).await.unwrap().admitted);
     server.cli(&["SET", "rl:{a*}:not-a-hash", "1"]);
 
-    let head = "rl:{a*}:";
-    let pattern = format!("{}*", glob_escape(head));
+    let counters = Keyspace::new("rl:");
     let later = now + 2_000_000;
+    clock.advance(Duration::from_secs(2));
     let (mut cursor, mut steps, mut found) = (0, 0, Vec::new());
     loop {
-        let page = scan_windows(&redis, head, &pattern, cursor, 50, Some(later)).await.unwrap();
+        let page = scan_windows(&redis, &counters, "a*", cursor, 50, &time).await.unwrap();
         assert_eq!(page.now_us, later);
         found.extend(page.windows);
         steps += 1;
@@ -652,24 +656,55 @@ async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones
             calendar: None,
         })
         .collect();
-    assert_eq!(delete_windows(&redis, &doomed, Some(later)).await.unwrap(), 100, "50 of the 150 windows were over");
+    assert_eq!(delete_windows(&redis, &doomed, &time).await.unwrap(), 100, "50 of the 150 windows were over");
     assert_eq!(server.cli(&["EXISTS", "rl:{a*}:1"]), "0");
     assert_eq!(server.cli(&["EXISTS", "rl:{a*}:150"]), "1");
     assert_eq!(server.cli(&["EXISTS", "rl:{ab}:1"]), "1");
 
     // Calendar windows: a counter is live in the calendar window it was stored for only.
     let day = (now - 5_000_000, now + 86_400_000_000 - 5_000_000);
+    // Stored at `now`, listed at `later`.
+    let at_now = ManualClock::new();
+    at_now.advance(Duration::from_micros(now));
+    let at_now = RedisTime::clock(at_now);
     for key in ["rl:{cal}:now", "rl:{cal}:older"] {
         let one = [WindowCounter { calendar: Some(day), ..counter(key.into(), 86_400) }];
-        assert!(decide_windows(&redis, &one, CountersMode::Take, Some(now)).await.unwrap().admitted);
+        assert!(decide_windows(&redis, &one, CountersMode::Take, &at_now).await.unwrap().admitted);
     }
-    let page = scan_windows(&redis, "rl:{cal}:", "rl:{cal}:*", 0, 1000, Some(later)).await.unwrap();
+    let page = scan_windows(&redis, &counters, "cal", 0, 1000, &time).await.unwrap();
     let stored = page.windows.iter().find(|w| w.key == "rl:{cal}:now").unwrap();
     assert_eq!(stored.state(10, Duration::from_secs(86_400), Some(day), later), Some((7, day.1 - later)));
     let next_day = (day.1, day.1 + 86_400_000_000);
     assert_eq!(stored.state(10, Duration::from_secs(86_400), Some(next_day), day.1), None, "yesterday's");
     let key = |key: &str, calendar| WindowKey { key: key.into(), window: Duration::from_secs(86_400), calendar };
     let both = [key("rl:{cal}:now", Some(day)), key("rl:{cal}:older", Some(next_day))];
-    assert_eq!(delete_windows(&redis, &both, Some(later)).await.unwrap(), 1, "the older day's counter is no counter");
+    assert_eq!(delete_windows(&redis, &both, &time).await.unwrap(), 1, "the older day's counter is no counter");
     assert_eq!(server.cli(&["EXISTS", "rl:{cal}:older"]), "0", "deleted all the same");
+}
+
+/// Deployed state lives under these keys: the layout of each type must not move when the code
+/// that builds them does.
+#[tokio::test]
+async fn each_type_keeps_its_deployed_keys() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let quota = Quota::per_minute(5).unwrap();
+    let two = RedisLimiter::builder(&redis, "api", RedisAlgorithm::FixedWindow)
+        .limit("user", quota)
+        .limit("tenant", quota)
+        .build()
+        .unwrap();
+    assert_eq!(two.redis_keys("user:42"), ["api:{user:42}:user", "api:{user:42}:tenant"]);
+    let _lease = two.try_acquire_keys("acme", &["user:42", "acme"], 1).await.unwrap().unwrap();
+    for key in ["api:{acme}:user:user:42", "api:{acme}:tenant"] {
+        assert_eq!(server.cli(&["EXISTS", key]), "1", "{key}");
+    }
+
+    let semaphore = tollgate_redis::RedisSemaphore::builder(&redis, "db", 2).build().unwrap();
+    let held = semaphore.try_acquire().await.unwrap();
+    for key in ["holders", "tokens", "fence"] {
+        let key = format!("tollgate:semaphore:{{db}}:{key}");
+        assert_eq!(server.cli(&["EXISTS", &key]), "1", "{key}");
+    }
+    drop(held);
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tollgate::{Chain, FixedWindow, Keyed, Lease, Limiter, ManualClock, Meta, Quota, RateLimiter, Reason};
 use tollgate_policy::{Descriptor, Policy};
-use tollgate_redis::{LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter};
-use tollgate_server::serve::{Action, Engine, Mode, RedisStore, TimeSource};
+use tollgate_redis::{LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter, RedisTime};
+use tollgate_server::serve::{Action, Engine, Mode, RedisStore};
 use tollgate_testkit::RedisServer;
 
 const LIMIT: u64 = 5;
@@ -54,7 +54,7 @@ impl Backends {
     fn redis(&self, prefix: &str, quota: Quota) -> RedisLimiter {
         RedisLimiter::builder(&self.redis, prefix, RedisAlgorithm::FixedWindow)
             .limit("l", quota)
-            .clock(self.clock.clone())
+            .time(RedisTime::clock(self.clock.clone()))
             .build()
             .unwrap()
     }
@@ -71,7 +71,7 @@ impl Backends {
     }
 
     fn redis_store(&self, prefix: &str) -> RedisStore {
-        RedisStore { redis: self.redis.clone(), prefix: prefix.to_owned(), time: TimeSource::Server }
+        RedisStore { redis: self.redis.clone(), prefix: prefix.to_owned(), time: RedisTime::clock(self.clock.clone()) }
     }
 
     /// Runs `body` against every implementor, one after the other on the clock, each on a fresh
@@ -117,7 +117,9 @@ impl Backends {
         next();
         body(&Alice(self.redis(&format!("{name}:redis"), quota())), &self.clock, "RedisLimiter").await;
         next();
-        let leased = LeasedLimiter::builder(&self.redis, &format!("{name}:leased"), quota()).clock(self.clock.clone());
+        let leased = LeasedLimiter::builder(&self.redis, &format!("{name}:leased"), quota())
+            .clock(self.clock.clone())
+            .time(RedisTime::clock(self.clock.clone()));
         body(&Alice(leased.build().unwrap()), &self.clock, "LeasedLimiter").await;
     }
 }

@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use support::serve;
 use tollgate::{Keyed, ManualClock, Quota, TokenBucket};
-use tollgate_redis::{FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+use tollgate_redis::{FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions, RedisTime};
 use tollgate_tower::{ClientIp, Header, Policy, RateLimitLayer};
 
 async fn fetch(addr: SocketAddr, key: &str) -> http::Response<Bytes> {
@@ -35,7 +35,7 @@ async fn redis_limits_through_the_layer_and_its_failure_policy_answers_when_it_i
     let build = |policy: FailurePolicy| {
         RedisLimiter::builder(&redis, "tower", RedisAlgorithm::TokenBucket)
             .limit("key", Quota::per_minute(2).unwrap())
-            .clock(clock.clone())
+            .time(RedisTime::clock(clock.clone()))
             .failure_policy(policy)
             .build()
             .unwrap()
@@ -83,7 +83,7 @@ async fn a_later_local_rejection_gives_the_redis_permits_back() {
     let clock = ManualClock::new();
     let shared = RedisLimiter::builder(&redis, "refund", RedisAlgorithm::FixedWindow)
         .limit("key", Quota::per_minute(10).unwrap())
-        .clock(clock.clone())
+        .time(RedisTime::clock(clock.clone()))
         .build()
         .unwrap();
     let local: Keyed<std::net::IpAddr, _, _> =

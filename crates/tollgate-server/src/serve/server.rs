@@ -234,6 +234,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let storage_error = |source: StorageError| ServeError::Storage { file: PathBuf::from(&source.source_name), source };
     let text = config.format.read(&config.limits)?;
     let policy = config.format.parse(&text)?;
+    let time = config.time.redis_time(&clock);
     let mut engine = Engine::new(policy, config.mode, config.shadow, clock)
         .with_counter_cap(config.counters)
         .with_request_bounds(config.bounds);
@@ -244,18 +245,18 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         Storage::Memory => {}
         Storage::Redis { url, prefix } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
-            let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
+            let store = RedisStore { redis, prefix: prefix.clone(), time: time.clone() };
             engine = metrics.recording(|| engine.with_redis(store)).map_err(storage_error)?;
         }
         Storage::RedisCached { url, prefix, flush } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
-            let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
+            let store = RedisStore { redis, prefix: prefix.clone(), time: time.clone() };
             engine = metrics.recording(|| engine.with_redis_cached(store)).map_err(storage_error)?;
             flush_every = Some(*flush);
         }
         Storage::RedisLeased { url, prefix } => {
             let redis = tollgate_redis::Redis::connect(url).await?;
-            let store = RedisStore { redis, prefix: prefix.clone(), time: config.time };
+            let store = RedisStore { redis, prefix: prefix.clone(), time: time.clone() };
             engine = metrics.recording(|| engine.with_redis_leased(store)).map_err(storage_error)?;
         }
     }

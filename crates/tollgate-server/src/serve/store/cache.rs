@@ -34,7 +34,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate::Meta;
-use tollgate_redis::{BackendError, CountersMode, Redis, WindowCounter, decide_windows};
+use tollgate_redis::counters::{CountersMode, WindowCounter, decide_windows};
+use tollgate_redis::{BackendError, Redis, RedisTime};
 
 #[derive(Debug)]
 struct Entry {
@@ -159,12 +160,14 @@ impl Cache {
         redis: &Redis,
         counters: Vec<Wanted>,
         now: u64,
-        redis_now: Option<u64>,
+        time: &RedisTime,
     ) -> Result<(), BackendError> {
+        // Redis decides at the instant `now` was read, however long the call takes to get there.
+        let time = &time.at(now);
         let probes: Vec<Wanted> = counters.iter().map(|c| Wanted { hits: 0, ..c.clone() }).collect();
         let (answer, mut entries) = loop {
             let resets = self.resets.load(Ordering::Acquire);
-            let answer = decide_windows(redis, &probes, CountersMode::Check, redis_now).await?;
+            let answer = decide_windows(redis, &probes, CountersMode::Check, time).await?;
             let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             if self.resets.load(Ordering::Acquire) == resets {
                 break (answer, entries);
@@ -223,9 +226,9 @@ impl Cache {
 
     /// Sends the hits allowed since the last flush; returns how many counters were flushed.
     /// On a Redis error the hits stay pending for the next flush.
-    pub(crate) async fn flush(&self, redis: &Redis, now: u64, redis_now: Option<u64>) -> Result<usize, BackendError> {
+    pub(crate) async fn flush(&self, redis: &Redis, now: u64, time: &RedisTime) -> Result<usize, BackendError> {
         let held = self.hold_flushes().await;
-        self.flush_held(&held, redis, now, redis_now).await
+        self.flush_held(&held, redis, now, time).await
     }
 
     /// Waits for a flush under way to end, and holds off the others until the guard is dropped.
@@ -249,8 +252,10 @@ impl Cache {
         _held: &FlushesHeld<'_>,
         redis: &Redis,
         now: u64,
-        redis_now: Option<u64>,
+        time: &RedisTime,
     ) -> Result<usize, BackendError> {
+        // How long ago each window opened is counted from `now`: Redis must place it from then.
+        let time = &time.at(now);
         let batch: Vec<(String, u64, u64, u64, u64)> = {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             entries
@@ -281,7 +286,7 @@ impl Cache {
                 calendar: None,
                 opened_ago: Duration::from_nanos(*opened_ago),
             };
-            let answer = decide_windows(redis, &[counter], CountersMode::Flush, redis_now).await;
+            let answer = decide_windows(redis, &[counter], CountersMode::Flush, time).await;
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             let Some(e) = entries.map.get_mut(key) else { continue };
             match answer {

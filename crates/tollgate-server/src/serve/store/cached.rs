@@ -69,7 +69,7 @@ impl<C: Clock> Store<C> for Cached {
         }
         Answer::Later(Box::pin(async move {
             let store = &self.redis.store;
-            let load = self.cache.load(&store.redis, missing, call.clock.now(), store.now_us(call.clock));
+            let load = self.cache.load(&store.redis, missing, call.clock.now(), &store.time);
             self.redis.measured(load).await?;
             Ok(decide())
         }))
@@ -84,7 +84,7 @@ impl<C: Clock> Store<C> for Cached {
     ) -> Later<'a, Result<CounterList, BackendError>> {
         Box::pin(async move {
             Store::<C>::flush(self, clock).await?;
-            self.redis.list_now(loaded, namespace, max, clock).await
+            self.redis.list_now(loaded, namespace, max).await
         })
     }
 
@@ -98,9 +98,9 @@ impl<C: Clock> Store<C> for Cached {
         Box::pin(async move {
             let store = &self.redis.store;
             let held = self.cache.hold_flushes().await;
-            let flushed = self.cache.flush_held(&held, &store.redis, clock.now(), store.now_us(clock)).await;
+            let flushed = self.cache.flush_held(&held, &store.redis, clock.now(), &store.time).await;
             flushed.inspect_err(|e| self.redis.metrics.error(e))?;
-            let reset = self.redis.reset_now(loaded, namespace, filter, clock).await?;
+            let reset = self.redis.reset_now(loaded, namespace, filter).await?;
             self.cache.forget(&held, chosen_by(loaded, &store.prefix, namespace, filter));
             Ok(reset)
         })
@@ -112,7 +112,7 @@ impl<C: Clock> Store<C> for Cached {
 
     fn flush<'a>(&'a self, clock: &'a C) -> Later<'a, Result<usize, BackendError>> {
         let store = &self.redis.store;
-        let flush = self.cache.flush(&store.redis, clock.now(), store.now_us(clock));
+        let flush = self.cache.flush(&store.redis, clock.now(), &store.time);
         Box::pin(async move { flush.await.inspect_err(|e| self.redis.metrics.error(e)) })
     }
 }

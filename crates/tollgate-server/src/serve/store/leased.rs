@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use tollgate::{AllOrNothing, Clock, Lease, Meta, Quota, Reply, Step};
 use tollgate_policy::Policy;
-use tollgate_redis::{BackendError, LeasedLimiter, WindowCounter};
+use tollgate_redis::counters::WindowCounter;
+use tollgate_redis::{BackendError, LeasedLimiter};
 
 use super::redis::{InRedis, chosen_by, statuses};
-use super::{Answer, Call, Later, RedisStore, Store, TimeSource, redis_accepts};
+use super::{Answer, Call, Later, RedisStore, Store, redis_accepts};
 use crate::serve::admin::{CounterFilter, CounterList};
 use crate::serve::engine::{Action, Loaded, Mode, Status, StorageError, StorageKind};
 
@@ -53,13 +54,14 @@ impl<C: Clock> Leased<C> {
             .or_insert_with(|| {
                 let store = &self.redis.store;
                 let quota = Quota::per(counter.window, counter.limit).expect("a loaded limit has a usable quota");
-                let builder = LeasedLimiter::builder(&store.redis, &store.prefix, quota)
+                LeasedLimiter::builder(&store.redis, &store.prefix, quota)
                     .whole_keys()
                     .max_key_bytes(self.max_key_bytes)
                     .metrics(self.redis.metrics.clone())
-                    .clock(clock.clone());
-                let builder = if store.time == TimeSource::Redis { builder.redis_time() } else { builder };
-                builder.build().expect("one limit with whole keys is a valid leased limiter")
+                    .clock(clock.clone())
+                    .time(store.time.clone())
+                    .build()
+                    .expect("one limit with whole keys is a valid leased limiter")
             })
             .clone()
     }
@@ -146,9 +148,9 @@ impl<C: Clock> Store<C> for Leased<C> {
         loaded: Arc<Loaded>,
         namespace: &'a str,
         max: usize,
-        clock: &'a C,
+        _clock: &'a C,
     ) -> Later<'a, Result<CounterList, BackendError>> {
-        Box::pin(self.redis.list_now(loaded, namespace, max, clock))
+        Box::pin(self.redis.list_now(loaded, namespace, max))
     }
 
     fn reset<'a>(
@@ -156,10 +158,10 @@ impl<C: Clock> Store<C> for Leased<C> {
         loaded: &'a Loaded,
         namespace: &'a str,
         filter: &'a CounterFilter,
-        clock: &'a C,
+        _clock: &'a C,
     ) -> Later<'a, Result<u64, BackendError>> {
         Box::pin(async move {
-            let reset = self.redis.reset_now(loaded, namespace, filter, clock).await?;
+            let reset = self.redis.reset_now(loaded, namespace, filter).await?;
             let chosen = chosen_by(loaded, &self.redis.store.prefix, namespace, filter);
             for limiter in self.all() {
                 limiter.forget(&chosen);

@@ -21,7 +21,7 @@ use std::pin::Pin;
 
 use tollgate::Clock;
 use tollgate_policy::{Descriptor, Hit, Policy};
-use tollgate_redis::BackendError;
+use tollgate_redis::{BackendError, RedisTime};
 
 pub(crate) use cached::Cached;
 pub(crate) use leased::Leased;
@@ -122,7 +122,8 @@ pub(crate) trait Store<C: Clock>: Send + Sync {
 }
 
 /// Whose clock times the windows of counters kept in Redis (with in-memory storage the server's
-/// clock always does).
+/// clock always does): the choice `tollgate serve` is given, made a [`RedisTime`] by
+/// [`TimeSource::redis_time`] once the server's clock is known.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TimeSource {
     /// Redis `TIME`: every replica agrees, whatever its own clock says. The default.
@@ -133,39 +134,34 @@ pub enum TimeSource {
     Server,
 }
 
+impl TimeSource {
+    /// The Redis stores' time for a server on `clock`.
+    ///
+    /// ```
+    /// use tollgate::ManualClock;
+    /// use tollgate_server::serve::TimeSource;
+    /// assert!(TimeSource::Redis.redis_time(&ManualClock::new()).is_redis());
+    /// assert_eq!(TimeSource::Server.redis_time(&ManualClock::new()).now_us(), Some(0));
+    /// ```
+    pub fn redis_time<C: Clock>(self, clock: &C) -> RedisTime {
+        match self {
+            TimeSource::Redis => RedisTime::redis(),
+            TimeSource::Server => RedisTime::clock(clock.clone()),
+        }
+    }
+}
+
 /// Counters in Redis instead of in memory: the connection, the key prefix, and whose clock times
 /// the windows.
 #[derive(Debug)]
 pub struct RedisStore {
     /// The connection.
     pub redis: tollgate_redis::Redis,
-    /// Prefix of every key.
+    /// Prefix of every key (a counter's key is [`Keyspace::key`](tollgate_redis::Keyspace::key) of the prefix, under the
+    /// namespace as tag, named by its limit's id, with its variables' values).
     pub prefix: String,
-    /// Whose clock times the windows.
-    pub time: TimeSource,
-}
-
-impl RedisStore {
-    /// The time to pass Redis, in µs on the engine's clock; `None` to let Redis use `TIME`.
-    pub(crate) fn now_us<C: Clock>(&self, clock: &C) -> Option<u64> {
-        (self.time == TimeSource::Server).then(|| clock.now() / 1000)
-    }
-
-    /// A calendar limit's current window in µs on the clock Redis decides with: the engine's,
-    /// else Redis `TIME`, taken to agree with this host's wall clock.
-    pub(crate) fn calendar_us<C: Clock>(&self, calendar: &tollgate::Calendar, clock: &C) -> (u64, u64) {
-        if self.time == TimeSource::Server {
-            let origin = clock.unix_origin_ns();
-            let (start, end) = calendar.window_at(origin.saturating_add(clock.now()));
-            (start.saturating_sub(origin) / 1000, end.saturating_sub(origin) / 1000)
-        } else {
-            let unix = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-            let (start, end) = calendar.window_at(unix);
-            (start / 1000, end / 1000)
-        }
-    }
+    /// Whose clock times the windows (see [`TimeSource::redis_time`]).
+    pub time: RedisTime,
 }
 
 /// The first limit of `policy` a Redis store cannot count, as the error that names it: Redis counts

@@ -6,9 +6,9 @@
 //! ([`SCAN_COUNT`] keys of the keyspace looked at), each key read back as (limit id, values) and
 //! matched with the loaded limit of that id: keys of limits no longer loaded are skipped, and
 //! expire on their own. A reset that names every variable of a limit deletes that one key without
-//! a scan. Time is the one decisions use (Redis `TIME`, or the engine's clock with
-//! [`TimeSource::Server`](super::TimeSource::Server)), and a calendar limit's counter is live in
-//! the calendar window of that time only, as decisions see it.
+//! a scan. Time is the one decisions use (the store's [`RedisTime`]: Redis `TIME`, or the engine's
+//! clock with [`TimeSource::Server`](super::TimeSource::Server)), and a calendar limit's counter is
+//! live in the calendar window of that time only, as decisions see it.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -17,10 +17,10 @@ use std::time::Instant;
 
 use tollgate::{Clock, Meta};
 use tollgate_policy::{Hit, Limit, LimitId, Policy};
-use tollgate_redis::{
-    BackendError, CountersMode, RedisMetrics, StoredWindow, WindowCounter, WindowKey, decide_windows, delete_windows,
-    glob_escape, scan_windows,
+use tollgate_redis::counters::{
+    CountersMode, StoredWindow, WindowCounter, WindowKey, decide_windows, delete_windows, scan_windows,
 };
+use tollgate_redis::{BackendError, Keyspace, RedisMetrics, RedisTime};
 
 use super::{Answer, Call, Later, RedisStore, Store, redis_accepts};
 use crate::serve::admin::{CounterFilter, CounterList, Pick, limits_by_id};
@@ -35,6 +35,8 @@ const DELETE_BATCH: usize = 500;
 /// Counters in Redis, one round trip per call.
 pub(crate) struct InRedis {
     pub(crate) store: RedisStore,
+    /// The store's prefix, where its counters are.
+    keyspace: Keyspace,
     /// `tollgate_redis_*{prefix}`: what a `RedisLimiter` on the same prefix would record.
     pub(crate) metrics: RedisMetrics,
 }
@@ -43,7 +45,7 @@ impl InRedis {
     /// The store, with its metrics registered with the recorder in force now.
     pub(crate) fn new(store: RedisStore) -> InRedis {
         let metrics = RedisMetrics::new(&store.prefix);
-        InRedis { store, metrics }
+        InRedis { keyspace: Keyspace::new(store.prefix.as_str()), store, metrics }
     }
 
     /// A decision's round trip, timed (real time, even on a test clock: it measures Redis) and
@@ -65,35 +67,33 @@ impl InRedis {
             .hits
             .iter()
             .map(|hit| WindowCounter {
-                key: redis_key(&self.store.prefix, call.namespace, hit),
+                key: counter_key(&self.keyspace, call.namespace, hit.limit.id(), &hit.values),
                 limit: hit.limit.max_value(),
                 window: hit.limit.window(),
                 hits: call.hits_on(hit),
                 enforce: hit.limit.enforcement().denies(),
-                calendar: hit.limit.calendar().map(|c| self.store.calendar_us(c, call.clock)),
+                calendar: hit.limit.calendar().map(|c| self.store.time.window_us(|unix| c.window_at(unix))),
                 opened_ago: std::time::Duration::ZERO,
             })
             .collect();
         merge_repeated(counters)
     }
 
-    /// Up to `max` live counters of `namespace`.
-    pub(crate) async fn list_now<C: Clock>(
+    /// Up to `max` live counters of `namespace`, at the store's time.
+    pub(crate) async fn list_now(
         &self,
         loaded: Arc<Loaded>,
         namespace: &str,
         max: usize,
-        clock: &C,
     ) -> Result<CounterList, BackendError> {
         let by_id = limits_by_id(&loaded, namespace);
-        let calendars = self.calendars(by_id.values().map(|(_, limit)| *limit), clock);
+        let calendars = self.calendars(by_id.values().map(|(_, limit)| *limit));
         let mut counters = Vec::new();
         let mut truncated = false;
         if !by_id.is_empty() {
-            let head = key_head(&self.store.prefix, namespace);
             let mut seen = HashSet::new();
-            self.scan(&head, clock, |now_us, window| {
-                let Some((id, values)) = parse_key(&head, &window.key) else { return true };
+            self.scan(namespace, |now_us, window| {
+                let Some((id, values)) = parse_counter_key(&self.keyspace, namespace, &window.key) else { return true };
                 let Some(&(index, limit)) = by_id.get(&id) else { return true };
                 let calendar = calendars.get(&id).copied();
                 let Some((remaining, reset_us)) = window.state(limit.max_value(), limit.window(), calendar, now_us)
@@ -122,15 +122,14 @@ impl InRedis {
     }
 
     /// Deletes the counters of `namespace` that `filter` chooses; returns how many were live.
-    pub(crate) async fn reset_now<C: Clock>(
+    pub(crate) async fn reset_now(
         &self,
         loaded: &Loaded,
         namespace: &str,
         filter: &CounterFilter,
-        clock: &C,
     ) -> Result<u64, BackendError> {
-        let (store, now) = (&self.store, self.store.now_us(clock));
-        let calendars = self.calendars(loaded.policy.namespace(namespace), clock);
+        let store = &self.store;
+        let calendars = self.calendars(loaded.policy.namespace(namespace));
         let key = |key: String, limit: &Limit| WindowKey {
             key,
             window: limit.window(),
@@ -142,7 +141,9 @@ impl InRedis {
             let limit = &loaded.policy.limits()[index];
             match filter.pick(limit) {
                 Pick::Nothing => {}
-                Pick::One(values) => exact.push(key(counter_key(&store.prefix, namespace, limit.id(), &values), limit)),
+                Pick::One(values) => {
+                    exact.push(key(counter_key(&self.keyspace, namespace, limit.id(), &values), limit))
+                }
                 Pick::Matching => {
                     scanned.insert(limit.id(), limit);
                 }
@@ -150,29 +151,27 @@ impl InRedis {
         }
         let mut reset = 0;
         for batch in exact.chunks(DELETE_BATCH) {
-            reset += delete_windows(&store.redis, batch, now).await?;
+            reset += delete_windows(&store.redis, batch, &store.time).await?;
         }
         if scanned.is_empty() {
             return Ok(reset);
         }
-        let head = key_head(&store.prefix, namespace);
         let mut seen = HashSet::new();
         let mut chosen = Vec::new();
         // Found keys are deleted a page at a time, between steps of the scan (which a delete
         // does not disturb: SCAN still returns every key present throughout).
         let mut cursor = 0;
         loop {
-            let page =
-                scan_windows(&store.redis, &head, &format!("{}*", glob_escape(&head)), cursor, SCAN_COUNT, now).await?;
+            let page = scan_windows(&store.redis, &self.keyspace, namespace, cursor, SCAN_COUNT, &store.time).await?;
             for window in page.windows {
-                let Some((id, values)) = parse_key(&head, &window.key) else { continue };
+                let Some((id, values)) = parse_counter_key(&self.keyspace, namespace, &window.key) else { continue };
                 let Some(limit) = scanned.get(&id) else { continue };
                 if filter.matches(limit, &values) && seen.insert(window.key.clone()) {
                     chosen.push(key(window.key, limit));
                 }
             }
             for batch in chosen.chunks(DELETE_BATCH) {
-                reset += delete_windows(&store.redis, batch, now).await?;
+                reset += delete_windows(&store.redis, batch, &store.time).await?;
             }
             chosen.clear();
             cursor = page.cursor;
@@ -183,27 +182,27 @@ impl InRedis {
     }
 
     /// The current calendar window (µs, on the clock Redis decides with) of each calendar limit.
-    fn calendars<'l, C: Clock>(
-        &self,
-        limits: impl Iterator<Item = &'l Limit>,
-        clock: &C,
-    ) -> HashMap<LimitId, (u64, u64)> {
-        limits.filter_map(|limit| Some((limit.id(), self.store.calendar_us(limit.calendar()?, clock)))).collect()
+    fn calendars<'l>(&self, limits: impl Iterator<Item = &'l Limit>) -> HashMap<LimitId, (u64, u64)> {
+        let time: &RedisTime = &self.store.time;
+        limits
+            .filter_map(|limit| {
+                let calendar = limit.calendar()?;
+                Some((limit.id(), time.window_us(|unix| calendar.window_at(unix))))
+            })
+            .collect()
     }
 
-    /// Scans the keys starting with `head`, calling `found` with each step's time (µs) and each
+    /// Scans the counters of `namespace`, calling `found` with each step's time (µs) and each
     /// counter found, until the scan ends or `found` says to stop.
-    async fn scan<C: Clock>(
+    async fn scan(
         &self,
-        head: &str,
-        clock: &C,
+        namespace: &str,
         mut found: impl FnMut(u64, StoredWindow) -> bool,
     ) -> Result<(), BackendError> {
-        let now = self.store.now_us(clock);
-        let pattern = format!("{}*", glob_escape(head));
         let mut cursor = 0;
         loop {
-            let page = scan_windows(&self.store.redis, head, &pattern, cursor, SCAN_COUNT, now).await?;
+            let page = scan_windows(&self.store.redis, &self.keyspace, namespace, cursor, SCAN_COUNT, &self.store.time)
+                .await?;
             for window in page.windows {
                 if !found(page.now_us, window) {
                     return Ok(());
@@ -238,9 +237,9 @@ impl<C: Clock> Store<C> for InRedis {
             Action::Report => CountersMode::Report,
             Action::CheckAndReport => CountersMode::Take,
         };
-        let now = self.store.now_us(call.clock);
         Answer::Later(Box::pin(async move {
-            let decided = self.measured(decide_windows(&self.store.redis, &counters, mode, now)).await?.counters;
+            let decided =
+                self.measured(decide_windows(&self.store.redis, &counters, mode, &self.store.time)).await?.counters;
             Ok(statuses(call.hits, &slots, &decided))
         }))
     }
@@ -250,9 +249,9 @@ impl<C: Clock> Store<C> for InRedis {
         loaded: Arc<Loaded>,
         namespace: &'a str,
         max: usize,
-        clock: &'a C,
+        _clock: &'a C,
     ) -> Later<'a, Result<CounterList, BackendError>> {
-        Box::pin(self.list_now(loaded, namespace, max, clock))
+        Box::pin(self.list_now(loaded, namespace, max))
     }
 
     fn reset<'a>(
@@ -260,9 +259,9 @@ impl<C: Clock> Store<C> for InRedis {
         loaded: &'a Loaded,
         namespace: &'a str,
         filter: &'a CounterFilter,
-        clock: &'a C,
+        _clock: &'a C,
     ) -> Later<'a, Result<u64, BackendError>> {
-        Box::pin(self.reset_now(loaded, namespace, filter, clock))
+        Box::pin(self.reset_now(loaded, namespace, filter))
     }
 }
 
@@ -300,20 +299,11 @@ fn merge_repeated(counters: Vec<WindowCounter>) -> (Vec<WindowCounter>, Vec<usiz
     (merged, slots)
 }
 
-/// `{prefix}{namespace}:{limit id}:{values}`: the namespace is the hash tag, so all counters of a
-/// call are on one Cluster node; values are length-prefixed so no value can forge another key.
-fn redis_key(prefix: &str, namespace: &str, hit: &Hit<'_>) -> String {
-    counter_key(prefix, namespace, hit.limit.id(), &hit.values)
-}
-
-/// The Redis key of one counter: see [`redis_key`] (and [`parse_key`], its inverse).
-pub(crate) fn counter_key(prefix: &str, namespace: &str, limit: LimitId, values: &[String]) -> String {
-    let mut key = format!("{prefix}{{{namespace}}}:{limit}");
-    for value in values {
-        use std::fmt::Write as _;
-        let _ = write!(key, ":{}:{value}", value.len());
-    }
-    key
+/// The Redis key of one counter: [`Keyspace::key`] under the namespace (the hash tag, so all
+/// counters of a call are on one Cluster node), named by the limit's id, with the variables'
+/// values (length-prefixed, so no value can forge another key); [`parse_counter_key`] reads it back.
+pub(crate) fn counter_key(keyspace: &Keyspace, namespace: &str, limit: LimitId, values: &[String]) -> String {
+    keyspace.key(namespace, &limit.to_string(), values)
 }
 
 /// Whether a counter key of `namespace` is one `filter` chooses (a key of a limit no longer
@@ -325,33 +315,22 @@ pub(crate) fn chosen_by<'a>(
     filter: &'a CounterFilter,
 ) -> impl Fn(&str) -> bool + 'a {
     let by_id = limits_by_id(loaded, namespace);
-    let head = key_head(prefix, namespace);
+    let keyspace = Keyspace::new(prefix);
     move |key| {
-        parse_key(&head, key).and_then(|(id, values)| Some(filter.matches(by_id.get(&id)?.1, &values))).unwrap_or(false)
+        parse_counter_key(&keyspace, namespace, key)
+            .and_then(|(id, values)| Some(filter.matches(by_id.get(&id)?.1, &values)))
+            .unwrap_or(false)
     }
 }
 
-/// `{prefix}{namespace}:`: what every counter key of the namespace starts with.
-pub(crate) fn key_head(prefix: &str, namespace: &str) -> String {
-    format!("{prefix}{{{namespace}}}:")
-}
-
-/// The inverse of [`counter_key`] after its head: the limit's id and the variables' values.
-pub(crate) fn parse_key(head: &str, key: &str) -> Option<(LimitId, Vec<String>)> {
-    let rest = key.strip_prefix(head)?;
-    let (id, mut rest) = rest.split_at_checked(16)?;
-    if !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+/// The limit's id and the variables' values of a [`counter_key`] of `namespace`.
+pub(crate) fn parse_counter_key(keyspace: &Keyspace, namespace: &str, key: &str) -> Option<(LimitId, Vec<String>)> {
+    let (id, values) = keyspace.parse(namespace, key)?;
+    if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let id = LimitId(u64::from_str_radix(id, 16).ok()?);
-    let mut values = Vec::new();
-    while !rest.is_empty() {
-        let (len, after) = rest.strip_prefix(':')?.split_once(':')?;
-        let len: usize = if len.bytes().all(|b| b.is_ascii_digit()) { len.parse().ok()? } else { return None };
-        values.push(after.get(..len)?.to_owned());
-        rest = &after[len..];
-    }
-    Some((id, values))
+    Some((id, values.into_iter().map(str::to_owned).collect()))
 }
 
 #[cfg(test)]
@@ -361,13 +340,19 @@ mod tests {
     #[test]
     fn a_counter_key_parses_back_to_its_limit_and_values() {
         let values = vec!["a:1:b".to_string(), String::new(), "12".to_string(), "é:".to_string()];
-        let head = key_head("rl:", "ns:{x}");
-        let key = counter_key("rl:", "ns:{x}", LimitId(0xfeed), &values);
-        assert_eq!(parse_key(&head, &key), Some((LimitId(0xfeed), values)));
-        assert_eq!(parse_key(&head, &counter_key("rl:", "ns:{x}", LimitId(7), &[])), Some((LimitId(7), vec![])));
+        let space = Keyspace::new("rl:");
+        let key = counter_key(&space, "ns:{x}", LimitId(0xfeed), &values);
+        // Deployed counters live under these keys: the layout must not move.
+        assert_eq!(key, "rl:{ns:{x}}:000000000000feed:5:a:1:b:0::2:12:3:é:");
+        assert_eq!(parse_counter_key(&space, "ns:{x}", &key), Some((LimitId(0xfeed), values)));
+        assert_eq!(
+            parse_counter_key(&space, "ns:{x}", &counter_key(&space, "ns:{x}", LimitId(7), &[])),
+            Some((LimitId(7), vec![]))
+        );
+        let head = space.head("ns:{x}");
         for bad in ["", "000000000000007", "000000000000000g", "0000000000000007:3:ab", "0000000000000007:x:ab"] {
-            assert_eq!(parse_key(&head, &format!("{head}{bad}")), None, "{bad}");
+            assert_eq!(parse_counter_key(&space, "ns:{x}", &format!("{head}{bad}")), None, "{bad}");
         }
-        assert_eq!(parse_key(&head, "other:{ns:{x}}:0000000000000007"), None);
+        assert_eq!(parse_counter_key(&space, "ns:{x}", "other:{ns:{x}}:0000000000000007"), None);
     }
 }

@@ -1,4 +1,4 @@
-//! Listing and deleting the rate-limit server's counters ([`crate::decide_windows`]' hashes):
+//! Listing and deleting the rate-limit server's counters ([`super::decide_windows`]' hashes):
 //! what `GET` and `DELETE /counters/{namespace}` need with counters in Redis.
 //!
 //! Listing is a SCAN, one step per call, so no call blocks Redis for long however many keys it
@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::{BackendError, Redis, scripts};
+use crate::{BackendError, Keyspace, Redis, RedisTime, scripts};
 
 /// One counter a [`scan_windows`] step found: its key and stored state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,13 +23,13 @@ pub struct StoredWindow {
 impl StoredWindow {
     /// The hits left and the time until the window ends (µs) at `now_us`, for a limit of
     /// `limit` per `window`, or per calendar window when `calendar` is the current one's
-    /// (start, end) in µs (as [`crate::WindowCounter::calendar`]: a counter stored for another
+    /// (start, end) in µs (as [`super::WindowCounter::calendar`]: a counter stored for another
     /// start is from an older window). `None` when the window is over or empty: the counter
     /// starts full again, as `decide_windows` would see it.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate_redis::StoredWindow;
+    /// use tollgate_redis::counters::StoredWindow;
     /// let w = StoredWindow { key: "rl:{api}:x".into(), start_us: 1_000_000, count: 3 };
     /// let minute = Duration::from_secs(60);
     /// assert_eq!(w.state(5, minute, None, 31_000_000), Some((2, 30_000_000)));
@@ -47,7 +47,7 @@ impl StoredWindow {
     }
 }
 
-/// A counter to delete, and how its windows run (as in [`crate::WindowCounter`]).
+/// A counter to delete, and how its windows run (as in [`super::WindowCounter`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowKey {
     /// The Redis key (with the call's hash tag).
@@ -63,41 +63,26 @@ pub struct WindowKey {
 pub struct WindowPage {
     /// The cursor of the next step; 0 when the scan is over.
     pub cursor: u64,
-    /// The step's time in µs (Redis `TIME`, or the `now_us` passed).
+    /// The step's time in µs, on the [`RedisTime`] the step ran on.
     pub now_us: u64,
     /// Counters found (a key may be found again by a later step of the same scan).
     pub windows: Vec<StoredWindow>,
 }
 
-/// `text` with Redis glob characters (`*?[]\`) escaped, for a MATCH pattern that must match it
-/// literally.
-///
-/// ```
-/// assert_eq!(tollgate_redis::glob_escape("rl:{a*b}:"), "rl:{a\\*b}:");
-/// ```
-pub fn glob_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// One SCAN step from `cursor` (0 to start) over keys matching `pattern` (see [`glob_escape`]),
-/// looking at about `count` keys of the keyspace, with the stored state of each key it found:
-/// one EVALSHA. `tag_key` is any key with the hash tag of the keys listed; it routes the step
-/// to their node on Redis Cluster. Time is Redis `TIME`, or `now_us` (tests on a manual clock).
+/// One SCAN step from `cursor` (0 to start) over the keys of `keyspace` under `tag`
+/// ([`Keyspace::pattern`]), looking at about `count` keys of Redis's keyspace, with the stored
+/// state of each key it found: one EVALSHA, routed to the tag's node on Redis Cluster. Its time
+/// is `time`'s.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
-/// use tollgate_redis::{Redis, scan_windows};
+/// use tollgate_redis::counters::scan_windows;
+/// use tollgate_redis::{Keyspace, Redis, RedisTime};
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let (counters, time) = (Keyspace::new("rl:"), RedisTime::redis());
 /// let mut cursor = 0;
 /// loop {
-///     let page = scan_windows(&redis, "rl:{api}", "rl:{api}:*", cursor, 1000, None).await?;
+///     let page = scan_windows(&redis, &counters, "api", cursor, 1000, &time).await?;
 ///     println!("{} counters at {} µs", page.windows.len(), page.now_us);
 ///     cursor = page.cursor;
 ///     if cursor == 0 { break; }
@@ -106,15 +91,16 @@ pub fn glob_escape(text: &str) -> String {
 /// ```
 pub async fn scan_windows(
     redis: &Redis,
-    tag_key: &str,
-    pattern: &str,
+    keyspace: &Keyspace,
+    tag: &str,
     cursor: u64,
     count: usize,
-    now_us: Option<u64>,
+    time: &RedisTime,
 ) -> Result<WindowPage, BackendError> {
-    let now = now_us.map(|n| n.to_string()).unwrap_or_default();
-    let args = [now, cursor.to_string(), pattern.to_owned(), count.max(1).to_string()];
-    let reply: Vec<Vec<u8>> = redis.invoke(&scripts::COUNTERS_SCAN, &[tag_key.to_owned()], &args).await?;
+    let (now, _) = time.script_now();
+    let args = [now, cursor.to_string(), keyspace.pattern(tag), count.max(1).to_string()];
+    // Any key with the tag routes the step to the node its keys are on.
+    let reply: Vec<Vec<u8>> = redis.invoke(&scripts::COUNTERS_SCAN, &[keyspace.head(tag)], &args).await?;
     let number = |i: usize| reply.get(i).and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok());
     let windows = reply
         .get(2..)
@@ -133,25 +119,27 @@ pub async fn scan_windows(
 }
 
 /// Deletes `counters` (all with one hash tag) in one EVALSHA, so each starts its next window
-/// full; returns how many held hits in a window still open as of Redis `TIME` (or `now_us`):
-/// the counters a listing would have shown.
+/// full; returns how many held hits in a window still open as of `time`: the counters a listing
+/// would have shown.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
 /// use std::time::Duration;
-/// use tollgate_redis::{Redis, WindowKey, delete_windows};
+/// use tollgate_redis::counters::{WindowKey, delete_windows};
+/// use tollgate_redis::{Keyspace, Redis, RedisTime};
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let alice = WindowKey { key: "rl:{api}:alice".into(), window: Duration::from_secs(60), calendar: None };
-/// let live = delete_windows(&redis, &[alice], None).await?;
+/// let key = Keyspace::new("rl:").key("api", "per-user", &["alice"]);
+/// let alice = WindowKey { key, window: Duration::from_secs(60), calendar: None };
+/// let live = delete_windows(&redis, &[alice], &RedisTime::redis()).await?;
 /// # let _ = live; Ok(()) }
 /// ```
-pub async fn delete_windows(redis: &Redis, counters: &[WindowKey], now_us: Option<u64>) -> Result<u64, BackendError> {
+pub async fn delete_windows(redis: &Redis, counters: &[WindowKey], time: &RedisTime) -> Result<u64, BackendError> {
     if counters.is_empty() {
         return Ok(0);
     }
     let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
     let mut args = Vec::with_capacity(1 + 3 * counters.len());
-    args.push(now_us.map(|n| n.to_string()).unwrap_or_default());
+    args.push(time.script_now().0);
     for c in counters {
         let (start, end) = c.calendar.unwrap_or((0, 0));
         args.extend([window_us(c.window).to_string(), start.to_string(), end.to_string()]);
