@@ -163,46 +163,34 @@ where
     }
 }
 
-impl<K: ?Sized, L: RateLimiter<K> + ?Sized> RateLimiter<K> for Arc<L> {
-    #[inline]
-    fn decide(&self, key: &K, n: u64) -> Decision {
-        (**self).decide(key, n)
-    }
-    fn check(&self, key: &K, n: u64) -> Check {
-        (**self).check(key, n)
-    }
-    fn give_back(&self, key: &K, lease: Lease) -> Refund {
-        (**self).give_back(key, lease)
-    }
-    fn capacity(&self) -> u64 {
-        (**self).capacity()
-    }
-    fn window(&self) -> Option<Duration> {
-        (**self).window()
-    }
+/// A pointer to a limiter decides as the limiter does (`Arc<L>`, and `Box<dyn RateLimiter<K>>`).
+macro_rules! through_pointer {
+    ($($pointer:ident),+) => {$(
+        impl<K: ?Sized, L: RateLimiter<K> + ?Sized> RateLimiter<K> for $pointer<L> {
+            #[inline]
+            fn decide(&self, key: &K, n: u64) -> Decision {
+                (**self).decide(key, n)
+            }
+            fn check(&self, key: &K, n: u64) -> Check {
+                (**self).check(key, n)
+            }
+            fn give_back(&self, key: &K, lease: Lease) -> Refund {
+                (**self).give_back(key, lease)
+            }
+            fn capacity(&self) -> u64 {
+                (**self).capacity()
+            }
+            fn window(&self) -> Option<Duration> {
+                (**self).window()
+            }
+        }
+    )+};
 }
+
+through_pointer!(Arc, Box);
 
 impl<K: ?Sized, L: Acquire<K> + ?Sized> Acquire<K> for Arc<L> {
     fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
         (**self).acquire(key, n)
-    }
-}
-
-impl<K: ?Sized, L: RateLimiter<K> + ?Sized> RateLimiter<K> for Box<L> {
-    #[inline]
-    fn decide(&self, key: &K, n: u64) -> Decision {
-        (**self).decide(key, n)
-    }
-    fn check(&self, key: &K, n: u64) -> Check {
-        (**self).check(key, n)
-    }
-    fn give_back(&self, key: &K, lease: Lease) -> Refund {
-        (**self).give_back(key, lease)
-    }
-    fn capacity(&self) -> u64 {
-        (**self).capacity()
-    }
-    fn window(&self) -> Option<Duration> {
-        (**self).window()
     }
 }
