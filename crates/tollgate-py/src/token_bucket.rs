@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use tollgate::{Quota, Reason};
-use tollgate_redis::{RedisAlgorithm, RedisLimiter};
+use tollgate_redis::{AlgorithmKind, RedisLimiter};
 
 use crate::args::{self, Seconds};
 use crate::connection::{Lazy, Target};
@@ -15,7 +15,7 @@ use crate::errors;
 
 /// The key prefix and limit name of a Python `TokenBucket`: its Redis key is
 /// `tollgate:{<name>}:token_bucket`, the key of the Rust
-/// `RedisLimiter::builder(&redis, "tollgate", RedisAlgorithm::TokenBucket).limit("token_bucket", quota)`
+/// `RedisLimiter::builder(&redis, "tollgate", AlgorithmKind::TokenBucket).limit("token_bucket", quota)`
 /// deciding for key `name`.
 const PREFIX: &str = "tollgate";
 const LIMIT: &str = "token_bucket";
@@ -50,7 +50,7 @@ impl BucketCore {
         let max_wait = args::max_sleep(max_sleep.as_ref())?;
         let target = Target::from_arg(redis_url)?;
         let lazy = Lazy::new(target, move |redis| {
-            let mut builder = RedisLimiter::builder(redis, PREFIX, RedisAlgorithm::TokenBucket).limit(LIMIT, quota);
+            let mut builder = RedisLimiter::builder(redis, PREFIX, AlgorithmKind::TokenBucket).limit(LIMIT, quota);
             if let Some(max_wait) = max_wait {
                 builder = builder.max_wait(max_wait);
             }

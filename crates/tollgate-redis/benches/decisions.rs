@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use tollgate::Quota;
-use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter, RedisOptions, RedisSemaphore};
+use tollgate_redis::{AlgorithmKind, Redis, RedisLimiter, RedisOptions, RedisSemaphore};
 
 fn bench(c: &mut Criterion) {
     let server = tollgate_testkit::RedisServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let options = RedisOptions { deadline: Duration::from_secs(5), ..Default::default() };
     let redis = rt.block_on(Redis::connect_with(&server.url(), options)).unwrap();
-    let limiter = RedisLimiter::builder(&redis, "bench", RedisAlgorithm::TokenBucket)
+    let limiter = RedisLimiter::builder(&redis, "bench", AlgorithmKind::TokenBucket)
         .limit("l", Quota::per_second(1_000_000).unwrap().with_burst(1_000_000).unwrap())
         .build()
         .unwrap();

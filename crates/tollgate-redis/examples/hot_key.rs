@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tollgate::{Quota, RateLimiter};
-use tollgate_redis::{LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter};
+use tollgate_redis::{AlgorithmKind, LeasedLimiter, Redis, RedisLimiter};
 
 const TASKS: usize = 8;
 
@@ -56,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let redis = Redis::connect(&url).await?;
     // A budget no task can exhaust: the cost of a decision, nothing else.
     let roomy = Quota::per_second(1_000_000_000)?;
-    let plain = RedisLimiter::builder(&redis, "plain", RedisAlgorithm::FixedWindow).limit("l", roomy).build()?;
+    let plain = RedisLimiter::builder(&redis, "plain", AlgorithmKind::FixedWindow).limit("l", roomy).build()?;
     let leased = LeasedLimiter::builder(&redis, "leased", roomy).build()?;
     let (mut plain_rates, mut leased_rates) = (Vec::new(), Vec::new());
     for round in 0..3 {

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use tollgate::Quota;
-use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+use tollgate_redis::{AlgorithmKind, Redis, RedisLimiter};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,7 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let redis = Redis::connect(url).await?;
     // The same prefix and limit name as the Python TokenBucket; the bucket's name is the key.
     let bucket =
-        RedisLimiter::builder(&redis, "tollgate", RedisAlgorithm::TokenBucket).limit("token_bucket", quota).build()?;
+        RedisLimiter::builder(&redis, "tollgate", AlgorithmKind::TokenBucket).limit("token_bucket", quota).build()?;
     let mut granted = 0;
     for _ in 0..take.parse::<u64>()? {
         if bucket.try_acquire(name, 1).await.is_ok() {

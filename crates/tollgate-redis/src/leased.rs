@@ -24,14 +24,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tollgate::{
-    Acquire, Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected, SystemClock,
+    Acquire, AlgorithmKind, Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected,
+    SystemClock,
 };
 
 use crate::backend::Redis;
 use crate::error::BackendError;
 use crate::failure::FailurePolicy;
 use crate::key::RedisKey;
-use crate::limiter::{RedisAlgorithm, RedisLimiter};
+use crate::limiter::RedisLimiter;
 use crate::metrics::RedisMetrics;
 use crate::time::RedisTime;
 
@@ -137,7 +138,7 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
 
     /// The limiter.
     pub fn build(self) -> Result<LeasedLimiter<C>, crate::ConfigError> {
-        let builder = RedisLimiter::builder(&self.redis, &self.prefix, RedisAlgorithm::FixedWindow)
+        let builder = RedisLimiter::builder(&self.redis, &self.prefix, AlgorithmKind::FixedWindow)
             .limit("leased", self.quota)
             .failure_policy(self.failure)
             .time(self.time);

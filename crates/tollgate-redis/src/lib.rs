@@ -30,12 +30,12 @@
 //!
 //! ```no_run
 //! use tollgate::{Keyed, Quota, TokenBucket};
-//! use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+//! use tollgate_redis::{Redis, AlgorithmKind, RedisLimiter};
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 //! let quota = Quota::per_second(10)?;
 //! // let per_user = Keyed::new(TokenBucket::new(quota));                     // one process
 //! let redis = Redis::connect("redis://127.0.0.1/").await?;
-//! let per_user = RedisLimiter::builder(&redis, "api", RedisAlgorithm::TokenBucket).limit("user", quota).build()?;
+//! let per_user = RedisLimiter::builder(&redis, "api", AlgorithmKind::TokenBucket).limit("user", quota).build()?;
 //! let lease = per_user.try_acquire("alice", 1).await;
 //! # let _ = (lease, Keyed::<String, _>::new(TokenBucket::new(quota))); Ok(()) }
 //! ```
@@ -66,12 +66,15 @@ pub use failure::{FailurePolicy, LocalFallback};
 pub use key::RedisKey;
 pub use keyspace::Keyspace;
 pub use leased::{LeasedLimiter, LeasedLimiterBuilder};
-pub use limiter::{KeyCountError, RedisAlgorithm, RedisLimiter, RedisLimiterBuilder};
+pub use limiter::{KeyCountError, RedisLimiter, RedisLimiterBuilder};
 /// The Redis client underneath, re-exported so that commands for [`Redis::query`] and
 /// [`Redis::pipeline`] are built with the same version (`tollgate_redis::redis::cmd("XLEN")`).
 pub use redis;
 pub use semaphore::{RedisSemaphore, RedisSemaphoreBuilder, SemaphoreConfigError, SemaphoreGuard, SemaphoreState};
 pub use time::RedisTime;
+/// The algorithms, by the core's catalogue: a [`RedisLimiter`] runs those whose
+/// [`support`](tollgate::AlgorithmKind::support) says `redis`.
+pub use tollgate::AlgorithmKind;
 
 /// A misconfigured limiter, naming what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,6 +85,14 @@ pub enum ConfigError {
     NoLimits {
         /// The limiter's key prefix.
         prefix: String,
+    },
+    /// An algorithm with no Redis script (the catalogue's `support().redis` is false).
+    #[error("redis limiter {prefix:?}: {algorithm} has no Redis script; expected {}", AlgorithmKind::names_where(|s| s.redis))]
+    Algorithm {
+        /// The limiter's key prefix.
+        prefix: String,
+        /// The algorithm asked for.
+        algorithm: AlgorithmKind,
     },
     /// [`RedisLimiterBuilder::whole_keys`] with more than one limit: they would share one key.
     #[error("redis limiter {prefix:?} uses whole keys but has {limits} limits: whole keys take exactly one")]

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Script;
-use tollgate::{Acquire, Answer, Check, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected};
+use tollgate::{
+    Acquire, AlgorithmKind, Answer, Check, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected,
+};
 
 use crate::backend::Redis;
 use crate::error::BackendError;
@@ -16,46 +18,26 @@ use crate::metrics::{LimiterMetrics, RedisMetrics};
 use crate::scripts;
 use crate::time::RedisTime;
 
-/// Which algorithm the script runs (the same rules as the in-memory limiters of the same name).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RedisAlgorithm {
-    /// GCRA token bucket ([`tollgate::TokenBucket`]); supports reserving a slot for `acquire`.
-    TokenBucket,
-    /// Fixed window opened by the first request ([`tollgate::FixedWindow`]).
-    FixedWindow,
-    /// Weighted two-window sliding counter ([`tollgate::WeightedWindow`]).
-    WeightedWindow,
-    /// Exact sliding log ([`tollgate::SlidingLog`]).
-    SlidingLog,
+/// The script that runs `kind` (one of the catalogue's `support().redis` algorithms, which
+/// [`RedisLimiterBuilder::build`] checks).
+fn script(kind: AlgorithmKind) -> &'static Script {
+    match kind {
+        AlgorithmKind::TokenBucket => &scripts::TOKEN_BUCKET,
+        AlgorithmKind::FixedWindow => &scripts::FIXED_WINDOW,
+        AlgorithmKind::WeightedWindow => &scripts::WEIGHTED_WINDOW,
+        AlgorithmKind::SlidingLog => &scripts::SLIDING_LOG,
+        AlgorithmKind::IntervalBucket | AlgorithmKind::SlidingWindow => {
+            unreachable!("RedisLimiterBuilder::build refuses {kind}: it has no script")
+        }
+    }
 }
 
-impl RedisAlgorithm {
-    fn script(self) -> &'static Script {
-        match self {
-            RedisAlgorithm::TokenBucket => &scripts::TOKEN_BUCKET,
-            RedisAlgorithm::FixedWindow => &scripts::FIXED_WINDOW,
-            RedisAlgorithm::WeightedWindow => &scripts::WEIGHTED_WINDOW,
-            RedisAlgorithm::SlidingLog => &scripts::SLIDING_LOG,
-        }
-    }
-
-    /// The algorithm's name in `refund.lua`.
-    fn name(self) -> &'static str {
-        match self {
-            RedisAlgorithm::TokenBucket => "token_bucket",
-            RedisAlgorithm::FixedWindow => "fixed_window",
-            RedisAlgorithm::WeightedWindow => "weighted_window",
-            RedisAlgorithm::SlidingLog => "sliding_log",
-        }
-    }
-
-    /// The two per-limit numbers the script takes, and the limit's capacity.
-    fn params(self, q: &Quota) -> ([u64; 2], u64) {
-        let us = |ns: u64| ns.div_ceil(1000);
-        match self {
-            RedisAlgorithm::TokenBucket => ([us(q.emission_interval().as_nanos() as u64), q.burst()], q.burst()),
-            _ => ([q.limit(), us(q.period().as_nanos() as u64)], q.limit()),
-        }
+/// The two per-limit numbers `kind`'s script takes, and the limit's capacity.
+fn params(kind: AlgorithmKind, q: &Quota) -> ([u64; 2], u64) {
+    let us = |ns: u64| ns.div_ceil(1000);
+    match kind {
+        AlgorithmKind::TokenBucket => ([us(q.emission_interval().as_nanos() as u64), q.burst()], q.burst()),
+        _ => ([q.limit(), us(q.period().as_nanos() as u64)], q.limit()),
     }
 }
 
@@ -70,7 +52,7 @@ struct LimitSpec {
 pub struct RedisLimiterBuilder {
     redis: Redis,
     prefix: String,
-    algorithm: RedisAlgorithm,
+    algorithm: AlgorithmKind,
     limits: Vec<(String, Quota)>,
     failure: FailurePolicy,
     time: RedisTime,
@@ -106,11 +88,11 @@ impl RedisLimiterBuilder {
     ///
     /// ```no_run
     /// use tollgate::{ManualClock, Quota};
-    /// use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter, RedisTime};
+    /// use tollgate_redis::{Redis, AlgorithmKind, RedisLimiter, RedisTime};
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
     /// let redis = Redis::connect("redis://127.0.0.1/").await?;
     /// let clock = ManualClock::new();
-    /// let api = RedisLimiter::builder(&redis, "test", RedisAlgorithm::FixedWindow)
+    /// let api = RedisLimiter::builder(&redis, "test", AlgorithmKind::FixedWindow)
     ///     .limit("per-user", Quota::per_second(1)?)
     ///     .time(RedisTime::clock(clock.clone()))
     ///     .build()?;
@@ -131,10 +113,10 @@ impl RedisLimiterBuilder {
     ///
     /// ```no_run
     /// use tollgate::Quota;
-    /// use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+    /// use tollgate_redis::{Redis, AlgorithmKind, RedisLimiter};
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
     /// let redis = Redis::connect("redis://127.0.0.1/").await?;
-    /// let api = RedisLimiter::builder(&redis, "api", RedisAlgorithm::FixedWindow)
+    /// let api = RedisLimiter::builder(&redis, "api", AlgorithmKind::FixedWindow)
     ///     .limit("per-user", Quota::per_minute(100)?)
     ///     .whole_keys()
     ///     .build()?;
@@ -158,13 +140,16 @@ impl RedisLimiterBuilder {
         if self.limits.is_empty() {
             return Err(crate::ConfigError::NoLimits { prefix: self.prefix });
         }
+        if !self.algorithm.support().redis {
+            return Err(crate::ConfigError::Algorithm { prefix: self.prefix, algorithm: self.algorithm });
+        }
         if self.whole_keys && self.limits.len() != 1 {
             return Err(crate::ConfigError::WholeKeys { prefix: self.prefix, limits: self.limits.len() });
         }
         let mut capacity = u64::MAX;
         let mut specs = Vec::with_capacity(self.limits.len());
         for (name, quota) in &self.limits {
-            let (params, cap) = self.algorithm.params(quota);
+            let (params, cap) = params(self.algorithm, quota);
             capacity = capacity.min(cap);
             specs.push(LimitSpec { name: name.clone(), params });
         }
@@ -195,10 +180,10 @@ impl RedisLimiterBuilder {
 ///
 /// ```no_run
 /// use tollgate::Quota;
-/// use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+/// use tollgate_redis::{Redis, AlgorithmKind, RedisLimiter};
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// let redis = Redis::connect("redis://127.0.0.1/").await?;
-/// let api = RedisLimiter::builder(&redis, "api", RedisAlgorithm::TokenBucket)
+/// let api = RedisLimiter::builder(&redis, "api", AlgorithmKind::TokenBucket)
 ///     .limit("per-user", Quota::per_second(10)?)
 ///     .build()?;
 /// match api.try_acquire("user:42", 1).await {
@@ -217,7 +202,7 @@ struct LimiterInner {
     /// `{prefix}:`, where the keys of a decision are (but for whole keys).
     keyspace: Keyspace,
     prefix: String,
-    algorithm: RedisAlgorithm,
+    algorithm: AlgorithmKind,
     limits: Vec<LimitSpec>,
     capacity: u64,
     window: Option<Duration>,
@@ -257,7 +242,7 @@ pub struct KeyCountError {
 
 impl RedisLimiter {
     /// Starts a limiter whose keys start with `prefix`.
-    pub fn builder(redis: &Redis, prefix: &str, algorithm: RedisAlgorithm) -> RedisLimiterBuilder {
+    pub fn builder(redis: &Redis, prefix: &str, algorithm: AlgorithmKind) -> RedisLimiterBuilder {
         RedisLimiterBuilder {
             redis: redis.clone(),
             prefix: prefix.to_owned(),
@@ -369,10 +354,10 @@ impl RedisLimiter {
     ///
     /// ```no_run
     /// use tollgate::Quota;
-    /// use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter};
+    /// use tollgate_redis::{Redis, AlgorithmKind, RedisLimiter};
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
     /// let redis = Redis::connect("redis://127.0.0.1/").await?;
-    /// let api = RedisLimiter::builder(&redis, "api", RedisAlgorithm::FixedWindow)
+    /// let api = RedisLimiter::builder(&redis, "api", AlgorithmKind::FixedWindow)
     ///     .limit("per-user", Quota::per_minute(3)?)
     ///     .build()?;
     /// api.try_acquire("alice", 3).await?;
@@ -426,7 +411,7 @@ impl RedisLimiter {
     pub async fn acquire(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
         let keys = vec![key; self.inner.limits.len()];
         let max_wait_us = self.inner.max_wait.map_or(u64::MAX / 4, |d| d.as_micros() as u64);
-        if self.inner.algorithm == RedisAlgorithm::TokenBucket {
+        if self.inner.algorithm == AlgorithmKind::TokenBucket {
             // The lease is granted at its slot on Redis's clock; we sleep the same span on ours.
             let asked = self.inner.time.local_now();
             let (lease, wait_us) = self.decide_with(key, &keys, n, Mode::Reserve, max_wait_us).await?;
@@ -550,7 +535,7 @@ impl RedisLimiter {
             }
         }
         let args = self.args(n, (mode as u8).to_string(), max_wait_us.to_string());
-        let reply: Vec<i64> = i.redis.invoke(i.algorithm.script(), &self.keys_for(tag, keys), &args).await?;
+        let reply: Vec<i64> = i.redis.invoke(script(i.algorithm), &self.keys_for(tag, keys), &args).await?;
         let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
         Ok(Reply {
             admitted: get(0) == 1,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tollgate::{Quota, Reason};
-use tollgate_redis::{FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+use tollgate_redis::{AlgorithmKind, FailurePolicy, Redis, RedisLimiter, RedisOptions};
 use tollgate_testkit::{Bound, Decision, Fault, FaultProxy, History, RedisServer};
 
 const TASKS: usize = 8;
@@ -81,7 +81,7 @@ async fn run(outage: Outage, policy: Policy) -> Figures {
         Policy::Allow => FailurePolicy::Allow,
         Policy::Local => FailurePolicy::local_share(quota, 1).unwrap(),
     };
-    let limiter = RedisLimiter::builder(&redis, "faults", RedisAlgorithm::TokenBucket)
+    let limiter = RedisLimiter::builder(&redis, "faults", AlgorithmKind::TokenBucket)
         .limit("rps", quota)
         .failure_policy(failure)
         .build()

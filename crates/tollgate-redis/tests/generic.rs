@@ -7,7 +7,7 @@ use tollgate::{
     Algorithm, FixedWindow, Keyed, ManualClock, Meta, Quota, Reason, SlidingLog, TokenBucket, WeightedWindow,
 };
 use tollgate::{Lease, RateLimiter};
-use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter, RedisTime};
+use tollgate_redis::{AlgorithmKind, Redis, RedisLimiter, RedisTime};
 use tollgate_testkit::RedisServer;
 
 /// What a caller can observe of a decision.
@@ -81,7 +81,7 @@ impl NowUs for ManualClock {
     }
 }
 
-async fn setup(server: &RedisServer, algorithm: RedisAlgorithm, quota: Quota, clock: &ManualClock) -> RedisLimiter {
+async fn setup(server: &RedisServer, algorithm: AlgorithmKind, quota: Quota, clock: &ManualClock) -> RedisLimiter {
     let redis = Redis::connect_with(
         &server.url(),
         tollgate_redis::RedisOptions { deadline: std::time::Duration::from_secs(2), ..Default::default() },
@@ -114,7 +114,7 @@ async fn token_bucket_matches_memory() {
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(1000 + i as u64));
         let memory = Keyed::builder(TokenBucket::new(q)).clock(clock.clone()).build();
-        let redis = setup(&server, RedisAlgorithm::TokenBucket, q, &clock).await;
+        let redis = setup(&server, AlgorithmKind::TokenBucket, q, &clock).await;
         same_decisions(memory, redis, &clock, q.period().as_micros() as u64, q.burst(), i as u64 + 1).await;
     }
 }
@@ -126,7 +126,7 @@ async fn fixed_window_matches_memory() {
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(2000 + i as u64));
         let memory = Keyed::builder(FixedWindow::new(q)).clock(clock.clone()).build();
-        let redis = setup(&server, RedisAlgorithm::FixedWindow, q, &clock).await;
+        let redis = setup(&server, AlgorithmKind::FixedWindow, q, &clock).await;
         same_decisions(memory, redis, &clock, q.period().as_micros() as u64, q.limit(), i as u64 + 11).await;
     }
 }
@@ -138,7 +138,7 @@ async fn weighted_window_matches_memory() {
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(3000 + i as u64));
         let memory = Keyed::builder(WeightedWindow::new(q)).clock(clock.clone()).build();
-        let redis = setup(&server, RedisAlgorithm::WeightedWindow, q, &clock).await;
+        let redis = setup(&server, AlgorithmKind::WeightedWindow, q, &clock).await;
         same_decisions(memory, redis, &clock, q.period().as_micros() as u64, q.limit(), i as u64 + 21).await;
     }
 }
@@ -150,7 +150,7 @@ async fn sliding_log_matches_memory() {
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(4000 + i as u64));
         let memory = Keyed::builder(SlidingLog::new(q)).clock(clock.clone()).build();
-        let redis = setup(&server, RedisAlgorithm::SlidingLog, q, &clock).await;
+        let redis = setup(&server, AlgorithmKind::SlidingLog, q, &clock).await;
         same_decisions(memory, redis, &clock, q.period().as_micros() as u64, q.limit(), i as u64 + 31).await;
     }
 }

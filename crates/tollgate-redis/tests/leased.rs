@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use tollgate::{ManualClock, Quota, RateLimiter, Reason};
-use tollgate_redis::{FailurePolicy, LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter, RedisOptions, RedisTime};
+use tollgate_redis::{AlgorithmKind, FailurePolicy, LeasedLimiter, Redis, RedisLimiter, RedisOptions, RedisTime};
 use tollgate_testkit::RedisServer;
 
 const LIMIT: u64 = 100;
@@ -39,7 +39,7 @@ fn leased(redis: &Redis, prefix: &str, clock: &ManualClock) -> LeasedLimiter<Man
 
 /// The plain limiter on the same budget (the leased limiter's limit is named `leased`).
 fn plain(redis: &Redis, prefix: &str, clock: &ManualClock) -> RedisLimiter {
-    RedisLimiter::builder(redis, prefix, RedisAlgorithm::FixedWindow)
+    RedisLimiter::builder(redis, prefix, AlgorithmKind::FixedWindow)
         .limit("leased", Quota::per_second(LIMIT).unwrap())
         .time(RedisTime::clock(clock.clone()))
         .build()
@@ -214,7 +214,7 @@ async fn whole_keys_checks_forgetting_and_errors_instead_of_the_failure_policy()
     server.kill();
     assert!(limiter.try_acquire_or_error("k", 1).await.is_err(), "nothing held, Redis down: an error");
     assert!(limiter.check_or_error("k", 1).await.is_err());
-    let refused = RedisLimiter::builder(&redis, "two", RedisAlgorithm::FixedWindow)
+    let refused = RedisLimiter::builder(&redis, "two", AlgorithmKind::FixedWindow)
         .limit("a", Quota::per_second(1).unwrap())
         .limit("b", Quota::per_second(2).unwrap())
         .whole_keys()

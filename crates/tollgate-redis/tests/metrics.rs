@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tollgate::{Quota, Reason};
-use tollgate_redis::{FailurePolicy, LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter, RedisMetrics, RedisOptions};
+use tollgate_redis::{AlgorithmKind, FailurePolicy, LeasedLimiter, Redis, RedisLimiter, RedisMetrics, RedisOptions};
 use tollgate_testkit::RedisServer;
 
 /// The value of the series `name{labels}` in the Prometheus text, `None` when it is not there.
@@ -53,7 +53,7 @@ async fn decisions_errors_and_failure_policies_are_measured_by_prefix() {
         policies
             .iter()
             .map(|(prefix, policy, _)| {
-                RedisLimiter::builder(&redis, prefix, RedisAlgorithm::TokenBucket)
+                RedisLimiter::builder(&redis, prefix, AlgorithmKind::TokenBucket)
                     .limit("l", Quota::per_minute(2).unwrap())
                     .failure_policy(policy.clone())
                     .build()

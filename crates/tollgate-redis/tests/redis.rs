@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{ManualClock, Quota, Reason};
 use tollgate_redis::{
-    BackendError, FailurePolicy, LocalFallback, Redis, RedisAlgorithm, RedisLimiter, RedisOptions, RedisTime, redis,
+    AlgorithmKind, BackendError, FailurePolicy, LocalFallback, Redis, RedisLimiter, RedisOptions, RedisTime, redis,
 };
 use tollgate_testkit::{RedisCluster, RedisServer, free_port};
 
@@ -21,12 +21,25 @@ async fn connect(server: &RedisServer) -> Redis {
 }
 
 /// Every algorithm the Redis limiter runs: the tests below run each behaviour against all of them.
-const ALGORITHMS: [RedisAlgorithm; 4] = [
-    RedisAlgorithm::TokenBucket,
-    RedisAlgorithm::FixedWindow,
-    RedisAlgorithm::WeightedWindow,
-    RedisAlgorithm::SlidingLog,
-];
+const ALGORITHMS: [AlgorithmKind; 4] =
+    [AlgorithmKind::TokenBucket, AlgorithmKind::FixedWindow, AlgorithmKind::WeightedWindow, AlgorithmKind::SlidingLog];
+
+#[tokio::test]
+async fn the_catalogue_says_which_algorithms_have_a_script() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let runs: Vec<AlgorithmKind> = AlgorithmKind::ALL.into_iter().filter(|k| k.support().redis).collect();
+    assert_eq!(runs, ALGORITHMS, "every algorithm with a script is tested below");
+    for kind in AlgorithmKind::ALL.into_iter().filter(|k| !k.support().redis) {
+        let quota = Quota::per_minute(5).unwrap();
+        let err = RedisLimiter::builder(&redis, "nope", kind).limit("user", quota).build().unwrap_err();
+        assert_eq!(err, tollgate_redis::ConfigError::Algorithm { prefix: "nope".into(), algorithm: kind });
+        assert!(
+            err.to_string().contains("expected token_bucket, fixed_window, weighted_window or sliding_log"),
+            "{err}"
+        );
+    }
+}
 
 #[tokio::test]
 async fn several_limits_are_all_or_nothing() {
@@ -120,7 +133,7 @@ fn calls(stats: &str, cmd: &str) -> u64 {
 async fn one_round_trip_per_decision() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let l = RedisLimiter::builder(&redis, "rt", RedisAlgorithm::TokenBucket)
+    let l = RedisLimiter::builder(&redis, "rt", AlgorithmKind::TokenBucket)
         .limit("a", Quota::per_second(1000).unwrap())
         .limit("b", Quota::per_second(500).unwrap())
         .build()
@@ -161,7 +174,7 @@ async fn exact_under_contention() {
                 .await
                 .unwrap();
         let l =
-            RedisLimiter::builder(&redis, "contention", RedisAlgorithm::TokenBucket).limit("l", quota).build().unwrap();
+            RedisLimiter::builder(&redis, "contention", AlgorithmKind::TokenBucket).limit("l", quota).build().unwrap();
         tasks.push(tokio::spawn(async move {
             let mut admitted = 0u64;
             let until = Instant::now() + Duration::from_millis(1200); // 12 windows of 100 ms
@@ -202,7 +215,7 @@ async fn outage_follows_the_policy_within_the_deadline_and_recovers() {
     let limiters: Vec<_> = policies
         .iter()
         .map(|(p, _)| {
-            RedisLimiter::builder(&redis, "outage", RedisAlgorithm::TokenBucket)
+            RedisLimiter::builder(&redis, "outage", AlgorithmKind::TokenBucket)
                 .limit("l", Quota::per_second(1000).unwrap())
                 .failure_policy(p.clone())
                 .build()
@@ -258,7 +271,7 @@ async fn bad_urls_auth_and_wrong_types_are_clear_errors() {
     assert!(matches!(err, BackendError::Auth { .. }), "{err}");
     let redis = Redis::connect(&server.url().replace("redis://", "redis://:s3cret@")).await.unwrap();
 
-    let l = RedisLimiter::builder(&redis, "typed", RedisAlgorithm::TokenBucket)
+    let l = RedisLimiter::builder(&redis, "typed", AlgorithmKind::TokenBucket)
         .limit("l", Quota::per_second(5).unwrap())
         .build()
         .unwrap();
@@ -272,7 +285,7 @@ async fn bad_urls_auth_and_wrong_types_are_clear_errors() {
     // A wrong type is the caller's data, not an outage: other keys still go to Redis.
     assert_eq!(l.try_acquire("other", 1).await.unwrap().reason(), Reason::Granted);
 
-    let none = RedisLimiter::builder(&redis, "empty", RedisAlgorithm::TokenBucket).build().err().unwrap();
+    let none = RedisLimiter::builder(&redis, "empty", AlgorithmKind::TokenBucket).build().err().unwrap();
     assert!(none.to_string().contains("empty"), "{none}");
 }
 
@@ -394,7 +407,7 @@ async fn no_error_or_accessor_shows_the_password_of_a_url() {
     let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
     let redis =
         Redis::connect_with(&server.url().replace("redis://", &format!("redis://:{SECRET}@")), options).await.unwrap();
-    let l = RedisLimiter::builder(&redis, "secret", RedisAlgorithm::TokenBucket)
+    let l = RedisLimiter::builder(&redis, "secret", AlgorithmKind::TokenBucket)
         .limit("l", Quota::per_second(5).unwrap())
         .build()
         .unwrap();
@@ -410,7 +423,7 @@ async fn more_than_the_capacity_is_refused_with_or_without_redis_never_an_error(
     let server = RedisServer::start();
     let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
     let redis = Redis::connect_with(&server.url(), options).await.unwrap();
-    let l = RedisLimiter::builder(&redis, "over", RedisAlgorithm::FixedWindow)
+    let l = RedisLimiter::builder(&redis, "over", AlgorithmKind::FixedWindow)
         .limit("l", Quota::per_second(5).unwrap())
         .build()
         .unwrap();
@@ -435,7 +448,7 @@ async fn acquire_reserves_the_earliest_slot_and_max_wait_takes_nothing() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let clock = ManualClock::new();
-    let l = RedisLimiter::builder(&redis, "reserve", RedisAlgorithm::TokenBucket)
+    let l = RedisLimiter::builder(&redis, "reserve", AlgorithmKind::TokenBucket)
         .limit("l", Quota::per_second(10).unwrap())
         .time(RedisTime::clock(clock.clone()))
         .max_wait(Duration::from_millis(250))
@@ -466,7 +479,7 @@ async fn works_on_a_three_node_cluster() {
     let redis = Redis::connect_cluster(&urls, RedisOptions { deadline: Duration::from_secs(2), ..Default::default() })
         .await
         .unwrap();
-    let l = RedisLimiter::builder(&redis, "cluster", RedisAlgorithm::SlidingLog)
+    let l = RedisLimiter::builder(&redis, "cluster", AlgorithmKind::SlidingLog)
         .limit("user", Quota::per_minute(3).unwrap())
         .limit("tenant", Quota::per_minute(5).unwrap())
         .build()
@@ -581,7 +594,7 @@ async fn reset_forgets_one_key_in_every_limit_and_keeps_the_others() {
 async fn reset_reports_an_outage() {
     let mut server = RedisServer::start();
     let redis = connect(&server).await;
-    let l = RedisLimiter::builder(&redis, "reset-outage", RedisAlgorithm::TokenBucket)
+    let l = RedisLimiter::builder(&redis, "reset-outage", AlgorithmKind::TokenBucket)
         .limit("l", Quota::per_minute(60).unwrap())
         .failure_policy(FailurePolicy::Allow)
         .build()
@@ -689,7 +702,7 @@ async fn each_type_keeps_its_deployed_keys() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
     let quota = Quota::per_minute(5).unwrap();
-    let two = RedisLimiter::builder(&redis, "api", RedisAlgorithm::FixedWindow)
+    let two = RedisLimiter::builder(&redis, "api", AlgorithmKind::FixedWindow)
         .limit("user", quota)
         .limit("tenant", quota)
         .build()

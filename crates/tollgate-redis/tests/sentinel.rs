@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use tollgate::{Quota, Reason};
-use tollgate_redis::{BackendError, Redis, RedisAlgorithm, RedisLimiter, RedisOptions, RedisSemaphore, redis};
+use tollgate_redis::{AlgorithmKind, BackendError, Redis, RedisLimiter, RedisOptions, RedisSemaphore, redis};
 use tollgate_testkit::{Certificates, RedisServer, free_port};
 
 /// The longest a test waits for something it polls (the deployment to settle, a failover).
@@ -79,7 +79,7 @@ async fn port_of(redis: &Redis) -> Option<u16> {
 }
 
 fn one_a_minute(redis: &Redis, prefix: &str) -> RedisLimiter {
-    RedisLimiter::builder(redis, prefix, RedisAlgorithm::FixedWindow)
+    RedisLimiter::builder(redis, prefix, AlgorithmKind::FixedWindow)
         .limit("l", Quota::per_minute(1).unwrap())
         .build()
         .unwrap()

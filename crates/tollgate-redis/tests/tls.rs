@@ -4,7 +4,7 @@
 //! `tls_cert`/`tls_key`.
 
 use tollgate::Quota;
-use tollgate_redis::{BackendError, Redis, RedisAlgorithm, RedisLimiter};
+use tollgate_redis::{AlgorithmKind, BackendError, Redis, RedisLimiter};
 use tollgate_testkit::{Certificates, RedisServer, free_port};
 
 /// A redis-server with a TLS port (and its plain one), asking for client certificates or not.
@@ -21,7 +21,7 @@ async fn rediss_with_the_servers_ca_connects_and_decides() {
     let url = format!("rediss://127.0.0.1:{port}/?tls_ca={}", certs.path("ca.crt"));
     let redis = Redis::connect(&url).await.unwrap();
     assert_eq!(redis.url(), format!("rediss://127.0.0.1:{port}/"), "no file paths in what is shown");
-    let limiter = RedisLimiter::builder(&redis, "tls", RedisAlgorithm::FixedWindow)
+    let limiter = RedisLimiter::builder(&redis, "tls", AlgorithmKind::FixedWindow)
         .limit("l", Quota::per_minute(1).unwrap())
         .build()
         .unwrap();

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tollgate::{Chain, FixedWindow, Keyed, Lease, Limiter, ManualClock, Meta, Quota, RateLimiter, Reason};
 use tollgate_policy::{Descriptor, Policy};
-use tollgate_redis::{LeasedLimiter, Redis, RedisAlgorithm, RedisLimiter, RedisTime};
+use tollgate_redis::{AlgorithmKind, LeasedLimiter, Redis, RedisLimiter, RedisTime};
 use tollgate_server::serve::{Action, Engine, Mode, RedisStore};
 use tollgate_testkit::RedisServer;
 
@@ -52,7 +52,7 @@ impl Backends {
     }
 
     fn redis(&self, prefix: &str, quota: Quota) -> RedisLimiter {
-        RedisLimiter::builder(&self.redis, prefix, RedisAlgorithm::FixedWindow)
+        RedisLimiter::builder(&self.redis, prefix, AlgorithmKind::FixedWindow)
             .limit("l", quota)
             .time(RedisTime::clock(self.clock.clone()))
             .build()

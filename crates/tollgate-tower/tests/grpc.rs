@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tollgate::{FixedWindow, Limiter, Quota};
-use tollgate_redis::{FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+use tollgate_redis::{AlgorithmKind, FailurePolicy, Redis, RedisLimiter, RedisOptions};
 use tollgate_testkit::RedisServer;
 use tollgate_tower::{Global, Policies, Policy, RateLimitLayer};
 use tonic::transport::server::TcpIncoming;
@@ -46,7 +46,7 @@ async fn a_grpc_call_whose_backend_cannot_decide_is_unavailable() {
     let mut server = RedisServer::start();
     let options = RedisOptions { deadline: Duration::from_millis(200), ..Default::default() };
     let redis = Redis::connect_with(&server.url(), options).await.unwrap();
-    let limiter = RedisLimiter::builder(&redis, "grpc", RedisAlgorithm::FixedWindow)
+    let limiter = RedisLimiter::builder(&redis, "grpc", AlgorithmKind::FixedWindow)
         .limit("calls", Quota::per_minute(100).unwrap())
         .failure_policy(FailurePolicy::Deny)
         .build()

@@ -106,7 +106,7 @@ async fn a_request_a_later_policy_limits_is_not_counted_as_allowed_by_the_earlie
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_that_cannot_decide_is_counted_unavailable() {
     use std::time::Duration;
-    use tollgate_redis::{Redis, RedisAlgorithm, RedisLimiter, RedisOptions};
+    use tollgate_redis::{AlgorithmKind, Redis, RedisLimiter, RedisOptions};
 
     let mut server = tollgate_testkit::RedisServer::start();
     let options = RedisOptions { deadline: Duration::from_millis(50), ..Default::default() };
@@ -114,7 +114,7 @@ async fn a_backend_that_cannot_decide_is_counted_unavailable() {
     let recorder = PrometheusBuilder::new().build_recorder();
     let metrics = recorder.handle();
     let app = metrics::with_local_recorder(&recorder, || {
-        let limiter = RedisLimiter::builder(&redis, "tower-metrics", RedisAlgorithm::TokenBucket)
+        let limiter = RedisLimiter::builder(&redis, "tower-metrics", AlgorithmKind::TokenBucket)
             .limit("key", Quota::per_minute(1).unwrap())
             .build()
             .unwrap();

@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use support::serve;
 use tollgate::{Keyed, ManualClock, Quota, TokenBucket};
-use tollgate_redis::{FailurePolicy, Redis, RedisAlgorithm, RedisLimiter, RedisOptions, RedisTime};
+use tollgate_redis::{AlgorithmKind, FailurePolicy, Redis, RedisLimiter, RedisOptions, RedisTime};
 use tollgate_tower::{ClientIp, Header, Policy, RateLimitLayer};
 
 async fn fetch(addr: SocketAddr, key: &str) -> http::Response<Bytes> {
@@ -33,7 +33,7 @@ async fn redis_limits_through_the_layer_and_its_failure_policy_answers_when_it_i
     let redis = Redis::connect_with(&server.url(), options).await.unwrap();
     let clock = ManualClock::new();
     let build = |policy: FailurePolicy| {
-        RedisLimiter::builder(&redis, "tower", RedisAlgorithm::TokenBucket)
+        RedisLimiter::builder(&redis, "tower", AlgorithmKind::TokenBucket)
             .limit("key", Quota::per_minute(2).unwrap())
             .time(RedisTime::clock(clock.clone()))
             .failure_policy(policy)
@@ -81,7 +81,7 @@ async fn a_later_local_rejection_gives_the_redis_permits_back() {
     let server = tollgate_testkit::RedisServer::start();
     let redis = Redis::connect(&server.url()).await.unwrap();
     let clock = ManualClock::new();
-    let shared = RedisLimiter::builder(&redis, "refund", RedisAlgorithm::FixedWindow)
+    let shared = RedisLimiter::builder(&redis, "refund", AlgorithmKind::FixedWindow)
         .limit("key", Quota::per_minute(10).unwrap())
         .time(RedisTime::clock(clock.clone()))
         .build()
