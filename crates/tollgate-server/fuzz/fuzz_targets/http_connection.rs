@@ -1,6 +1,6 @@
 //! Any bytes as what a client sends on an HTTP connection (requests built from the input, with
 //! RFC edges, raw bytes between them, or raw bytes alone; cut into writes at the points it
-//! picks), through the fast path of `serve/http1.rs` and hyper once the connection is handed
+//! picks), through the fast path of `serve/net/http1.rs` and hyper once the connection is handed
 //! over, on a real engine over an in-memory stream in paused time.
 //!
 //! The properties, checked per input, are `tollgate_server::serve::fuzzing::http_connection`'s:

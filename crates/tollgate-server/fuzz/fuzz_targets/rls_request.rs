@@ -21,12 +21,12 @@ use std::time::Duration;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use tollgate::ManualClock;
+use tollgate_server::serve::Action;
 use tollgate_server::serve::rls::Rls;
 
 struct State {
@@ -77,7 +77,8 @@ fuzz_target!(|data: &[u8]| {
     state.engines.clock.advance(Duration::from_millis(u64::from(first >> 4) * 250));
     let descriptors = request.descriptors.len();
     let empty_domain = request.domain.is_empty();
-    let answer = state.runtime.block_on(state.services[shadow].should_rate_limit(tonic::Request::new(request)));
+    let metadata = axum::http::HeaderMap::new();
+    let answer = state.runtime.block_on(state.services[shadow].answer(request, Action::CheckAndReport, &metadata));
 
     let response = match answer {
         Err(status) => {
@@ -89,7 +90,7 @@ fuzz_target!(|data: &[u8]| {
             assert!(!status.message().is_empty(), "an error that does not say why: {status:?}");
             return;
         }
-        Ok(response) => response.into_inner(),
+        Ok(response) => response,
     };
     assert!(!empty_domain, "an empty domain was answered: {response:?}");
     let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);

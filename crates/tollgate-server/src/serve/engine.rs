@@ -5,148 +5,16 @@
 
 use std::sync::{Arc, RwLock};
 
-use tollgate::{Clock, Meta, SystemClock};
-use tollgate_policy::{AlgorithmKind, Descriptor, Enforcement, Limit, LimitId, Policy, Position};
+use tollgate::{Clock, SystemClock};
+use tollgate_policy::{Descriptor, Limit, LimitId, Policy};
+use tollgate_redis::BackendError;
 
-use super::bounds::{Oversize, RequestBounds};
-use super::counters::{CounterCap, Counters, counters};
-use super::store::{Cached, Call, InRedis, Leased, Memory, RedisStore, Store};
-
-/// Accuracy vs throughput, as seed 003 defines them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// All counters a request touches are checked and updated together, under locks on those
-    /// counters only: no overshoot, no undershoot, whatever the concurrency.
-    Accuracy,
-    /// Each counter is updated on its own and a rejection gives back what it took: faster, but a
-    /// concurrent request can see a counter that is briefly too high (overshoot, measured by
-    /// `tollgate bench`).
-    Throughput,
-}
-
-/// What a call asks for (Limitador's three HTTP endpoints; Envoy's RLS is `CheckAndReport`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Would `delta` hits be allowed? Counts nothing.
-    Check,
-    /// Count `delta` hits without deciding; a counter saturates at its limit.
-    Report,
-    /// Decide and, if allowed, count: all counters or none.
-    CheckAndReport,
-}
-
-/// The limits in force and their counters; replaced as a whole by a reload.
-pub struct Loaded {
-    /// The limits.
-    pub policy: Policy,
-    /// Incremented by each successful load, from 1.
-    pub generation: u64,
-    /// Each limit's in-memory counters, in the policy's order; none at all when the counters
-    /// live in Redis (an empty table costs ~16 KB per limit).
-    pub(super) counters: Vec<Arc<dyn Counters>>,
-}
-
-/// One counter's part in a decision.
-#[derive(Clone, Debug)]
-pub struct Status {
-    /// Index of the limit in the policy's limits (see [`Outcome::limit`]).
-    pub limit: usize,
-    /// The descriptor the counter is attributed to.
-    pub descriptor: usize,
-    /// The counter's state after the decision.
-    pub meta: Meta,
-    /// True when this counter (alone) did not have room for the request.
-    pub limited: bool,
-}
-
-/// The result of one call.
-pub struct Outcome {
-    loaded: Arc<Loaded>,
-    /// Every counter the request touched.
-    pub statuses: Vec<Status>,
-    /// The answer to give: false means "limited" (HTTP 429, RLS `OVER_LIMIT`).
-    pub allowed: bool,
-    /// True when an enforcing limit said no; differs from `!allowed` only in shadow mode
-    /// (`--shadow`). Shadow and quota limits never set it: see [`Outcome::marked`].
-    pub would_limit: bool,
-}
-
-impl Outcome {
-    /// The limit a status is about.
-    pub fn limit(&self, status: &Status) -> &Limit {
-        &self.loaded.policy.limits()[status.limit]
-    }
-
-    /// The generation of the limits that decided.
-    pub fn generation(&self) -> u64 {
-        self.loaded.generation
-    }
-
-    /// True when the limits that decided have a limit in `namespace`.
-    pub fn names_namespace(&self, namespace: &str) -> bool {
-        !self.loaded.policy.namespace_indexes(namespace).is_empty()
-    }
-
-    /// The counters without room whose limit did not deny: shadow limits (and every limit under
-    /// `--shadow`) and quota limits, with what each did instead.
-    pub fn marked(&self) -> impl Iterator<Item = (&Status, Enforcement)> + '_ {
-        self.statuses.iter().filter(|s| s.limited).filter_map(move |s| match self.limit(s).enforcement() {
-            Enforcement::Enforce if self.allowed => Some((s, Enforcement::Shadow)),
-            Enforcement::Enforce => None,
-            other => Some((s, other)),
-        })
-    }
-
-    /// The names (or ids, for unnamed limits) of the quota limits this call exceeded.
-    pub fn quotas_exceeded(&self) -> Vec<String> {
-        self.marked()
-            .filter(|(_, e)| *e == Enforcement::Quota)
-            .map(|(s, _)| {
-                let limit = self.limit(s);
-                limit.name().map_or_else(|| limit.id().to_string(), str::to_string)
-            })
-            .collect()
-    }
-}
-
-/// True when a status without room belongs to a limit that denies.
-fn denies(loaded: &Loaded, statuses: &[Status]) -> bool {
-    statuses.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies())
-}
-
-/// One limit's in-memory counters: how many are kept against the cap, and what new counters met
-/// there (the counts start again when the limit's counters do: at start, and on a reload that
-/// adds the limit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CounterTable {
-    /// Counters kept now.
-    pub kept: usize,
-    /// The cap (`max_counters`, rounded up to a multiple of the table's 64 shards).
-    pub max: usize,
-    /// What the counters kept weigh (see [`CounterCap::max_bytes`]).
-    pub bytes: usize,
-    /// The cap on that (`--max-counter-bytes`, rounded up to a multiple of the table's shards).
-    pub max_bytes: usize,
-    /// What a new counter gets at the cap.
-    pub at_max: tollgate::AtKeyLimit,
-    /// New counters rejected at the cap (`reject`).
-    pub rejected_at_max: u64,
-    /// Counters evicted at the cap for a new one (`evict`).
-    pub evicted_at_max: u64,
-    /// Requests on new counters decided without keeping them (`admit`).
-    pub admitted_unstored_at_max: u64,
-}
-
-/// One live counter, as `GET /counters/{namespace}` lists it.
-#[derive(Clone, Debug)]
-pub struct CounterView {
-    /// Index of the limit in the policy's limits.
-    pub limit: usize,
-    /// The variables' values.
-    pub values: Vec<String>,
-    /// The counter's state now.
-    pub meta: Meta,
-}
+use super::model::{
+    Action, CallError, CounterCap, CounterFilter, CounterList, CounterTable, Counters, Loaded, Mode, Outcome,
+    RequestBounds, StorageError, StorageKind,
+};
+use super::store::keyed::counters;
+use super::store::{Call, Memory, RedisStore, Store, open_redis};
 
 /// The deciding core of the server, independent of protocols.
 ///
@@ -166,124 +34,12 @@ pub struct CounterView {
 /// ```
 pub struct Engine<C: Clock = SystemClock> {
     loaded: RwLock<Arc<Loaded>>,
-    pub(super) clock: C,
+    clock: C,
     shadow: bool,
     /// Where the counters live: the one value that decides every call.
-    pub(super) store: Box<dyn Store<C>>,
+    store: Box<dyn Store<C>>,
     cap: CounterCap,
     bounds: RequestBounds,
-}
-
-/// Why [`Engine::call`] decided nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    /// The request is over one of the [`RequestBounds`] (HTTP 400, gRPC `INVALID_ARGUMENT`).
-    #[error(transparent)]
-    Oversize(#[from] Oversize),
-    /// The storage could not answer: Redis down or slow (HTTP 503, gRPC `UNAVAILABLE`).
-    #[error("counter storage unavailable: {0}")]
-    Storage(#[from] tollgate_redis::BackendError),
-}
-
-/// Where an engine keeps its counters, as `--storage` names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StorageKind {
-    /// In the engine's own counters (`memory`).
-    Memory,
-    /// In Redis, one round trip per call (`redis`).
-    Redis,
-    /// Decided in memory, flushed to Redis in batches (`redis-cached`).
-    RedisCached,
-    /// In Redis, spent from slices leased to this process (`redis-leased`).
-    RedisLeased,
-}
-
-impl StorageKind {
-    /// The name `--storage` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            StorageKind::Memory => "memory",
-            StorageKind::Redis => "redis",
-            StorageKind::RedisCached => "redis-cached",
-            StorageKind::RedisLeased => "redis-leased",
-        }
-    }
-}
-
-impl std::fmt::Display for StorageKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A limit the engine's storage cannot count: which limit (position, namespace, name), which
-/// algorithm it asks for, and which storage refused it. Counters in Redis are fixed windows only,
-/// and `redis-cached` counts no calendar windows.
-///
-/// ```
-/// use tollgate_policy::{AlgorithmKind, Position};
-/// use tollgate_server::serve::{StorageError, StorageKind};
-///
-/// let err = StorageError {
-///     source_name: "limits.yaml".into(),
-///     position: Position::new(3, 3),
-///     namespace: "api".into(),
-///     name: Some("per-user".into()),
-///     algorithm: AlgorithmKind::TokenBucket,
-///     calendar: false,
-///     storage: StorageKind::Redis,
-/// };
-/// assert_eq!(
-///     err.to_string(),
-///     "line 3: algorithm token_bucket is not available with --storage redis (fixed_window only): \
-///      limit `per-user` of namespace `api`"
-/// );
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub struct StorageError {
-    /// The file the limit is in.
-    pub source_name: String,
-    /// Where the limit starts in its file.
-    pub position: Position,
-    /// The limit's namespace.
-    pub namespace: String,
-    /// The limit's name, if it has one.
-    pub name: Option<String>,
-    /// The algorithm the limit asks for.
-    pub algorithm: AlgorithmKind,
-    /// True when what the storage cannot count is the limit's calendar window, not its algorithm.
-    pub calendar: bool,
-    /// The storage that cannot count it.
-    pub storage: StorageKind,
-}
-
-impl StorageError {
-    /// The same message without the leading `line N: ` (for callers that print the position
-    /// themselves, as `file:line:column: message`).
-    pub fn message(&self) -> String {
-        let limit = match &self.name {
-            Some(name) => format!("limit `{name}` of namespace `{}`", self.namespace),
-            None => format!("limit of namespace `{}`", self.namespace),
-        };
-        if self.calendar {
-            return format!(
-                "calendar windows are not available with --storage {} (windows opened by the first hit only): {limit}",
-                self.storage
-            );
-        }
-        format!(
-            "algorithm {} is not available with --storage {} ({} only): {limit}",
-            self.algorithm.name(),
-            self.storage,
-            AlgorithmKind::names_where(|s| s.redis_counters),
-        )
-    }
-}
-
-impl std::fmt::Display for StorageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "line {}: {}", self.position.line, self.message())
-    }
 }
 
 impl<C: Clock + Clone> Engine<C> {
@@ -381,20 +137,25 @@ impl<C: Clock + Clone> Engine<C> {
     /// store's `tollgate_redis_*` metrics as [`Engine::with_redis`] does (loads from Redis are its
     /// decisions' round trips; failed flushes count as errors).
     pub fn with_redis_cached(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
-        let max_bytes = self.cap.max_bytes.get();
-        self.with_store(Box::new(Cached::new(store, max_bytes)))
+        self.with_redis_storage(StorageKind::RedisCached, store)
     }
 
-    fn with_store(mut self, store: Box<dyn Store<C>>) -> Result<Engine<C>, StorageError> {
-        store.accepts(&self.loaded().policy)?;
-        self.store = store;
+    /// Counters in Redis, as `kind` keeps them (not [`StorageKind::Memory`]): the one set-up
+    /// behind `with_redis`, `with_redis_cached` and `with_redis_leased`.
+    pub(crate) fn with_redis_storage(
+        mut self,
+        kind: StorageKind,
+        store: RedisStore,
+    ) -> Result<Engine<C>, StorageError> {
+        kind.accepts(&self.loaded().policy)?;
+        self.store = open_redis(kind, store, self.cap.max_bytes.get());
         self.renew_counters();
         Ok(self)
     }
 
     /// Sends the hits allowed locally since the last flush (redis-cached only); returns the
     /// counters flushed.
-    pub async fn flush(&self) -> Result<usize, tollgate_redis::BackendError> {
+    pub async fn flush(&self) -> Result<usize, BackendError> {
         self.store.flush(&self.clock).await
     }
 
@@ -406,13 +167,12 @@ impl<C: Clock + Clone> Engine<C> {
     /// `max_bytes` per quota (set by [`Engine::with_counter_cap`] before this); a new counter
     /// past it is decided in Redis, nothing kept.
     pub fn with_redis_leased(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
-        let max_bytes = self.cap.max_bytes.get();
-        self.with_store(Box::new(Leased::new(store, max_bytes)))
+        self.with_redis_storage(StorageKind::RedisLeased, store)
     }
 
     /// What must happen before the process exits: pending hits are sent (redis-cached), leased
     /// and unspent ones given back (redis-leased); nothing for the other storages.
-    pub async fn close(&self) -> Result<(), tollgate_redis::BackendError> {
+    pub async fn close(&self) -> Result<(), BackendError> {
         self.store.close(&self.clock).await
     }
 
@@ -423,7 +183,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// to record them elsewhere than in the global recorder, as `tollgate serve` does for its
     /// `/metrics`.
     pub fn with_redis(self, store: RedisStore) -> Result<Engine<C>, StorageError> {
-        self.with_store(Box::new(InRedis::new(store)))
+        self.with_redis_storage(StorageKind::Redis, store)
     }
 
     /// Where the counters live.
@@ -435,7 +195,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// Redis fixed windows only, and `redis-cached` no calendar windows (its local windows end
     /// a period after their first hit). The error names the first limit that cannot be counted.
     pub fn accepts(&self, policy: &Policy) -> Result<(), StorageError> {
-        self.store.accepts(policy)
+        self.storage().accepts(policy)
     }
 
     /// Decides one call with the engine's storage: in memory at once, in Redis in one round trip.
@@ -458,8 +218,7 @@ impl<C: Clock + Clone> Engine<C> {
             let call = Call { loaded: &loaded, namespace, hits: &hits, descriptors, delta, action, clock: &self.clock };
             self.store.decide(call).get().await?
         };
-        let would_limit = denies(&loaded, &statuses);
-        Ok(Outcome { loaded, statuses, allowed: !would_limit || self.shadow, would_limit })
+        Ok(Outcome::new(loaded, statuses, self.shadow))
     }
 
     /// Replaces the limits. Counters of limits present before and after (same [`LimitId`]: they
@@ -563,25 +322,54 @@ impl<C: Clock + Clone> Engine<C> {
             .collect();
         (loaded, fill)
     }
-}
 
-impl std::fmt::Debug for Loaded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Loaded")
-            .field("generation", &self.generation)
-            .field("limits", &self.policy.limits().len())
-            .finish_non_exhaustive()
+    /// Up to `max` live counters of `namespace`, from whichever storage the engine has; the
+    /// list says when there were more. An error means Redis could not answer.
+    ///
+    /// ```
+    /// use futures::executor::block_on;
+    /// use tollgate::ManualClock;
+    /// use tollgate_policy::{Descriptor, Policy};
+    /// use tollgate_server::serve::{Action, Engine, Mode};
+    ///
+    /// let policy = Policy::parse("- {namespace: api, max_value: 5, seconds: 60, variables: [user]}", "limits.yaml")?;
+    /// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new());
+    /// for user in ["ann", "bob", "cat"] {
+    ///     block_on(engine.call("api", &[Descriptor::from([("user", user)])], 1, Action::CheckAndReport)).unwrap();
+    /// }
+    /// let list = block_on(engine.list_counters("api", 2))?;
+    /// assert_eq!((list.counters.len(), list.truncated), (2, true));
+    /// assert_eq!(list.counters[0].meta.remaining, 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn list_counters(&self, namespace: &str, max: usize) -> Result<CounterList, BackendError> {
+        self.store.list(self.loaded(), namespace, max, &self.clock).await
     }
-}
 
-impl std::fmt::Debug for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Outcome")
-            .field("allowed", &self.allowed)
-            .field("would_limit", &self.would_limit)
-            .field("statuses", &self.statuses)
-            .field("generation", &self.loaded.generation)
-            .finish()
+    /// Forgets the counters of `namespace` that `filter` chooses, with whichever storage the
+    /// engine has: each starts its next window full. Returns how many held hits (the counters a
+    /// listing would have shown). An error means Redis could not answer; the counters deleted
+    /// before it stay deleted.
+    ///
+    /// ```
+    /// use futures::executor::block_on;
+    /// use tollgate::ManualClock;
+    /// use tollgate_policy::{Descriptor, Policy};
+    /// use tollgate_server::serve::{Action, CounterFilter, Engine, Mode};
+    ///
+    /// let policy = Policy::parse("- {namespace: api, max_value: 1, seconds: 60, variables: [user]}", "limits.yaml")?;
+    /// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new());
+    /// let ann = [Descriptor::from([("user", "ann")])];
+    /// assert!(block_on(engine.call("api", &ann, 1, Action::CheckAndReport)).unwrap().allowed);
+    /// assert!(!block_on(engine.call("api", &ann, 1, Action::CheckAndReport)).unwrap().allowed);
+    /// let filter = CounterFilter::new([("user".to_string(), "ann".to_string())]);
+    /// assert_eq!(block_on(engine.reset_counters("api", &filter))?, 1);
+    /// assert!(block_on(engine.call("api", &ann, 1, Action::CheckAndReport)).unwrap().allowed, "ann starts again");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn reset_counters(&self, namespace: &str, filter: &CounterFilter) -> Result<u64, BackendError> {
+        let loaded = self.loaded();
+        self.store.reset(&loaded, namespace, filter, &self.clock).await
     }
 }
 

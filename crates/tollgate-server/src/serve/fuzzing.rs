@@ -21,11 +21,12 @@ use tokio::time::Instant;
 use tollgate::ManualClock;
 use tollgate_policy::Policy;
 
-use super::engine::{Engine, Mode};
-use super::http::{Api, routes};
-use super::metrics::Metrics;
-use super::rls::Rls;
-use super::unary::Unary;
+use super::engine::Engine;
+use super::model::Mode;
+use super::net::grpc::Unary;
+use super::ops::metrics::Metrics;
+use super::protocol::http::{Api, routes};
+use super::protocol::rls::Rls;
 
 /// The limits inputs are decided on: one counter in `fz` that every call there counts on, so
 /// large it never limits; the gRPC one per `descriptors[0].k`.
@@ -221,7 +222,7 @@ pub async fn http_connection(input: &[u8]) {
     let api = Api::new(engine.clone(), metrics, None, Some(TIMEOUT));
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let (client, server) = tokio::io::duplex(8 * 1024);
-    let serving = super::http1::connection(api.clone(), routes(api), Some(TIMEOUT), stop, server);
+    let serving = super::net::http1::connection(api.clone(), routes(api), Some(TIMEOUT), stop, server);
     let (mut read, mut write) = tokio::io::split(client);
     let sending = async {
         for w in writes {
@@ -305,7 +306,7 @@ fn responses(output: &[u8]) -> Vec<Answer> {
     answers
 }
 
-/// gRPC's methods, the first three answered by `unary.rs`.
+/// gRPC's methods, the first three answered by `net/grpc.rs`.
 const METHODS: [&str; 4] = [
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
     "/kuadrant.service.ratelimit.v1.RateLimitService/CheckRateLimit",
@@ -373,7 +374,7 @@ fn grpc_request(c: &mut Choices<'_>) -> (usize, http::Request<tonic::body::Body>
     (method, request.body(body).expect("a valid request"), most)
 }
 
-/// Drives the fast gRPC path (`unary.rs`) with the calls `input` makes, their bodies cut into
+/// Drives the fast gRPC path (`net/grpc.rs`) with the calls `input` makes, their bodies cut into
 /// frames at the points it picks, and checks for each:
 ///
 /// - no panic;
@@ -387,7 +388,7 @@ pub async fn grpc_unary(input: &[u8]) {
 
     let (engine, metrics) = engine();
     let rls = Arc::new(Rls::new(engine.clone(), metrics));
-    // What `unary.rs` does not take is tonic's: here, a 404 that says so.
+    // What `net/grpc.rs` does not take is tonic's: here, a 404 that says so.
     let routes = tower::service_fn(|_: http::Request<tonic::body::Body>| async {
         let mut response = http::Response::new(tonic::body::Body::empty());
         *response.status_mut() = http::StatusCode::NOT_FOUND;

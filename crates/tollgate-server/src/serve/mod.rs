@@ -1,44 +1,39 @@
-//! `tollgate serve`: the rate-limit server.
+//! `tollgate serve`: the rate-limit server, in layers that point one way (each uses only those
+//! above it in this list):
 //!
-//! - [`Engine`]: decisions on the loaded limits, optionally in shadow mode, with one store of
-//!   counters picked at start (in memory in accuracy or throughput mode, in Redis, or cached from
-//!   Redis);
-//! - [`rls`]: Envoy's rate limit service (gRPC), answered without tonic's per-call machinery by
-//!   `unary`; [`http`]: the HTTP API (Limitador's);
-//! - [`Metrics`]: Prometheus metrics; [`Reloader`]: watching the limits file;
-//! - [`trace`]: a `tracing` span per decision, off unless a subscriber enables it, and the
-//!   [`TraceParent`] hook that links it to the caller's trace;
+//! - `model`: what is decided about, no I/O: [`Action`], [`Outcome`], [`Loaded`], the counters'
+//!   [`CounterCap`] and views, [`CounterFilter`], [`StorageKind`], [`RequestBounds`];
+//! - `store`: where counters live (in memory, or in Redis three ways), one store picked at start;
+//! - [`Engine`]: decisions on the loaded limits, optionally in shadow mode, with that store;
+//! - `ops`: [`Metrics`] (Prometheus), [`Reloader`] (watching the limits file), [`trace`] (a
+//!   `tracing` span per decision, and the [`TraceParent`] hook that links it to the caller's
+//!   trace);
+//! - `protocol`: Envoy's and Kuadrant's rate limit services ([`rls`]), the HTTP API ([`http`],
+//!   Limitador's) and the RateLimit [`headers`], each answering in its own messages, unframed;
+//! - `net`: the listeners' connections, framing those answers (the rate-limit gRPC calls without
+//!   tonic's per-call machinery, the HTTP decision calls without hyper's);
 //! - [`start`]: all of it on the current tokio runtime.
 
-mod admin;
-mod bounds;
-mod counters;
 mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod headers;
-pub mod http;
-mod http1;
-mod kuadrant;
-mod metrics;
-mod preface;
-mod reload;
-pub mod rls;
+mod model;
+mod net;
+mod ops;
+mod protocol;
 mod server;
-mod socket;
 mod store;
-pub mod trace;
-mod unary;
 
-pub use admin::{CounterFilter, CounterList};
-pub use bounds::{Bound, Oversize, RequestBounds};
-pub use counters::CounterCap;
-pub use engine::{
-    Action, CallError, CounterTable, CounterView, Engine, Loaded, Mode, Outcome, Status, StorageError, StorageKind,
+pub use engine::Engine;
+pub use model::{
+    Action, Bound, CallError, CounterCap, CounterFilter, CounterList, CounterTable, CounterView, Loaded, Mode, Outcome,
+    Oversize, RequestBounds, Status, StorageError, StorageKind,
 };
-pub use headers::{HeaderDraft, UnknownHeaderDraft};
-pub use metrics::{Metrics, UNCONFIGURED_NAMESPACE};
-pub use reload::{Reloaded, Reloader};
+pub use ops::metrics::{Metrics, UNCONFIGURED_NAMESPACE};
+pub use ops::reload::{Reloaded, Reloader};
+pub use ops::trace;
+pub use protocol::headers::{HeaderDraft, UnknownHeaderDraft};
+pub use protocol::{headers, http, rls};
 pub use server::{
     DEFAULT_GRPC_READ_TIMEOUT, DEFAULT_HTTP_READ_TIMEOUT, Running, ServeConfig, ServeError, Storage, start,
 };

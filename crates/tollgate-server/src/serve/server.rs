@@ -8,19 +8,17 @@ use std::time::Duration;
 use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Format, PolicyError};
 
-use super::bounds::RequestBounds;
-use super::counters::CounterCap;
-use super::engine::{Engine, Mode, StorageError};
-use super::headers::HeaderDraft;
-use super::http;
-use super::http1;
-use super::metrics::Metrics;
-use super::preface;
-use super::reload::Reloader;
-use super::rls::{KuadrantServer, RateLimitServiceServer, Rls};
+use super::engine::Engine;
+use super::model::{CounterCap, Mode, RequestBounds, StorageError, StorageKind};
+use super::net::grpc::Unary;
+use super::net::{http1, preface, stopped};
+use super::ops::metrics::Metrics;
+use super::ops::reload::Reloader;
+use super::ops::trace::TraceParent;
+use super::protocol::headers::HeaderDraft;
+use super::protocol::methods;
+use super::protocol::{http, rls::Rls};
 use super::store::{RedisStore, TimeSource};
-use super::trace::TraceParent;
-use super::unary::Unary;
 
 /// What `tollgate serve` runs.
 #[derive(Clone, Debug)]
@@ -148,6 +146,35 @@ pub enum Storage {
     },
 }
 
+impl Storage {
+    /// What `--storage` calls it.
+    ///
+    /// ```
+    /// use tollgate_server::serve::{Storage, StorageKind};
+    /// let leased = Storage::RedisLeased { url: "redis://127.0.0.1/".into(), prefix: "rl:".into() };
+    /// assert_eq!(leased.kind(), StorageKind::RedisLeased);
+    /// assert_eq!(Storage::Memory.kind(), StorageKind::Memory);
+    /// ```
+    pub fn kind(&self) -> StorageKind {
+        match self {
+            Storage::Memory => StorageKind::Memory,
+            Storage::Redis { .. } => StorageKind::Redis,
+            Storage::RedisCached { .. } => StorageKind::RedisCached,
+            Storage::RedisLeased { .. } => StorageKind::RedisLeased,
+        }
+    }
+
+    /// The Redis URL and key prefix, for the storages in Redis.
+    fn redis(&self) -> Option<(&str, &str)> {
+        match self {
+            Storage::Memory => None,
+            Storage::Redis { url, prefix }
+            | Storage::RedisCached { url, prefix, .. }
+            | Storage::RedisLeased { url, prefix } => Some((url, prefix)),
+        }
+    }
+}
+
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use tollgate_redis::redact_url;
@@ -239,27 +266,17 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         .with_counter_cap(config.counters)
         .with_request_bounds(config.bounds);
     let metrics = Arc::new(Metrics::new());
-    let mut flush_every = None;
-    // The Redis stores register their metrics in this server's recorder, not the global one.
-    match &config.storage {
-        Storage::Memory => {}
-        Storage::Redis { url, prefix } => {
-            let redis = tollgate_redis::Redis::connect(url).await?;
-            let store = RedisStore { redis, prefix: prefix.clone(), time: time.clone() };
-            engine = metrics.recording(|| engine.with_redis(store)).map_err(storage_error)?;
-        }
-        Storage::RedisCached { url, prefix, flush } => {
-            let redis = tollgate_redis::Redis::connect(url).await?;
-            let store = RedisStore { redis, prefix: prefix.clone(), time: time.clone() };
-            engine = metrics.recording(|| engine.with_redis_cached(store)).map_err(storage_error)?;
-            flush_every = Some(*flush);
-        }
-        Storage::RedisLeased { url, prefix } => {
-            let redis = tollgate_redis::Redis::connect(url).await?;
-            let store = RedisStore { redis, prefix: prefix.clone(), time: time.clone() };
-            engine = metrics.recording(|| engine.with_redis_leased(store)).map_err(storage_error)?;
-        }
+    if let Some((url, prefix)) = config.storage.redis() {
+        let redis = tollgate_redis::Redis::connect(url).await?;
+        let store = RedisStore { redis, prefix: prefix.to_owned(), time };
+        // The Redis stores register their metrics in this server's recorder, not the global one.
+        let kind = config.storage.kind();
+        engine = metrics.recording(|| engine.with_redis_storage(kind, store)).map_err(storage_error)?;
     }
+    let flush_every = match config.storage {
+        Storage::RedisCached { flush, .. } => Some(flush),
+        _ => None,
+    };
     let engine = Arc::new(engine);
     let reloader = Arc::new(Reloader::new(&config.limits, config.format, text, engine.clone(), metrics.clone()));
     let watcher = if config.watch { Some(reloader.clone().watch()?) } else { None };
@@ -274,20 +291,16 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let (shutdown, signal) = tokio::sync::watch::channel(false);
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<RateLimitServiceServer<Rls<C>>>().await;
-    health.set_serving::<KuadrantServer<C>>().await;
+    for service in [methods::ENVOY, methods::KUADRANT] {
+        health.set_service_status(service, tonic_health::ServingStatus::Serving).await;
+    }
     let rls = Arc::new(
         Rls::new(engine.clone(), metrics.clone())
             .with_headers(config.rate_limit_headers)
             .with_trace_parent(config.trace_parent.clone()),
     );
-    let kuadrant = KuadrantServer::new(rls.clone());
-    // The rate-limit calls are answered by `Unary`; tonic's routes serve health, and serve the
-    // rate-limit calls too when `Unary` does not take them as they are (compressed ones).
-    let routes = tonic::service::Routes::new(health_service)
-        .add_service(RateLimitServiceServer::from_arc(rls.clone()))
-        .add_service(kuadrant)
-        .prepare();
+    // The rate-limit calls are answered by `Unary`; tonic's routes serve health.
+    let routes = tonic::service::Routes::new(health_service).prepare();
     let service = Unary::new(rls, routes);
     let mut stop = signal.clone();
     let incoming = preface::incoming(grpc_listener, config.grpc_read_timeout);
@@ -351,12 +364,6 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         },
         _watcher: watcher,
     })
-}
-
-/// Resolves when `stop` says so, or its sender is gone (every task of the server stops on it).
-pub(super) async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
-    // The borrow `wait_for` returns is dropped here, not held across the caller's awaits.
-    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// tonic answers a request it cannot decode with INTERNAL; it is the caller's mistake, so say

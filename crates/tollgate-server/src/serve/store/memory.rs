@@ -5,12 +5,11 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tollgate::{AllOrNothing, Clock};
-use tollgate_policy::{Hit, Policy};
+use tollgate_policy::Hit;
 use tollgate_redis::BackendError;
 
 use super::{Answer, Call, Later, Store};
-use crate::serve::admin::{CounterFilter, CounterList, Pick};
-use crate::serve::engine::{Action, CounterView, Loaded, Mode, Status, StorageError, StorageKind};
+use crate::serve::model::{Action, CounterFilter, CounterList, CounterView, Loaded, Mode, Pick, Status, StorageKind};
 
 /// Lock stripes for accuracy mode: a request locks the stripes of the counters it touches (in
 /// index order, so two requests never wait on each other in a cycle). More stripes, fewer false
@@ -84,10 +83,6 @@ impl<C: Clock> Store<C> for Memory {
 
     fn mode(&self) -> Mode {
         if self.stripes.is_some() { Mode::Accuracy } else { Mode::Throughput }
-    }
-
-    fn accepts(&self, _policy: &Policy) -> Result<(), StorageError> {
-        Ok(())
     }
 
     #[inline]

@@ -1,13 +1,14 @@
-//! The rate-limit calls over gRPC without tonic's per-call machinery.
+//! The rate-limit calls over gRPC, framed here or by tonic.
 //!
 //! Envoy's `ShouldRateLimit` and Kuadrant's `CheckRateLimit` and `Report` are unary calls whose
 //! answer is decided in memory in a few hundred nanoseconds; tonic's routing, streaming decoder
 //! and encoder around each of them cost several times that (measured: README, "Rate-limit
-//! server"). [`Unary`] takes those three paths itself — read the one length-prefixed message,
-//! decode it, [`Rls::answer`] it, write the reply and `grpc-status` — and hands every other call
-//! to tonic's routes: the health service, and any call this path does not take as it is
-//! (compressed, or not `application/grpc`), which tonic answers as it always did. The decision is
-//! the same code either way: only the framing differs.
+//! server"). [`Unary`] takes the methods of the one table (`protocol::methods`) itself: as they
+//! usually come (uncompressed `application/grpc`) it reads the one length-prefixed message,
+//! decodes it, [`Rls::answer`]s it and writes the reply and `grpc-status`; as they come otherwise
+//! (compressed, say) it hands them to tonic's unary machinery, which answers them as tonic always
+//! did. The decision is the same code either way: only the framing differs. Every other call
+//! (the health service) goes to tonic's routes.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,51 +25,40 @@ use prost::Message;
 use tollgate::Clock;
 use tonic::Status;
 use tonic::body::Body;
+use tonic::server::{Grpc, UnaryService};
 
-use super::engine::Action;
-use super::rls::Rls;
-
-/// Envoy's method.
-const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
-/// Kuadrant's check without counting.
-const CHECK_RATE_LIMIT: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/CheckRateLimit";
-/// Kuadrant's count without checking.
-const REPORT: &str = "/kuadrant.service.ratelimit.v1.RateLimitService/Report";
+use crate::serve::model::Action;
+use crate::serve::protocol::methods;
+use crate::serve::protocol::rls::Rls;
 
 /// The largest request message, as tonic's default (4 MiB).
-pub(super) const MAX_MESSAGE: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_MESSAGE: usize = 4 * 1024 * 1024;
 
 /// A gRPC message's prefix: compressed flag (1 byte) and length (4 bytes, big-endian).
 const PREFIX: usize = 5;
 
 /// The gRPC service of `tollgate serve`: the rate-limit calls answered here, the rest by `routes`.
 #[derive(Clone)]
-pub(super) struct Unary<C: Clock, S> {
+pub(crate) struct Unary<C: Clock, S> {
     rls: Arc<Rls<C>>,
     routes: S,
 }
 
 impl<C: Clock + Clone, S> Unary<C, S> {
     /// Answers the rate-limit calls with `rls`, and passes every other call to `routes`.
-    pub(super) fn new(rls: Arc<Rls<C>>, routes: S) -> Unary<C, S> {
+    pub(crate) fn new(rls: Arc<Rls<C>>, routes: S) -> Unary<C, S> {
         Unary { rls, routes }
     }
 }
 
-/// Which action a request asks for, if this path takes it: one of the three methods, sent
-/// uncompressed as `application/grpc` (with or without `+proto`).
-fn taken(request: &Request<Body>) -> Option<Action> {
-    let action = match request.uri().path() {
-        SHOULD_RATE_LIMIT => Action::CheckAndReport,
-        CHECK_RATE_LIMIT => Action::Check,
-        REPORT => Action::Report,
-        _ => return None,
-    };
+/// True when a rate-limit call is framed here: sent uncompressed as `application/grpc` (with or
+/// without `+proto`).
+fn framed_here(request: &Request<Body>) -> bool {
     let headers = request.headers();
     let grpc =
         headers.get(header::CONTENT_TYPE).is_some_and(|v| v == "application/grpc" || v == "application/grpc+proto");
     let identity = headers.get("grpc-encoding").is_none_or(|v| v == "identity");
-    (grpc && identity).then_some(action)
+    grpc && identity
 }
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -88,13 +78,36 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> BoxFuture {
-        match taken(&request) {
-            Some(action) => {
-                let rls = Arc::clone(&self.rls);
-                Box::pin(async move { Ok(answer(&rls, request, action).await) })
-            }
-            None => Box::pin(self.routes.call(request)),
+        let Some(action) = methods::action(request.uri().path()) else {
+            return Box::pin(self.routes.call(request));
+        };
+        let rls = Arc::clone(&self.rls);
+        if framed_here(&request) {
+            return Box::pin(async move { Ok(answer(&rls, request, action).await) });
         }
+        Box::pin(async move {
+            let mut grpc = Grpc::new(tonic_prost::ProstCodec::default());
+            Ok(grpc.unary(ByTonic { rls, action }, request).await)
+        })
+    }
+}
+
+/// One rate-limit call as tonic's unary machinery hands it over, decoded.
+struct ByTonic<C: Clock> {
+    rls: Arc<Rls<C>>,
+    action: Action,
+}
+
+impl<C: Clock + Clone> UnaryService<RateLimitRequest> for ByTonic<C> {
+    type Response = envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    type Future = tonic::codegen::BoxFuture<tonic::Response<Self::Response>, Status>;
+
+    fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
+        let (rls, action) = (self.rls.clone(), self.action);
+        Box::pin(async move {
+            let (metadata, _, request) = request.into_parts();
+            rls.answer(request, action, metadata.as_ref()).await.map(tonic::Response::new)
+        })
     }
 }
 
@@ -118,7 +131,6 @@ async fn answer<C: Clock + Clone>(rls: &Rls<C>, request: Request<Body>, action: 
     };
     match rls.answer(request, action, &parts.headers).await {
         Ok(reply) => {
-            let reply = reply.into_inner();
             let length = reply.encoded_len();
             let mut frame = BytesMut::with_capacity(PREFIX + length);
             frame.put_u8(0);
@@ -144,7 +156,7 @@ fn message(body: &Bytes) -> Result<Bytes, Status> {
         )));
     }
     if body[0] != 0 {
-        // Compressed requests go to tonic (see `taken`); a flag set without grpc-encoding is wrong.
+        // Compressed requests go to tonic (see `framed_here`); a flag set without grpc-encoding is wrong.
         return Err(Status::internal("compressed message without a grpc-encoding header"));
     }
     let length = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;

@@ -1,7 +1,8 @@
 //! Envoy's rate limit service, v3 (`ShouldRateLimit`), and Kuadrant's
 //! (`kuadrant.service.ratelimit.v1.RateLimitService`: `CheckRateLimit` checks without counting,
 //! `Report` counts without checking; both take and return Envoy's messages), answered by the
-//! [`Engine`] on one port.
+//! [`Engine`] on one port. [`Rls::answer`] turns a decoded request into the reply message, or the
+//! gRPC status of a refusal; framing it is the transport's (`serve::net`).
 //!
 //! `domain` is the namespace; each descriptor's entries are one [`Descriptor`]; `hits_addend` is
 //! the delta, 0 meaning 1 (as Envoy sends it), and a descriptor's own `hits_addend` overrides it
@@ -16,7 +17,8 @@
 //!
 //! Not honoured: a descriptor's `limit` override (the limits file decides) — and a negative
 //! `hits_addend` (`is_negative_hits`) is refused as `INVALID_ARGUMENT`, not counted wrongly. So is
-//! a request over the engine's [`super::RequestBounds`] (the message names the bound).
+//! a request over the engine's [`RequestBounds`](crate::serve::RequestBounds) (the message names
+//! the bound).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,25 +27,21 @@ use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, ListValue, Struct, Value, value::Kind};
 use http::HeaderMap;
 use tollgate::{CalendarUnit, Clock, SystemClock};
 use tollgate_policy::{Descriptor, Enforcement, Limit};
-use tonic::{Request, Response, Status as GrpcStatus};
+use tonic::Status as GrpcStatus;
 use tracing::Instrument;
 
-use super::engine::{Action, CallError, Engine, Outcome, Status};
 use super::headers::{HeaderDraft, response_headers};
-use super::metrics::Metrics;
-use super::trace::{Decision, Protocol, TraceParent};
+use crate::serve::engine::Engine;
+use crate::serve::model::{Action, CallError, Outcome, Status};
+use crate::serve::ops::metrics::Metrics;
+use crate::serve::ops::trace::{Decision, Protocol, TraceParent};
 
-pub use super::kuadrant::KuadrantServer;
-pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-
-/// The gRPC services' shared state; wrap it in [`RateLimitServiceServer`] (Envoy) or
-/// [`KuadrantServer`] (Kuadrant) to serve it.
+/// Envoy's and Kuadrant's rate limit services: what answers their calls, whichever way they came.
 pub struct Rls<C: Clock = SystemClock> {
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
@@ -63,20 +61,44 @@ impl<C: Clock + Clone> Rls<C> {
         Rls { headers, ..self }
     }
 
-    /// Sets each decision span's parent from the call's metadata (see [`super::trace`]).
+    /// Sets each decision span's parent from the call's metadata (see [`crate::serve::trace`]).
     #[must_use]
     pub fn with_trace_parent(self, trace_parent: Option<Arc<dyn TraceParent>>) -> Rls<C> {
         Rls { trace_parent, ..self }
     }
 
-    /// Decides one request for any of the services, in a decision span whose parent is named in
-    /// the call's `metadata`.
-    pub(crate) async fn answer(
+    /// Decides one request for any of the services (`action`: what its method asks), in a
+    /// decision span whose parent is named in the call's `metadata`: the reply, or the status of
+    /// a refusal (`INVALID_ARGUMENT` for a request that cannot be decided as it is, `UNAVAILABLE`
+    /// when the storage cannot answer).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, rate_limit_response::Code};
+    /// use futures::executor::block_on;
+    /// use tollgate::ManualClock;
+    /// use tollgate_policy::Policy;
+    /// use tollgate_server::serve::{Action, Engine, Metrics, Mode, rls::Rls};
+    ///
+    /// let policy = Policy::parse("- {namespace: api, max_value: 1, seconds: 60}", "limits.yaml")?;
+    /// let engine = Arc::new(Engine::new(policy, Mode::Accuracy, false, ManualClock::new()));
+    /// let rls = Rls::new(engine, Arc::new(Metrics::new()));
+    /// let request = || RateLimitRequest { domain: "api".into(), ..Default::default() };
+    /// let metadata = http::HeaderMap::new();
+    /// let first = block_on(rls.answer(request(), Action::CheckAndReport, &metadata)).unwrap();
+    /// assert_eq!(first.overall_code, Code::Ok as i32);
+    /// let second = block_on(rls.answer(request(), Action::CheckAndReport, &metadata)).unwrap();
+    /// assert_eq!(second.overall_code, Code::OverLimit as i32);
+    /// let empty = block_on(rls.answer(RateLimitRequest::default(), Action::Check, &metadata)).unwrap_err();
+    /// assert_eq!(empty.code(), tonic::Code::InvalidArgument);
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    pub async fn answer(
         &self,
         request: RateLimitRequest,
         action: Action,
         metadata: &HeaderMap,
-    ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
+    ) -> Result<RateLimitResponse, GrpcStatus> {
         let decision = Decision::start(Protocol::grpc(action), action, self.trace_parent.as_deref(), metadata);
         let span = decision.span().clone();
         self.decide(request, action, &decision).instrument(span).await
@@ -87,7 +109,7 @@ impl<C: Clock + Clone> Rls<C> {
         request: RateLimitRequest,
         action: Action,
         decision: &Decision,
-    ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
+    ) -> Result<RateLimitResponse, GrpcStatus> {
         let started = Instant::now();
         let delta = u64::from(request.hits_addend.max(1));
         decision.request(&request.domain, delta);
@@ -127,7 +149,7 @@ impl<C: Clock + Clone> Rls<C> {
             let value = Value { kind: Some(Kind::ListValue(ListValue { values: list })) };
             reply.dynamic_metadata = Some(Struct { fields: [("quota_exceeded".to_string(), value)].into() });
         }
-        Ok(Response::new(reply))
+        Ok(reply)
     }
 }
 
@@ -147,17 +169,6 @@ fn descriptors(descriptors: Vec<RateLimitDescriptor>) -> Result<Vec<Descriptor>,
             Ok(descriptor)
         })
         .collect()
-}
-
-#[tonic::async_trait]
-impl<C: Clock + Clone> RateLimitService for Rls<C> {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
-        let (metadata, _, request) = request.into_parts();
-        self.answer(request, Action::CheckAndReport, metadata.as_ref()).await
-    }
 }
 
 /// The RLS response for an outcome over `descriptors` descriptors.

@@ -7,7 +7,7 @@
 //! `httparse`, and when it is one of those three calls as they usually come — HTTP/1.1, its body
 //! sized by `Content-Length` (at most axum's 2 MiB), no `Transfer-Encoding`, `Expect` or
 //! `Upgrade`, `Connection` absent, `keep-alive` or `close` — it is decided by
-//! [`http::answer`](super::http::answer), the code axum's route calls, and its answer written by
+//! [`http::answer`](crate::serve::http::answer), the code axum's route calls, and its answer written by
 //! hand. Requests sent back to back are answered with one write. The first request that is not
 //! taken hands the connection, with the bytes read so far, to hyper and axum's routes for the
 //! rest of its life: they answer it (and any protocol, HTTP/2 with prior knowledge included) as
@@ -58,11 +58,11 @@ use tokio::time::{Instant, Sleep};
 use tollgate::Clock;
 use tracing::Instrument;
 
-use super::engine::Action;
-use super::http::{Answer, Api, answer, body_timed_out};
-use super::server::stopped;
 use super::socket::{ReadHook, Socket, Transport, timed_out};
-use super::trace::{Decision, Protocol};
+use super::stopped;
+use crate::serve::model::Action;
+use crate::serve::ops::trace::{Decision, Protocol};
+use crate::serve::protocol::http::{Answer, Api, answer, body_timed_out};
 
 /// A request whose head is larger is not taken (hyper reads it, with its own limits).
 const MAX_HEAD: usize = 16 * 1024;
@@ -82,7 +82,7 @@ const MAX_KEPT: usize = 64 * 1024;
 /// Accepts connections on `listener` until `stop` says so (or its sender is gone), then waits for
 /// the connections to finish: whole requests already read are answered, the last answer saying
 /// `connection: close`; a connection idle or midway through a request closes at once.
-pub(super) async fn serve<C: Clock + Clone>(
+pub(crate) async fn serve<C: Clock + Clone>(
     listener: TcpListener,
     api: Arc<Api<C>>,
     routes: Router,
@@ -131,7 +131,7 @@ async fn accept_failed(e: io::Error) {
 }
 
 /// Serves one connection, `tcp`, until it closes (or `stop` says so, as [`serve`] says).
-pub(super) async fn connection<C: Clock + Clone, T: Transport>(
+pub(crate) async fn connection<C: Clock + Clone, T: Transport>(
     api: Arc<Api<C>>,
     routes: Router,
     read_timeout: Option<Duration>,

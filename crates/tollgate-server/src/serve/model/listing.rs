@@ -1,15 +1,26 @@
-//! Listing and resetting a namespace's counters (`GET` and `DELETE /counters/{namespace}`): which
-//! counters a filter chooses, and how a counter's Redis key reads back. Each store lists and resets
-//! its own counters (`super::store`).
+//! Listing a namespace's counters (`GET /counters/{namespace}`: a [`CounterList`] of
+//! [`CounterView`]s) and resetting them (`DELETE`: which ones a [`CounterFilter`] over the values
+//! of the limits' variables chooses). Each store lists and resets its own counters
+//! (`crate::serve::store`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tollgate::Clock;
+use tollgate::Meta;
 use tollgate_policy::{Limit, LimitId, Variable};
-use tollgate_redis::BackendError;
 
-use super::engine::{CounterView, Engine, Loaded};
+use super::loaded::Loaded;
+
+/// One live counter, as `GET /counters/{namespace}` lists it.
+#[derive(Clone, Debug)]
+pub struct CounterView {
+    /// Index of the limit in the policy's limits.
+    pub limit: usize,
+    /// The variables' values.
+    pub values: Vec<String>,
+    /// The counter's state now.
+    pub meta: Meta,
+}
 
 /// A namespace's live counters, at most the number asked for.
 #[derive(Debug)]
@@ -115,57 +126,6 @@ impl CounterFilter {
 pub(crate) fn limits_by_id<'l>(loaded: &'l Loaded, namespace: &str) -> HashMap<LimitId, (usize, &'l Limit)> {
     let limits = loaded.policy.limits();
     loaded.policy.namespace_indexes(namespace).iter().map(|&i| (limits[i].id(), (i, &limits[i]))).collect()
-}
-
-impl<C: Clock + Clone> Engine<C> {
-    /// Up to `max` live counters of `namespace`, from whichever storage the engine has; the
-    /// list says when there were more. An error means Redis could not answer.
-    ///
-    /// ```
-    /// use futures::executor::block_on;
-    /// use tollgate::ManualClock;
-    /// use tollgate_policy::{Descriptor, Policy};
-    /// use tollgate_server::serve::{Action, Engine, Mode};
-    ///
-    /// let policy = Policy::parse("- {namespace: api, max_value: 5, seconds: 60, variables: [user]}", "limits.yaml")?;
-    /// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new());
-    /// for user in ["ann", "bob", "cat"] {
-    ///     block_on(engine.call("api", &[Descriptor::from([("user", user)])], 1, Action::CheckAndReport)).unwrap();
-    /// }
-    /// let list = block_on(engine.list_counters("api", 2))?;
-    /// assert_eq!((list.counters.len(), list.truncated), (2, true));
-    /// assert_eq!(list.counters[0].meta.remaining, 4);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub async fn list_counters(&self, namespace: &str, max: usize) -> Result<CounterList, BackendError> {
-        self.store.list(self.loaded(), namespace, max, &self.clock).await
-    }
-
-    /// Forgets the counters of `namespace` that `filter` chooses, with whichever storage the
-    /// engine has: each starts its next window full. Returns how many held hits (the counters a
-    /// listing would have shown). An error means Redis could not answer; the counters deleted
-    /// before it stay deleted.
-    ///
-    /// ```
-    /// use futures::executor::block_on;
-    /// use tollgate::ManualClock;
-    /// use tollgate_policy::{Descriptor, Policy};
-    /// use tollgate_server::serve::{Action, CounterFilter, Engine, Mode};
-    ///
-    /// let policy = Policy::parse("- {namespace: api, max_value: 1, seconds: 60, variables: [user]}", "limits.yaml")?;
-    /// let engine = Engine::new(policy, Mode::Accuracy, false, ManualClock::new());
-    /// let ann = [Descriptor::from([("user", "ann")])];
-    /// assert!(block_on(engine.call("api", &ann, 1, Action::CheckAndReport)).unwrap().allowed);
-    /// assert!(!block_on(engine.call("api", &ann, 1, Action::CheckAndReport)).unwrap().allowed);
-    /// let filter = CounterFilter::new([("user".to_string(), "ann".to_string())]);
-    /// assert_eq!(block_on(engine.reset_counters("api", &filter))?, 1);
-    /// assert!(block_on(engine.call("api", &ann, 1, Action::CheckAndReport)).unwrap().allowed, "ann starts again");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub async fn reset_counters(&self, namespace: &str, filter: &CounterFilter) -> Result<u64, BackendError> {
-        let loaded = self.loaded();
-        self.store.reset(&loaded, namespace, filter, &self.clock).await
-    }
 }
 
 #[cfg(test)]

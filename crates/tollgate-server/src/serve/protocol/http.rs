@@ -15,7 +15,7 @@
 //! "DraftVersion03"}`; with `response_headers` set, the response carries the draft RateLimit
 //! headers of the tightest counter (see [`super::headers`]). A call that exceeds a quota limit
 //! (`mode: quota`) is allowed and carries `X-Tollgate-Quota-Exceeded`. A body that is not that JSON, a `delta` above
-//! [`MAX_DELTA`], or `values` over the engine's [`super::RequestBounds`] is a 400 that says why.
+//! [`MAX_DELTA`], or `values` over the engine's [`RequestBounds`](crate::serve::RequestBounds) is a 400 that says why.
 //!
 //! Counters are listed and reset on every storage (with Redis, by a bounded scan of the
 //! namespace's keys: see [`Engine::list_counters`]); a storage that cannot answer is a 503. The
@@ -44,11 +44,11 @@ use tollgate::Clock;
 use tollgate_policy::{Descriptor, Limit};
 use tracing::Instrument;
 
-use super::admin::CounterFilter;
-use super::engine::{Action, CallError, Engine};
 use super::headers::{HeaderDraft, response_headers};
-use super::metrics::Metrics;
-use super::trace::{Decision, Protocol, TraceParent};
+use crate::serve::engine::Engine;
+use crate::serve::model::{Action, CallError, CounterFilter};
+use crate::serve::ops::metrics::Metrics;
+use crate::serve::ops::trace::{Decision, Protocol, TraceParent};
 
 /// A check, report or check-and-report request.
 #[derive(Debug, Deserialize)]
@@ -154,10 +154,10 @@ pub const TRUNCATED_HEADER: &str = "x-tollgate-truncated";
 pub const MAX_DELTA: u64 = u32::MAX as u64;
 
 /// What the API's routes decide with.
-pub(super) struct Api<C: Clock> {
+pub(crate) struct Api<C: Clock> {
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
-    pub(super) trace_parent: Option<Arc<dyn TraceParent>>,
+    pub(crate) trace_parent: Option<Arc<dyn TraceParent>>,
     /// How long a body hyper reads may take once its head is in (`None`: no limit).
     body_timeout: Option<Duration>,
 }
@@ -166,7 +166,7 @@ impl<C: Clock> Api<C> {
     /// Deciding with `engine`, each decision span's parent set by `trace_parent` from the
     /// request's headers; a body that takes longer than `body_timeout` after its head is
     /// answered 408.
-    pub(super) fn new(
+    pub(crate) fn new(
         engine: Arc<Engine<C>>,
         metrics: Arc<Metrics>,
         trace_parent: Option<Arc<dyn TraceParent>>,
@@ -192,7 +192,7 @@ impl<C: Clock> Api<C> {
 }
 
 /// The 408 of a body that did not arrive within `timeout` of its head.
-pub(super) fn body_timed_out(timeout: Duration) -> Response {
+pub(crate) fn body_timed_out(timeout: Duration) -> Response {
     let reason = format!("the request's body did not arrive within {}\n", humantime::format_duration(timeout));
     (StatusCode::REQUEST_TIMEOUT, reason).into_response()
 }
@@ -203,7 +203,7 @@ pub fn router<C: Clock + Clone>(engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -
 }
 
 /// The API's routes, deciding with `engine`, each decision span's parent set by `trace_parent`
-/// from the request's headers (see [`super::trace`]).
+/// from the request's headers (see [`crate::serve::trace`]).
 pub fn router_with_trace_parent<C: Clock + Clone>(
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
@@ -213,7 +213,7 @@ pub fn router_with_trace_parent<C: Clock + Clone>(
 }
 
 /// The API's routes over `api`.
-pub(super) fn routes<C: Clock + Clone>(api: Arc<Api<C>>) -> Router {
+pub(crate) fn routes<C: Clock + Clone>(api: Arc<Api<C>>) -> Router {
     Router::new()
         .route("/check", post(|s, r| call(s, r, Action::Check)))
         .route("/report", post(|s, r| call(s, r, Action::Report)))
@@ -244,15 +244,15 @@ async fn call<C: Clock + Clone>(State(api): State<Arc<Api<C>>>, request: Request
 }
 
 /// What a check, report or check-and-report answers, before it is framed: by axum here, or
-/// written by hand on [`super::http1`]'s connections. One answer, two framings.
+/// written by hand on `serve::net::http1`'s connections. One answer, two framings.
 #[derive(Debug)]
-pub(super) struct Answer {
+pub(crate) struct Answer {
     /// 200, 429, or the status of a refusal.
-    pub(super) status: StatusCode,
+    pub(crate) status: StatusCode,
     /// The RateLimit and quota headers of a decided call (lower-case names).
-    pub(super) headers: Vec<(&'static str, HeaderValue)>,
+    pub(crate) headers: Vec<(&'static str, HeaderValue)>,
     /// `None`: the JSON `null` of a decided call; `Some`: why it was refused, as plain text.
-    pub(super) reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 impl Answer {
@@ -261,7 +261,7 @@ impl Answer {
     }
 
     /// The `Content-Type` and the body.
-    pub(super) fn content(&self) -> (&'static str, &str) {
+    pub(crate) fn content(&self) -> (&'static str, &str) {
         match &self.reason {
             None => ("application/json", "null"),
             // As axum's `String` response.
@@ -288,7 +288,7 @@ impl IntoResponse for Answer {
 }
 
 /// Decides the call whose body is `body`.
-pub(super) async fn answer<C: Clock + Clone>(api: &Api<C>, body: &[u8], action: Action, decision: &Decision) -> Answer {
+pub(crate) async fn answer<C: Clock + Clone>(api: &Api<C>, body: &[u8], action: Action, decision: &Decision) -> Answer {
     let started = Instant::now();
     let body: CallBody = match serde_json::from_slice(body) {
         Ok(body) => body,

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::engine::{Outcome, Status};
+use crate::serve::model::{Outcome, Status};
 
 /// Which draft of the RateLimit header fields to send (`--rate-limit-headers` for RLS replies,
 /// `response_headers` in an HTTP body).

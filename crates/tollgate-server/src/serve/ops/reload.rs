@@ -20,8 +20,8 @@ use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tollgate::Clock;
 use tollgate_policy::{Format, PolicyError, SourceText};
 
-use super::engine::Engine;
 use super::metrics::Metrics;
+use crate::serve::engine::Engine;
 
 /// Editors write a file in several steps; wait this long after the first event before reading.
 const SETTLE: Duration = Duration::from_millis(50);

@@ -17,18 +17,17 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tollgate::{AllOrNothing, Clock, Lease, Meta, Quota, Reply, Step};
-use tollgate_policy::Policy;
 use tollgate_redis::counters::WindowCounter;
 use tollgate_redis::{BackendError, LeasedLimiter};
 
-use super::redis::{InRedis, chosen_by, statuses};
-use super::{Answer, Call, Later, RedisStore, Store, redis_accepts};
-use crate::serve::admin::{CounterFilter, CounterList};
-use crate::serve::engine::{Action, Loaded, Mode, Status, StorageError, StorageKind};
+use super::RedisStore;
+use super::common::{RedisCounters, statuses};
+use crate::serve::model::{Action, CounterFilter, CounterList, Loaded, Mode, Status, StorageKind};
+use crate::serve::store::{Answer, Call, Later, Store};
 
 /// Counters in Redis, spent from leases held here.
-pub(crate) struct Leased<C: Clock> {
-    redis: InRedis,
+pub(super) struct Leased<C: Clock> {
+    redis: RedisCounters,
     /// One limiter per quota (max_value, window): a limiter keeps a slice per Redis key, and the
     /// key names the limit and the values.
     limiters: RwLock<HashMap<(u64, Duration), LeasedLimiter<C>>>,
@@ -38,8 +37,8 @@ pub(crate) struct Leased<C: Clock> {
 
 impl<C: Clock> Leased<C> {
     /// Counters in `store`, with at most `max_key_bytes` of per-key state per quota here.
-    pub(crate) fn new(store: RedisStore, max_key_bytes: usize) -> Leased<C> {
-        Leased { redis: InRedis::new(store), limiters: RwLock::default(), max_key_bytes }
+    pub(super) fn new(store: RedisStore, max_key_bytes: usize) -> Leased<C> {
+        Leased { redis: RedisCounters::new(store), limiters: RwLock::default(), max_key_bytes }
     }
 
     /// The limiter of `counter`'s quota, built on first use.
@@ -131,10 +130,6 @@ impl<C: Clock> Store<C> for Leased<C> {
         Mode::Throughput
     }
 
-    fn accepts(&self, policy: &Policy) -> Result<(), StorageError> {
-        redis_accepts(policy, StorageKind::RedisLeased)
-    }
-
     fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
         let (counters, slots) = self.redis.windows(&call);
         Answer::Later(Box::pin(async move {
@@ -162,7 +157,7 @@ impl<C: Clock> Store<C> for Leased<C> {
     ) -> Later<'a, Result<u64, BackendError>> {
         Box::pin(async move {
             let reset = self.redis.reset_now(loaded, namespace, filter).await?;
-            let chosen = chosen_by(loaded, &self.redis.store.prefix, namespace, filter);
+            let chosen = self.redis.chosen_by(loaded, namespace, filter);
             for limiter in self.all() {
                 limiter.forget(&chosen);
             }

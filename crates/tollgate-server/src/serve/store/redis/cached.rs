@@ -8,25 +8,24 @@
 use std::sync::Arc;
 
 use tollgate::Clock;
-use tollgate_policy::Policy;
 use tollgate_redis::BackendError;
 
+use super::RedisStore;
 use super::cache::Cache;
-use super::redis::{InRedis, chosen_by, statuses};
-use super::{Answer, Call, Later, RedisStore, Store, redis_accepts};
-use crate::serve::admin::{CounterFilter, CounterList};
-use crate::serve::engine::{Action, Loaded, Mode, Status, StorageError, StorageKind};
+use super::common::{RedisCounters, statuses};
+use crate::serve::model::{Action, CounterFilter, CounterList, Loaded, Mode, Status, StorageKind};
+use crate::serve::store::{Answer, Call, Later, Store};
 
 /// Counters decided here, kept in step with Redis.
-pub(crate) struct Cached {
-    redis: InRedis,
+pub(super) struct Cached {
+    redis: RedisCounters,
     cache: Cache,
 }
 
 impl Cached {
     /// Counters in `store`, cached here up to `max_bytes` (see [`super::cache`]).
-    pub(crate) fn new(store: RedisStore, max_bytes: usize) -> Cached {
-        Cached { redis: InRedis::new(store), cache: Cache::new(max_bytes) }
+    pub(super) fn new(store: RedisStore, max_bytes: usize) -> Cached {
+        Cached { redis: RedisCounters::new(store), cache: Cache::new(max_bytes) }
     }
 }
 
@@ -40,16 +39,12 @@ impl<C: Clock> Store<C> for Cached {
         Mode::Accuracy
     }
 
-    fn accepts(&self, policy: &Policy) -> Result<(), StorageError> {
-        redis_accepts(policy, StorageKind::RedisCached)
-    }
-
     fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
         let (counters, slots) = self.redis.windows(&call);
         let missing = self.cache.missing(&counters);
         if !missing.is_empty() && !self.cache.has_room(&missing) {
             // Full: decided where the counters live, nothing kept here.
-            return Store::<C>::decide(&self.redis, call);
+            return Answer::Later(self.redis.decide(call));
         }
         let decide = move || {
             let now = call.clock.now();
@@ -101,7 +96,7 @@ impl<C: Clock> Store<C> for Cached {
             let flushed = self.cache.flush_held(&held, &store.redis, clock.now(), &store.time).await;
             flushed.inspect_err(|e| self.redis.metrics.error(e))?;
             let reset = self.redis.reset_now(loaded, namespace, filter).await?;
-            self.cache.forget(&held, chosen_by(loaded, &store.prefix, namespace, filter));
+            self.cache.forget(&held, self.redis.chosen_by(loaded, namespace, filter));
             Ok(reset)
         })
     }

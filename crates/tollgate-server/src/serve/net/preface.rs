@@ -30,7 +30,7 @@ const PREFACE_LEN: usize = 24;
 /// preface and kernel keep-alive probes after `timeout` of silence (three, a third of it apart:
 /// a dead peer's connection is reset about twice `timeout` after its last packet). `None`:
 /// neither.
-pub(super) fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     timeout: Option<Duration>,
 ) -> impl Stream<Item = io::Result<Preface>> + Send + 'static {
@@ -48,12 +48,12 @@ pub(super) fn incoming(
 
 /// An accepted connection whose reads fail with `TimedOut` if the preface has not arrived whole
 /// by its deadline.
-pub(super) type Preface = Socket<Deadline>;
+pub(crate) type Preface = Socket<Deadline>;
 
 /// Until the preface is read: its deadline (boxed because `Sleep` is `!Unpin`, once per
 /// connection) and the bytes read so far.
 #[derive(Debug)]
-pub(super) struct Deadline {
+pub(crate) struct Deadline {
     sleep: Option<Pin<Box<Sleep>>>,
     read: usize,
 }

@@ -30,7 +30,7 @@ use http::HeaderMap;
 use tracing::Span;
 use tracing::field::Empty;
 
-use super::engine::{Action, Outcome, Status};
+use crate::serve::model::{Action, Outcome, Status};
 
 /// The target of the decision spans.
 pub const TARGET: &str = "tollgate::decision";

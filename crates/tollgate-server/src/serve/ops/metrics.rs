@@ -15,8 +15,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder
 use tollgate::Clock;
 use tollgate_policy::Enforcement;
 
-use super::bounds::Bound;
-use super::engine::{CounterTable, Engine, Outcome};
+use crate::serve::engine::Engine;
+use crate::serve::model::{Bound, CounterTable, Outcome, Status};
 
 /// Buckets of the decision latency histogram, in seconds.
 const LATENCY_BUCKETS: &[f64] =
@@ -121,7 +121,7 @@ impl Metrics {
     /// A namespace the limits do not name is labelled [`UNCONFIGURED_NAMESPACE`].
     pub fn record(&self, namespace: &str, outcome: &Outcome, hits: u64, took: Duration) {
         self.latency.record(took.as_secs_f64());
-        let name = |s: &super::engine::Status| outcome.limit(s).name().unwrap_or("");
+        let name = |s: &Status| outcome.limit(s).name().unwrap_or("");
         if outcome.allowed {
             self.add("authorized_calls", namespace, None, 1, outcome);
             if hits > 0 {

@@ -1,5 +1,5 @@
-//! `--storage redis`: fixed windows in Redis, a call decided in one script run (all-or-nothing in
-//! `counters.lua`); listing and resetting by key.
+//! What the Redis stores share: a call's counters as Redis windows, decided in one script run
+//! (all-or-nothing in `counters.lua`), and listing and resetting by key.
 //!
 //! A namespace's counters are its keys `{prefix}{namespace}:*` (the namespace is their hash tag,
 //! so they are on one node of a cluster). They are found by SCAN, a bounded step per call
@@ -16,15 +16,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tollgate::{Clock, Meta};
-use tollgate_policy::{Hit, Limit, LimitId, Policy};
+use tollgate_policy::{Hit, Limit, LimitId};
 use tollgate_redis::counters::{
     CountersMode, StoredWindow, WindowCounter, WindowKey, decide_windows, delete_windows, scan_windows,
 };
 use tollgate_redis::{BackendError, Keyspace, RedisMetrics, RedisTime};
 
-use super::{Answer, Call, Later, RedisStore, Store, redis_accepts};
-use crate::serve::admin::{CounterFilter, CounterList, Pick, limits_by_id};
-use crate::serve::engine::{Action, CounterView, Loaded, Mode, Status, StorageError, StorageKind};
+use super::RedisStore;
+use crate::serve::model::{Action, CounterFilter, CounterList, CounterView, Loaded, Pick, Status, limits_by_id};
+use crate::serve::store::{Call, Later};
 
 /// Keys of the keyspace one SCAN step looks at (not how many it returns).
 pub const SCAN_COUNT: usize = 1000;
@@ -32,25 +32,57 @@ pub const SCAN_COUNT: usize = 1000;
 /// Counters deleted per script call.
 const DELETE_BATCH: usize = 500;
 
-/// Counters in Redis, one round trip per call.
-pub(crate) struct InRedis {
-    pub(crate) store: RedisStore,
+/// Counters in Redis on one prefix: what every Redis store decides, lists and resets with.
+pub(super) struct RedisCounters {
+    pub(super) store: RedisStore,
     /// The store's prefix, where its counters are.
     keyspace: Keyspace,
     /// `tollgate_redis_*{prefix}`: what a `RedisLimiter` on the same prefix would record.
-    pub(crate) metrics: RedisMetrics,
+    pub(super) metrics: RedisMetrics,
 }
 
-impl InRedis {
+impl RedisCounters {
     /// The store, with its metrics registered with the recorder in force now.
-    pub(crate) fn new(store: RedisStore) -> InRedis {
+    pub(super) fn new(store: RedisStore) -> RedisCounters {
         let metrics = RedisMetrics::new(&store.prefix);
-        InRedis { keyspace: Keyspace::new(store.prefix.as_str()), store, metrics }
+        RedisCounters { keyspace: Keyspace::new(store.prefix.as_str()), store, metrics }
+    }
+
+    /// Decides a call in one script run on Redis: each counter's status, in the order of
+    /// `call.hits`.
+    pub(super) fn decide<'a, C: Clock>(&'a self, call: Call<'a, C>) -> Later<'a, Result<Vec<Status>, BackendError>> {
+        let (counters, slots) = self.windows(&call);
+        let mode = match call.action {
+            Action::Check => CountersMode::Check,
+            Action::Report => CountersMode::Report,
+            Action::CheckAndReport => CountersMode::Take,
+        };
+        Box::pin(async move {
+            let decided =
+                self.measured(decide_windows(&self.store.redis, &counters, mode, &self.store.time)).await?.counters;
+            Ok(statuses(call.hits, &slots, &decided))
+        })
+    }
+
+    /// Whether a counter key of `namespace` is one `filter` chooses (a key of a limit no longer
+    /// loaded, or of another namespace, is not).
+    pub(super) fn chosen_by<'a>(
+        &'a self,
+        loaded: &'a Loaded,
+        namespace: &'a str,
+        filter: &'a CounterFilter,
+    ) -> impl Fn(&str) -> bool + 'a {
+        let by_id = limits_by_id(loaded, namespace);
+        move |key| {
+            parse_counter_key(&self.keyspace, namespace, key)
+                .and_then(|(id, values)| Some(filter.matches(by_id.get(&id)?.1, &values)))
+                .unwrap_or(false)
+        }
     }
 
     /// A decision's round trip, timed (real time, even on a test clock: it measures Redis) and
     /// its failure counted.
-    pub(crate) async fn measured<T>(
+    pub(super) async fn measured<T>(
         &self,
         call: impl Future<Output = Result<T, BackendError>>,
     ) -> Result<T, BackendError> {
@@ -62,7 +94,7 @@ impl InRedis {
 
     /// The counters of a call as Redis counts them, each key once (see [`merge_repeated`]), and
     /// for each hit the index of its counter.
-    pub(crate) fn windows<C: Clock>(&self, call: &Call<'_, C>) -> (Vec<WindowCounter>, Vec<usize>) {
+    pub(super) fn windows<C: Clock>(&self, call: &Call<'_, C>) -> (Vec<WindowCounter>, Vec<usize>) {
         let counters = call
             .hits
             .iter()
@@ -80,7 +112,7 @@ impl InRedis {
     }
 
     /// Up to `max` live counters of `namespace`, at the store's time.
-    pub(crate) async fn list_now(
+    pub(super) async fn list_now(
         &self,
         loaded: Arc<Loaded>,
         namespace: &str,
@@ -122,7 +154,7 @@ impl InRedis {
     }
 
     /// Deletes the counters of `namespace` that `filter` chooses; returns how many were live.
-    pub(crate) async fn reset_now(
+    pub(super) async fn reset_now(
         &self,
         loaded: &Loaded,
         namespace: &str,
@@ -216,57 +248,8 @@ impl InRedis {
     }
 }
 
-impl<C: Clock> Store<C> for InRedis {
-    fn kind(&self) -> StorageKind {
-        StorageKind::Redis
-    }
-
-    /// One script run decides every counter of a call atomically.
-    fn mode(&self) -> Mode {
-        Mode::Accuracy
-    }
-
-    fn accepts(&self, policy: &Policy) -> Result<(), StorageError> {
-        redis_accepts(policy, StorageKind::Redis)
-    }
-
-    fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
-        let (counters, slots) = self.windows(&call);
-        let mode = match call.action {
-            Action::Check => CountersMode::Check,
-            Action::Report => CountersMode::Report,
-            Action::CheckAndReport => CountersMode::Take,
-        };
-        Answer::Later(Box::pin(async move {
-            let decided =
-                self.measured(decide_windows(&self.store.redis, &counters, mode, &self.store.time)).await?.counters;
-            Ok(statuses(call.hits, &slots, &decided))
-        }))
-    }
-
-    fn list<'a>(
-        &'a self,
-        loaded: Arc<Loaded>,
-        namespace: &'a str,
-        max: usize,
-        _clock: &'a C,
-    ) -> Later<'a, Result<CounterList, BackendError>> {
-        Box::pin(self.list_now(loaded, namespace, max))
-    }
-
-    fn reset<'a>(
-        &'a self,
-        loaded: &'a Loaded,
-        namespace: &'a str,
-        filter: &'a CounterFilter,
-        _clock: &'a C,
-    ) -> Later<'a, Result<u64, BackendError>> {
-        Box::pin(self.reset_now(loaded, namespace, filter))
-    }
-}
-
 /// Each hit's status from what its counter (at `slots[i]`) answered.
-pub(crate) fn statuses(hits: &[Hit<'_>], slots: &[usize], decided: &[(Meta, bool)]) -> Vec<Status> {
+pub(super) fn statuses(hits: &[Hit<'_>], slots: &[usize], decided: &[(Meta, bool)]) -> Vec<Status> {
     hits.iter()
         .zip(slots)
         .map(|(hit, &slot)| {
@@ -302,29 +285,12 @@ fn merge_repeated(counters: Vec<WindowCounter>) -> (Vec<WindowCounter>, Vec<usiz
 /// The Redis key of one counter: [`Keyspace::key`] under the namespace (the hash tag, so all
 /// counters of a call are on one Cluster node), named by the limit's id, with the variables'
 /// values (length-prefixed, so no value can forge another key); [`parse_counter_key`] reads it back.
-pub(crate) fn counter_key(keyspace: &Keyspace, namespace: &str, limit: LimitId, values: &[String]) -> String {
+fn counter_key(keyspace: &Keyspace, namespace: &str, limit: LimitId, values: &[String]) -> String {
     keyspace.key(namespace, &limit.to_string(), values)
 }
 
-/// Whether a counter key of `namespace` is one `filter` chooses (a key of a limit no longer
-/// loaded, or of another namespace, is not).
-pub(crate) fn chosen_by<'a>(
-    loaded: &'a Loaded,
-    prefix: &str,
-    namespace: &'a str,
-    filter: &'a CounterFilter,
-) -> impl Fn(&str) -> bool + 'a {
-    let by_id = limits_by_id(loaded, namespace);
-    let keyspace = Keyspace::new(prefix);
-    move |key| {
-        parse_counter_key(&keyspace, namespace, key)
-            .and_then(|(id, values)| Some(filter.matches(by_id.get(&id)?.1, &values)))
-            .unwrap_or(false)
-    }
-}
-
 /// The limit's id and the variables' values of a [`counter_key`] of `namespace`.
-pub(crate) fn parse_counter_key(keyspace: &Keyspace, namespace: &str, key: &str) -> Option<(LimitId, Vec<String>)> {
+fn parse_counter_key(keyspace: &Keyspace, namespace: &str, key: &str) -> Option<(LimitId, Vec<String>)> {
     let (id, values) = keyspace.parse(namespace, key)?;
     if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;

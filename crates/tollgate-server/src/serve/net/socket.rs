@@ -5,7 +5,7 @@
 //! preface deadline (`preface::Deadline`).
 //!
 //! The connection is a [`Transport`]: a `TcpStream` when serving, an in-memory stream when the
-//! connection code is fuzzed (`super::fuzzing`).
+//! connection code is fuzzed (`serve::fuzzing`).
 
 use std::future::Future;
 use std::io;
@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 /// What a connection is carried on.
-pub(super) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// Writes what the connection takes now, without waiting or registering for a wakeup (as
     /// `TcpStream::try_write`); `WouldBlock` when it takes nothing.
     fn try_write(&mut self, buf: &[u8]) -> io::Result<usize>;
@@ -42,7 +42,7 @@ impl Transport for DuplexStream {
 }
 
 /// What a read of a [`Socket`] does instead of reading the socket alone.
-pub(super) trait ReadHook: Unpin {
+pub(crate) trait ReadHook: Unpin {
     /// Fills `buf` as [`AsyncRead::poll_read`] would, from `tcp` or from the hook's own state.
     fn poll_read<T: AsyncRead + Unpin>(
         &mut self,
@@ -54,7 +54,7 @@ pub(super) trait ReadHook: Unpin {
 
 /// `tcp`, read through `hook`.
 #[derive(Debug)]
-pub(super) struct Socket<H, T = TcpStream> {
+pub(crate) struct Socket<H, T = TcpStream> {
     pub(super) tcp: T,
     pub(super) hook: H,
     /// How long a write may wait for room in the socket's buffer (`None`: for ever).

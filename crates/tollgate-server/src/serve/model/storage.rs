@@ -1,0 +1,149 @@
+//! Where counters live ([`StorageKind`]), and which limits each storage can count.
+
+use tollgate_policy::{AlgorithmKind, Policy, Position};
+
+/// Where an engine keeps its counters, as `--storage` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StorageKind {
+    /// In the engine's own counters (`memory`).
+    Memory,
+    /// In Redis, one round trip per call (`redis`).
+    Redis,
+    /// Decided in memory, flushed to Redis in batches (`redis-cached`).
+    RedisCached,
+    /// In Redis, spent from slices leased to this process (`redis-leased`).
+    RedisLeased,
+}
+
+impl StorageKind {
+    /// The name `--storage` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            StorageKind::Memory => "memory",
+            StorageKind::Redis => "redis",
+            StorageKind::RedisCached => "redis-cached",
+            StorageKind::RedisLeased => "redis-leased",
+        }
+    }
+
+    /// The first limit of `policy` this storage cannot count, as the error that names it. Memory
+    /// counts every algorithm the limits file takes; Redis those whose
+    /// [`support`](tollgate::AlgorithmKind::support) says `redis_counters`; `redis-cached` and
+    /// `redis-leased` no calendar windows besides (their local copies count windows that open at a
+    /// first hit).
+    ///
+    /// ```
+    /// use tollgate_policy::Policy;
+    /// use tollgate_server::serve::StorageKind;
+    ///
+    /// let policy = Policy::parse("- {namespace: api, max_value: 5, seconds: 60, algorithm: token_bucket}", "limits.yaml")?;
+    /// assert!(StorageKind::Memory.accepts(&policy).is_ok());
+    /// let refused = StorageKind::Redis.accepts(&policy).unwrap_err();
+    /// assert_eq!(refused.position.line, 1);
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    pub fn accepts(self, policy: &Policy) -> Result<(), StorageError> {
+        let cached = match self {
+            StorageKind::Memory => return Ok(()),
+            StorageKind::Redis => false,
+            StorageKind::RedisCached | StorageKind::RedisLeased => true,
+        };
+        let refused = policy.limits().iter().find_map(|l| {
+            if !l.algorithm().support().redis_counters {
+                Some((l, false))
+            } else if cached && l.calendar().is_some() {
+                Some((l, true))
+            } else {
+                None
+            }
+        });
+        match refused {
+            Some((limit, calendar)) => Err(StorageError {
+                source_name: limit.source_name().to_owned(),
+                position: limit.position(),
+                namespace: limit.namespace().to_owned(),
+                name: limit.name().map(str::to_owned),
+                algorithm: limit.algorithm(),
+                calendar,
+                storage: self,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Display for StorageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A limit the engine's storage cannot count: which limit (position, namespace, name), which
+/// algorithm it asks for, and which storage refused it. Counters in Redis are fixed windows only,
+/// and `redis-cached` counts no calendar windows.
+///
+/// ```
+/// use tollgate_policy::{AlgorithmKind, Position};
+/// use tollgate_server::serve::{StorageError, StorageKind};
+///
+/// let err = StorageError {
+///     source_name: "limits.yaml".into(),
+///     position: Position::new(3, 3),
+///     namespace: "api".into(),
+///     name: Some("per-user".into()),
+///     algorithm: AlgorithmKind::TokenBucket,
+///     calendar: false,
+///     storage: StorageKind::Redis,
+/// };
+/// assert_eq!(
+///     err.to_string(),
+///     "line 3: algorithm token_bucket is not available with --storage redis (fixed_window only): \
+///      limit `per-user` of namespace `api`"
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct StorageError {
+    /// The file the limit is in.
+    pub source_name: String,
+    /// Where the limit starts in its file.
+    pub position: Position,
+    /// The limit's namespace.
+    pub namespace: String,
+    /// The limit's name, if it has one.
+    pub name: Option<String>,
+    /// The algorithm the limit asks for.
+    pub algorithm: AlgorithmKind,
+    /// True when what the storage cannot count is the limit's calendar window, not its algorithm.
+    pub calendar: bool,
+    /// The storage that cannot count it.
+    pub storage: StorageKind,
+}
+
+impl StorageError {
+    /// The same message without the leading `line N: ` (for callers that print the position
+    /// themselves, as `file:line:column: message`).
+    pub fn message(&self) -> String {
+        let limit = match &self.name {
+            Some(name) => format!("limit `{name}` of namespace `{}`", self.namespace),
+            None => format!("limit of namespace `{}`", self.namespace),
+        };
+        if self.calendar {
+            return format!(
+                "calendar windows are not available with --storage {} (windows opened by the first hit only): {limit}",
+                self.storage
+            );
+        }
+        format!(
+            "algorithm {} is not available with --storage {} ({} only): {limit}",
+            self.algorithm.name(),
+            self.storage,
+            AlgorithmKind::names_where(|s| s.redis_counters),
+        )
+    }
+}
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.position.line, self.message())
+    }
+}
