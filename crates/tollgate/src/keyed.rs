@@ -26,10 +26,10 @@ use hashbrown::HashTable;
 use crate::algorithm::{Algorithm, peek};
 use crate::biased_lock::BiasedLock;
 use crate::clock::{Clock, SystemClock, nanos};
-use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
+use crate::decision::{Lease, PermitPool, Reason, Rejected};
 use crate::expiry::{Expiry, Record};
 use crate::quota::Quota;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Meta, Snapshot};
 use crate::stats::Counts;
 
 /// One limiter state per key.
