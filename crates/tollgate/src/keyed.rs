@@ -18,7 +18,6 @@ use std::hash::{BuildHasher, Hash};
 use std::marker::PhantomData;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hashbrown::HashTable;
@@ -31,6 +30,7 @@ use crate::expiry::{Expiry, Record};
 use crate::quota::Quota;
 use crate::snapshot::{Meta, Snapshot};
 use crate::stats::Counts;
+use crate::sync::{AtomicU64, Ordering};
 
 /// One limiter state per key.
 ///

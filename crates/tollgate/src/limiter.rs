@@ -1,7 +1,7 @@
 //! [`Limiter`]: one algorithm, one state, a clock, and a wait queue for `acquire(n).await`; a
 //! thin public type over the shared state (`shared`) that decides and drives the queue.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, peek};
@@ -14,6 +14,7 @@ use crate::quota::Quota;
 use crate::shared::{Gate, Shared};
 use crate::snapshot::Meta;
 use crate::stats::{Counts, Statistics};
+use crate::sync::Mutex;
 
 /// A rate or concurrency limiter: an [`Algorithm`] with its state, a [`Clock`] and a wait queue.
 ///

@@ -3,10 +3,11 @@
 //! is data only: the limiter's shared state (`shared`) holds it under a lock and drives it.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Waker;
 
 use crate::decision::{Lease, Rejected};
+use crate::sync::Mutex;
 
 /// Which waiter is served first when permits become available.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

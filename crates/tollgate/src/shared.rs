@@ -10,8 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::algorithm::{Algorithm, peek};
@@ -20,6 +19,7 @@ use crate::decision::{Lease, PermitPool, Reason, Rejected};
 use crate::queue::{Queue, QueueOrder, Slot, Waiter};
 use crate::snapshot::{Meta, Snapshot};
 use crate::stats::Counts;
+use crate::sync::{AtomicU64, Mutex, Ordering, fence};
 
 /// A limiter's state, shared by the [`Limiter`](crate::Limiter), its leases (concurrency
 /// permits go back here) and its waiters.
@@ -205,8 +205,12 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     pub(crate) fn release_permits(self: &Arc<Self>, n: u64) {
         // The give-back is a SeqCst read-modify-write (the contract of `releases_on_drop`) and
         // this load is SeqCst: with the fence in `drive_for`, either we see the waiter that just
-        // queued, or it sees our permits. No fence here: on x86 both cost nothing extra.
+        // queued, or it sees our permits. No fence here: on x86 both cost nothing extra. Loom
+        // models SeqCst accesses as acquire/release only (a SeqCst fence it models exactly), so
+        // under loom a fence stands between the two, as in `biased_lock`.
         self.algo.give_back(&self.state, self.now(), n, 0);
+        #[cfg(tollgate_loom)]
+        fence(Ordering::SeqCst);
         if self.gate.0.load(Ordering::SeqCst) & !Gate::CLOSED > 0 {
             self.drive(None);
         }
@@ -315,7 +319,7 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         // Pairs with the SeqCst give-back and load in `Shared::release_permits`: either the
         // releaser sees our queued permits and drives, or we see its released permits here (no
         // lost wakeup; pinned by `a_release_never_misses_a_waiter_joining_the_queue`).
-        std::sync::atomic::fence(Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         let now = self.clock.now();
         let mut wake: Vec<Waker> = Vec::new();
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
