@@ -19,7 +19,7 @@ use crate::sync::Mutex;
 /// A rate or concurrency limiter: an [`Algorithm`] with its state, a [`Clock`] and a wait queue.
 ///
 /// Dropping the limiter (or calling [`Limiter::close`]) completes every waiter with
-/// [`Reason::Closed`]. Share it between tasks with an `Arc`.
+/// [`Reason::Closed`](crate::Reason::Closed). Share it between tasks with an `Arc`.
 ///
 /// ```
 /// use tollgate::{Limiter, Quota, TokenBucket};
@@ -71,9 +71,9 @@ impl<A: Algorithm, C: Clock> Builder<A, C> {
         self
     }
 
-    /// Rejects a waiter ([`Reason::MaxWait`]) whose wait would exceed `max_wait`: at once, taking
-    /// nothing, when the algorithm can tell the wait in advance (the time-based ones); otherwise
-    /// (concurrency) when `max_wait` has elapsed.
+    /// Rejects a waiter ([`Reason::MaxWait`](crate::Reason::MaxWait)) whose wait would exceed
+    /// `max_wait`: at once, taking nothing, when the algorithm can tell the wait in advance (the
+    /// time-based ones); otherwise (concurrency) when `max_wait` has elapsed.
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(nanos(max_wait));
         self
@@ -184,7 +184,8 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         self.shared.algo.config()
     }
 
-    /// Completes every waiter with [`Reason::Closed`]; later requests are rejected the same way.
+    /// Completes every waiter with [`Reason::Closed`](crate::Reason::Closed); later requests are
+    /// rejected the same way.
     pub fn close(&self) {
         self.shared.close()
     }
