@@ -122,6 +122,9 @@ pub use concurrency::{Concurrency, ConcurrencyState};
 pub use decision::{Lease, Reason, Rejected};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use interval_bucket::{IntervalBucket, IntervalBucketState};
+#[cfg(feature = "bench-locks")]
+#[doc(hidden)]
+pub use keyed::KeyedOnRwLock;
 pub use keyed::{AtKeyLimit, Keyed, KeyedBuilder, KeyedStatistics, SWEEP};
 pub use limiter::{Builder, Limiter};
 pub use parse::{ParseError, ParseErrorKind, ParseTarget, parse_duration, parse_duration_or_zero, parse_rate};

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::Keyed;
 use super::at_limit::AtKeyLimit;
-use super::shards::{Inner, Weigh};
+use super::lock::TableLock;
+use super::shards::{Inner, Table, Weigh};
 use crate::algorithm::Algorithm;
 use crate::clock::{Clock, SystemClock};
 
@@ -118,15 +119,19 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
         self
     }
     /// The keyed limiter.
-    /// The keyed limiter.
-    pub fn build(mut self) -> Keyed<K, A, C> {
+    pub fn build(self) -> Keyed<K, A, C> {
+        Keyed { inner: Arc::new(self.engine()) }
+    }
+
+    /// The engine this builder describes, each shard's table behind a lock `L`.
+    pub(super) fn engine<L: TableLock<Table<K, A::State>>>(mut self) -> Inner<K, A, C, L> {
         if !self.shards_chosen {
             // At least MIN_KEYS_PER_SHARD per shard: with 64 shards of one key each, a cap of 64
             // turned new keys away from about the tenth.
             let fit = (self.max_keys / MIN_KEYS_PER_SHARD).max(1);
             self.shards = self.shards.min(1 << fit.ilog2());
         }
-        let inner = Inner::new(
+        Inner::new(
             self.algo,
             self.clock,
             self.shards,
@@ -134,8 +139,7 @@ impl<K, A: Algorithm, C: Clock> KeyedBuilder<K, A, C> {
             self.max_key_bytes,
             self.at_limit,
             self.statistics,
-        );
-        Keyed { inner: Arc::new(inner) }
+        )
     }
 }
 

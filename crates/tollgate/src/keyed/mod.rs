@@ -29,11 +29,16 @@ use crate::quota::Quota;
 use crate::snapshot::Meta;
 
 mod at_limit;
+#[cfg(feature = "bench-locks")]
+mod bench;
 mod builder;
+mod lock;
 mod shards;
 mod statistics;
 
 pub use at_limit::AtKeyLimit;
+#[cfg(feature = "bench-locks")]
+pub use bench::KeyedOnRwLock;
 pub use builder::KeyedBuilder;
 use shards::Inner;
 pub use shards::SWEEP;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::at_limit::AtKeyLimit;
+use super::lock::TableLock;
 use crate::algorithm::{Algorithm, peek};
 use crate::biased_lock::BiasedLock;
 use crate::clock::Clock;
@@ -27,11 +28,12 @@ pub(super) type Weigh<K> = fn(&K) -> usize;
 pub const SWEEP: usize = 8;
 
 /// The engine: the algorithm and clock every key shares, the shards, and the caps.
-pub(super) struct Inner<K, A: Algorithm, C: Clock> {
+/// `L` is the lock over each shard's table: the biased lock unless a bench chooses another.
+pub(super) struct Inner<K, A: Algorithm, C: Clock, L = BiasedLock<Table<K, <A as Algorithm>::State>>> {
     pub(super) algo: A,
     pub(super) clock: C,
     hasher: hashbrown::DefaultHashBuilder,
-    pub(super) shards: Box<[Shard<K, A::State>]>,
+    pub(super) shards: Box<[Shard<L>]>,
     shift: u32,
     pub(super) max_per_shard: usize,
     /// Each shard's share of `max_key_bytes` (`usize::MAX` without one), and the key's weight.
@@ -44,8 +46,8 @@ pub(super) struct Inner<K, A: Algorithm, C: Clock> {
 
 /// One shard: its table behind its lock, and its counters (on a line of their own).
 #[repr(align(128))]
-pub(super) struct Shard<K, S> {
-    pub(super) table: BiasedLock<Table<K, S>>,
+pub(super) struct Shard<L> {
+    pub(super) table: L,
     pub(super) counts: Counts,
     /// New keys rejected at the cap, and decided without being stored (also under the read lock).
     pub(super) rejected: AtomicU64,
@@ -62,23 +64,24 @@ pub(super) struct Table<K, S> {
     pub(super) evicted: u64,
 }
 
-struct KeyRelease<K, A: Algorithm, C: Clock> {
-    inner: Arc<Inner<K, A, C>>,
+struct KeyRelease<K, A: Algorithm, C: Clock, L> {
+    inner: Arc<Inner<K, A, C, L>>,
     key: K,
 }
 
-impl<K, A, C> PermitPool for KeyRelease<K, A, C>
+impl<K, A, C, L> PermitPool for KeyRelease<K, A, C, L>
 where
     K: Hash + Eq + Send + Sync + 'static,
     A: Algorithm,
     C: Clock,
+    L: TableLock<Table<K, A::State>> + Send + Sync + 'static,
 {
     fn release(self: Arc<Self>, n: u64) {
         self.inner.give_back(&self.key, n, 0);
     }
 }
 
-impl<K, A: Algorithm, C: Clock> Inner<K, A, C> {
+impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C, L> {
     /// An empty table of `shards` shards (a power of two) holding up to `max_keys` keys, and
     /// `max_key_bytes` of them when given.
     pub(super) fn new(
@@ -92,7 +95,7 @@ impl<K, A: Algorithm, C: Clock> Inner<K, A, C> {
     ) -> Self {
         let table: Box<[_]> = (0..shards)
             .map(|_| Shard {
-                table: BiasedLock::new(Table {
+                table: L::new(Table {
                     map: HashTable::new(),
                     bytes: 0,
                     expiry: Expiry::default(),
@@ -122,11 +125,11 @@ impl<K, A: Algorithm, C: Clock> Inner<K, A, C> {
     }
 }
 
-impl<K, A: Algorithm, C: Clock> Inner<K, A, C>
+impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C, L>
 where
     K: Hash + Eq + Send + Sync + 'static,
 {
-    pub(super) fn shard(&self, hash: u64) -> &Shard<K, A::State> {
+    pub(super) fn shard(&self, hash: u64) -> &Shard<L> {
         // `shift == 64` (one shard) would overflow the shift; `checked_shr` maps it to shard 0.
         &self.shards[hash.checked_shr(self.shift).unwrap_or(0) as usize]
     }
@@ -166,7 +169,7 @@ where
     #[inline]
     fn count(
         &self,
-        shard: &Shard<K, A::State>,
+        shard: &Shard<L>,
         outcome: Result<Snapshot, Snapshot>,
         state: &A::State,
         now: u64,
@@ -288,6 +291,7 @@ where
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        L: Send + Sync + 'static,
     {
         // An unstored key's permits go nowhere: the key stored later under that name never took them.
         let pool = (n > 0 && self.algo.releases_on_drop() && stored)

@@ -2,7 +2,8 @@
 
 use std::hash::Hash;
 
-use super::shards::Inner;
+use super::lock::TableLock;
+use super::shards::{Inner, Table};
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::sync::Ordering;
@@ -34,7 +35,7 @@ pub struct KeyedStatistics {
     pub unstored_at_limit: u64,
 }
 
-impl<K, A: Algorithm, C: Clock> Inner<K, A, C>
+impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C, L>
 where
     K: Hash + Eq + Send + Sync + 'static,
 {
