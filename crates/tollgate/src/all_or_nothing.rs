@@ -15,8 +15,9 @@
 //!    `remaining` a client is told is what it really has.
 
 use crate::answer::Answer;
-use crate::decision::{Lease, Meta, Rejected};
+use crate::decision::{Lease, Rejected};
 use crate::rate_limiter::RateLimiter;
+use crate::snapshot::Meta;
 
 /// What to run on one part next (parts are numbered in the order they were given).
 #[derive(Debug)]

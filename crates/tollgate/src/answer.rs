@@ -5,7 +5,8 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::decision::{Lease, Meta, Rejected};
+use crate::decision::{Lease, Rejected};
+use crate::snapshot::Meta;
 
 /// A future that owns everything it needs, so it can outlive the call that made it.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use crate::all_or_nothing::{AllOrNothing, Outcome, PartAnswer, Reply, Step};
 use crate::answer::{Answer, Check, Decision, Refund};
-use crate::decision::{Lease, Meta, Rejected};
+use crate::decision::{Lease, Rejected};
 use crate::rate_limiter::{Acquire, RateLimiter};
+use crate::snapshot::Meta;
 
 /// Both limits must admit; when the second rejects, what the first granted is given back (a real
 /// refund, awaited before the rejection is answered), so nothing is taken from either, by the

@@ -8,10 +8,11 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+
+use crate::sync::{AtomicU64, Mutex, Ordering};
 
 /// A boxed future that completes at a deadline of a [`Clock`].
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;

@@ -4,10 +4,9 @@
 use std::num::NonZeroU64;
 
 use crate::algorithm::Algorithm;
-use crate::decision::Meta;
 use crate::quota::QuotaError;
 use crate::seqlock::SeqCell;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Meta, Snapshot};
 use crate::sync::{AtomicU64, Ordering};
 
 /// At most `max` permits held at once (a semaphore).

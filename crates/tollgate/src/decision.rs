@@ -6,7 +6,7 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Meta, Snapshot};
 
 /// Why a decision came out the way it did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,20 +55,6 @@ impl fmt::Display for Reason {
             Reason::Fallback => "decided by the local fallback limiter (backend unavailable)",
         })
     }
-}
-
-/// Limiter state attached to a decision, in integer nanoseconds (no rounding to seconds).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Meta {
-    /// Most permits the limiter grants at once (a token bucket's burst, a window's limit).
-    pub limit: u64,
-    /// Permits available right after this decision.
-    pub remaining: u64,
-    /// Nanoseconds until the limiter is back to full capacity.
-    pub reset_ns: u64,
-    /// Nanoseconds until a retry of the same request can succeed; `None` when waiting alone cannot
-    /// make it succeed (the reason says why).
-    pub retry_ns: Option<u64>,
 }
 
 /// The accessors and `Debug` of [`Lease`] and [`Rejected`], which hold the same three things (the

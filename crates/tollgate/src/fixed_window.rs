@@ -5,10 +5,9 @@
 use std::sync::Mutex;
 
 use crate::algorithm::Algorithm;
-use crate::decision::Meta;
 use crate::quota::Quota;
 use crate::seqlock::SeqCell;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Meta, Snapshot};
 
 /// Fixed window counter.
 ///

@@ -1,35 +1,25 @@
-//! [`Limiter`]: one algorithm, one state, a clock, and a wait queue for `acquire(n).await`.
+//! [`Limiter`]: one algorithm, one state, a clock, and a wait queue for `acquire(n).await`; a
+//! thin public type over the shared state (`shared`) that decides and drives the queue.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, peek};
 use crate::clock::{Clock, SystemClock, nanos};
 use crate::concurrency::Concurrency;
-use crate::decision::{Lease, Meta, PermitPool, Reason, Rejected};
+use crate::decision::{Lease, Rejected};
 use crate::interval_bucket::IntervalBucket;
-use crate::queue::Queue;
+use crate::queue::{Queue, QueueOrder};
 use crate::quota::Quota;
-use crate::snapshot::Snapshot;
+use crate::shared::{Gate, Shared};
+use crate::snapshot::Meta;
 use crate::stats::{Counts, Statistics};
-
-/// Which waiter is served first when permits become available.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum QueueOrder {
-    /// Oldest first, strictly: a request never overtakes an older one, even a smaller one, and
-    /// `try_acquire` fails while anyone is queued.
-    #[default]
-    Fifo,
-    /// Newest first; when the queue limit is hit, the oldest waiters are rejected
-    /// ([`Reason::Evicted`]) to make room.
-    Lifo,
-}
+use crate::sync::Mutex;
 
 /// A rate or concurrency limiter: an [`Algorithm`] with its state, a [`Clock`] and a wait queue.
 ///
 /// Dropping the limiter (or calling [`Limiter::close`]) completes every waiter with
-/// [`Reason::Closed`]. Share it between tasks with an `Arc`.
+/// [`Reason::Closed`](crate::Reason::Closed). Share it between tasks with an `Arc`.
 ///
 /// ```
 /// use tollgate::{Limiter, Quota, TokenBucket};
@@ -42,18 +32,6 @@ pub enum QueueOrder {
 /// ```
 pub struct Limiter<A: Algorithm, C: Clock = SystemClock> {
     pub(crate) shared: Arc<Shared<A, C>>,
-}
-
-pub(crate) struct Shared<A: Algorithm, C: Clock> {
-    pub(crate) algo: A,
-    pub(crate) state: A::State,
-    pub(crate) clock: C,
-    pub(crate) order: QueueOrder,
-    pub(crate) queue_limit: u64,
-    pub(crate) max_wait: Option<u64>,
-    pub(crate) gate: Gate,
-    pub(crate) counts: Counts,
-    pub(crate) queue: Mutex<Queue>,
 }
 
 /// Builds a [`Limiter`]: clock, queue order, queue limit and maximum wait.
@@ -93,9 +71,9 @@ impl<A: Algorithm, C: Clock> Builder<A, C> {
         self
     }
 
-    /// Rejects a waiter ([`Reason::MaxWait`]) whose wait would exceed `max_wait`: at once, taking
-    /// nothing, when the algorithm can tell the wait in advance (the time-based ones); otherwise
-    /// (concurrency) when `max_wait` has elapsed.
+    /// Rejects a waiter ([`Reason::MaxWait`](crate::Reason::MaxWait)) whose wait would exceed
+    /// `max_wait`: at once, taking nothing, when the algorithm can tell the wait in advance (the
+    /// time-based ones); otherwise (concurrency) when `max_wait` has elapsed.
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(nanos(max_wait));
         self
@@ -206,7 +184,8 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         self.shared.algo.config()
     }
 
-    /// Completes every waiter with [`Reason::Closed`]; later requests are rejected the same way.
+    /// Completes every waiter with [`Reason::Closed`](crate::Reason::Closed); later requests are
+    /// rejected the same way.
     pub fn close(&self) {
         self.shared.close()
     }
@@ -243,190 +222,6 @@ impl<C: Clock> Limiter<Concurrency, C> {
 impl<A: Algorithm, C: Clock> Drop for Limiter<A, C> {
     fn drop(&mut self) {
         self.shared.close();
-    }
-}
-
-/// Permits waiting in the queue and whether the limiter is closed, in one word: a decision reads
-/// one atomic to know it has nobody to wait behind. Written only under the queue's lock.
-#[derive(Debug, Default)]
-pub(crate) struct Gate(AtomicU64);
-
-impl Gate {
-    const CLOSED: u64 = 1 << 63;
-
-    /// Open, with nobody queued: a request may decide at once.
-    #[inline]
-    pub(crate) fn is_clear(&self) -> bool {
-        self.0.load(Ordering::Acquire) == 0
-    }
-
-    /// Permits waiting in the queue.
-    pub(crate) fn queued(&self) -> u64 {
-        self.0.load(Ordering::Acquire) & !Gate::CLOSED
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.0.load(Ordering::Acquire) & Gate::CLOSED != 0
-    }
-
-    /// Sets the queued permits; the caller holds the queue's lock.
-    pub(crate) fn set_queued(&self, permits: u64) {
-        let closed = self.0.load(Ordering::Relaxed) & Gate::CLOSED;
-        self.0.store(permits.min(!Gate::CLOSED) | closed, Ordering::Release);
-    }
-
-    /// Closes, with nobody queued; the caller holds the queue's lock.
-    pub(crate) fn close(&self) {
-        self.0.store(Gate::CLOSED, Ordering::Release);
-    }
-}
-
-impl<A: Algorithm, C: Clock> Shared<A, C> {
-    /// The clock's time, or 0 for algorithms that never read it (saves a clock read per call).
-    #[inline]
-    pub(crate) fn now(&self) -> u64 {
-        if self.algo.reads_clock() { self.clock.now() } else { 0 }
-    }
-
-    fn closed_rejection(&self, n: u64) -> Rejected {
-        self.final_rejection(self.clock.now(), n, Reason::Closed)
-    }
-
-    fn over_capacity(&self, now: u64, n: u64) -> Rejected {
-        self.final_rejection(now, n, Reason::ExceedsCapacity)
-    }
-
-    /// A rejection waiting cannot cure: the state as a probe reports it, no retry time.
-    fn final_rejection(&self, now: u64, n: u64, reason: Reason) -> Rejected {
-        Rejected::of(peek(&self.algo, &self.state, now, 0).with_retry(None), n, reason)
-    }
-
-    #[inline]
-    pub(crate) fn reject(&self, meta: impl Into<Snapshot>, n: u64, reason: Reason) -> Rejected {
-        self.counts.rejected();
-        Rejected::of(meta.into(), n, reason)
-    }
-
-    #[inline]
-    pub(crate) fn lease(self: &Arc<Self>, meta: Snapshot, n: u64, now: u64) -> Lease {
-        if n == 0 {
-            return Lease::of(meta, n, now);
-        }
-        self.counts.admitted();
-        self.lease_held(meta, n, now)
-    }
-
-    /// A lease for `n` permits already taken (and counted) at `now`.
-    #[inline]
-    pub(crate) fn lease_held(self: &Arc<Self>, meta: Snapshot, n: u64, now: u64) -> Lease {
-        let pool = self.algo.releases_on_drop().then(|| self.clone() as Arc<dyn PermitPool>);
-        Lease::held_by(meta, n, now, pool)
-    }
-
-    #[inline]
-    fn try_acquire(self: &Arc<Self>, n: u64) -> Result<Lease, Rejected> {
-        self.try_take(n, |meta, now| self.lease(meta, n, now))
-    }
-
-    /// Takes `n` permits now or rejects; `hold` makes what holds them (a lease, a permit) from
-    /// the decision's snapshot and time, in place (no intermediate copy of the snapshot).
-    #[inline(always)]
-    pub(crate) fn try_take<R>(&self, n: u64, hold: impl FnOnce(Snapshot, u64) -> R) -> Result<R, Rejected> {
-        // One load tells the common case: open, nobody queued.
-        let gate = self.gate.0.load(Ordering::Acquire);
-        if gate != 0
-            && let Err(rejected) = self.may_take_gated(n, gate)
-        {
-            return Err(rejected);
-        }
-        let now = self.now();
-        match self.algo.decide(&self.state, now, n, true) {
-            Ok(meta) => Ok(hold(meta, now)),
-            // "Never" (more than the capacity, which is the decision's `limit`) or "not now"; the
-            // snapshot goes straight into the rejection (a copy through memory stalls the load).
-            Err(meta) if n > meta.limit() => Err(self.rejected_over_capacity(n, now)),
-            Err(meta) => Err(self.reject(meta, n, Reason::Exhausted)),
-        }
-    }
-
-    /// Counted: more than the capacity was asked for.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn rejected_over_capacity(&self, n: u64, now: u64) -> Rejected {
-        self.counts.rejected();
-        self.over_capacity(now, n)
-    }
-
-    /// The limiter is closed or someone is queued: may a request decide now, or is it rejected
-    /// (closed, or it would overtake FIFO waiters)?
-    #[cold]
-    fn may_take_gated(&self, n: u64, gate: u64) -> Result<(), Rejected> {
-        if gate & Gate::CLOSED != 0 {
-            return Err(self.reject_closed(n));
-        }
-        let queued = gate;
-        if n > 0 && self.order == QueueOrder::Fifo {
-            let now = self.now();
-            if n > self.algo.capacity() {
-                return Err(self.rejected_over_capacity(n, now));
-            }
-            // Strict FIFO: taking permits now would overtake the waiters.
-            let meta = peek(&self.algo, &self.state, now, n).meta();
-            let retry = self.algo.wait_estimate(&self.state, now, queued + n);
-            return Err(self.reject(Meta { remaining: 0, retry_ns: retry, ..meta }, n, Reason::Exhausted));
-        }
-        Ok(())
-    }
-
-    /// Counted: the limiter is closed.
-    pub(crate) fn reject_closed(&self, n: u64) -> Rejected {
-        self.counts.rejected();
-        self.closed_rejection(n)
-    }
-
-    fn check(&self, n: u64) -> Result<Meta, Rejected> {
-        let now = self.clock.now();
-        if self.gate.is_closed() {
-            return Err(self.closed_rejection(n));
-        }
-        if n > self.algo.capacity() {
-            return Err(self.over_capacity(now, n));
-        }
-        self.algo
-            .decide(&self.state, now, n, false)
-            .map(|m| m.meta())
-            .map_err(|m| Rejected::of(m, n, Reason::Exhausted))
-    }
-
-    pub(crate) fn give_back(self: &Arc<Self>, lease: Lease) {
-        if lease.permits() == 0 {
-            return;
-        }
-        self.counts.given_back();
-        if self.algo.releases_on_drop() {
-            drop(lease); // its drop releases through `PermitPool`
-        } else {
-            self.algo.give_back(&self.state, self.clock.now(), lease.permits(), lease.acquired_at);
-            self.drive(None);
-        }
-    }
-
-    /// Gives back `n` held permits (a concurrency lease or permit) and serves waiters that fit.
-    #[inline]
-    pub(crate) fn release_permits(self: &Arc<Self>, n: u64) {
-        // The give-back is a SeqCst read-modify-write (the contract of `releases_on_drop`) and
-        // this load is SeqCst: with the fence in `drive_for`, either we see the waiter that just
-        // queued, or it sees our permits. No fence here: on x86 both cost nothing extra.
-        self.algo.give_back(&self.state, self.now(), n, 0);
-        if self.gate.0.load(Ordering::SeqCst) & !Gate::CLOSED > 0 {
-            self.drive(None);
-        }
-    }
-}
-
-impl<A: Algorithm, C: Clock> PermitPool for Shared<A, C> {
-    fn release(self: Arc<Self>, n: u64) {
-        self.release_permits(n);
     }
 }
 

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use crate::clock::{Clock, SystemClock};
 use crate::concurrency::Concurrency;
-use crate::decision::{Lease, Meta, Rejected};
-use crate::limiter::{Limiter, Shared};
-use crate::snapshot::Snapshot;
+use crate::decision::{Lease, Rejected};
+use crate::limiter::Limiter;
+use crate::shared::Shared;
+use crate::snapshot::{Meta, Snapshot};
 
 /// Permits of a [`Concurrency`] limit that borrow their limiter: taking and releasing them costs
 /// no reference count (the shape of `tokio::sync::Semaphore::try_acquire`). Use a [`Lease`]

@@ -4,7 +4,19 @@
 
 use std::fmt;
 
-use crate::decision::Meta;
+/// Limiter state attached to a decision, in integer nanoseconds (no rounding to seconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Meta {
+    /// Most permits the limiter grants at once (a token bucket's burst, a window's limit).
+    pub limit: u64,
+    /// Permits available right after this decision.
+    pub remaining: u64,
+    /// Nanoseconds until the limiter is back to full capacity.
+    pub reset_ns: u64,
+    /// Nanoseconds until a retry of the same request can succeed; `None` when waiting alone cannot
+    /// make it succeed (the reason says why).
+    pub retry_ns: Option<u64>,
+}
 
 /// The state a decision saw, from which its [`Meta`] is computed when read.
 ///

@@ -4,7 +4,7 @@
 //! thread's decisions write, which costs about as much as the decision it counts (and, across
 //! cores, more). Turn it on with the builders' `statistics(true)` when you read the counts.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// A snapshot of a limiter's counters; every field is a relaxed atomic read.
 ///

@@ -1,16 +1,17 @@
-//! Atomics, locks and cells used by the lock-free parts, swapped for loom's under
-//! `--cfg tollgate_loom` so the model checker can explore every interleaving.
+//! Atomics, locks and cells, swapped for loom's under `--cfg tollgate_loom` so the model checker
+//! can explore every interleaving. Every atomic of the crate comes from here (the queue's locks
+//! too, so that loom can model a waiter's hand-off); the algorithms' own state locks are `std`'s.
 
 #[cfg(tollgate_loom)]
 pub(crate) use loom::cell::{MutPtr, UnsafeCell};
 #[cfg(tollgate_loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 #[cfg(tollgate_loom)]
-pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub(crate) use loom::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 #[cfg(not(tollgate_loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 #[cfg(not(tollgate_loom))]
-pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub(crate) use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 #[cfg(not(tollgate_loom))]
 pub(crate) use cell::{MutPtr, UnsafeCell};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
-use tollgate::{Algorithm, Concurrency, Keyed, ManualClock, Quota, TokenBucket};
+use tollgate::{Algorithm, Concurrency, Keyed, Limiter, ManualClock, Quota, TokenBucket};
 
 /// Racing threads on a GCRA bucket admit exactly the burst, never more.
 #[test]
@@ -105,5 +105,25 @@ fn keyed_readers_in_slots_never_overlap_a_writer() {
         assert!(main ^ admitted[0], "key 0 had one permit left: main {main}, thread {}", admitted[0]);
         assert!(admitted[1], "key 1 is new");
         assert_eq!(keyed.len(), 2);
+    });
+}
+
+/// The wait queue's hand-off: the one permit of a concurrency limit is released while another
+/// thread joins the queue for it. Either the release sees the queued permits and serves the
+/// waiter, or the waiter's own pass over the queue sees the permit back; a lost wakeup leaves the
+/// waiter asleep with the permit free, which loom reports as a deadlock. Checked to fail with the
+/// fence in `Shared::drive_for` removed, or with the release not driving the queue.
+#[test]
+fn a_release_never_misses_a_waiter_joining_the_queue() {
+    loom::model(|| {
+        let limiter = Limiter::builder(Concurrency::new(1).unwrap()).clock(ManualClock::new()).build();
+        let held = limiter.try_acquire(1).unwrap();
+        let releaser = thread::spawn(move || drop(held));
+        let lease = loom::future::block_on(limiter.acquire(1)).expect("the queue has no limit");
+        assert_eq!(lease.permits(), 1);
+        releaser.join().unwrap();
+        assert_eq!(limiter.held(), 1);
+        drop(lease);
+        assert_eq!(limiter.held(), 0);
     });
 }

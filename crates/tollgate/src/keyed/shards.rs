@@ -1,0 +1,625 @@
+//! The engine behind [`Keyed`](super::Keyed): the sharded table of key states, each shard
+//! behind its lock with its keys' expiry heap, and every decision and pass over the keys. The
+//! public type only forwards to it, as tokio's `Semaphore` forwards to its batch semaphore.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+
+use super::at_limit::AtKeyLimit;
+use super::lock::TableLock;
+use crate::algorithm::{Algorithm, peek};
+use crate::biased_lock::BiasedLock;
+use crate::clock::Clock;
+use crate::decision::{Lease, PermitPool, Reason, Rejected};
+use crate::expiry::{Expiry, Record};
+use crate::snapshot::{Meta, Snapshot};
+use crate::stats::Counts;
+use crate::sync::{AtomicU64, Ordering};
+
+/// What one stored key weighs against
+/// [`KeyedBuilder::max_key_bytes`](crate::KeyedBuilder::max_key_bytes).
+pub(super) type Weigh<K> = fn(&K) -> usize;
+
+/// Keys a decision that inserts a key looks at, besides its own, at most: the bound on work under
+/// a shard's write lock.
+pub const SWEEP: usize = 8;
+
+/// The engine: the algorithm and clock every key shares, the shards, and the caps.
+/// `L` is the lock over each shard's table: the biased lock unless a bench chooses another.
+pub(super) struct Inner<K, A: Algorithm, C: Clock, L = BiasedLock<Table<K, <A as Algorithm>::State>>> {
+    pub(super) algo: A,
+    pub(super) clock: C,
+    hasher: hashbrown::DefaultHashBuilder,
+    pub(super) shards: Box<[Shard<L>]>,
+    shift: u32,
+    pub(super) max_per_shard: usize,
+    /// Each shard's share of `max_key_bytes` (`usize::MAX` without one), and the key's weight.
+    pub(super) max_bytes_per_shard: usize,
+    pub(super) weigh: Option<Weigh<K>>,
+    pub(super) at_limit: AtKeyLimit,
+    /// Only a release makes a key idle: keys are filed under a counter, not a time.
+    by_release: bool,
+}
+
+/// One shard: its table behind its lock, and its counters (on a line of their own).
+#[repr(align(128))]
+pub(super) struct Shard<L> {
+    pub(super) table: L,
+    pub(super) counts: Counts,
+    /// New keys rejected at the cap, and decided without being stored (also under the read lock).
+    pub(super) rejected: AtomicU64,
+    pub(super) unstored: AtomicU64,
+}
+
+/// A shard's keys, their expiry heap and what happened to them (written under the write lock).
+pub(super) struct Table<K, S> {
+    pub(super) map: HashTable<(K, S)>,
+    /// What the stored keys weigh (0 without `max_key_bytes`).
+    pub(super) bytes: usize,
+    expiry: Expiry,
+    pub(super) swept: u64,
+    pub(super) evicted: u64,
+}
+
+struct KeyRelease<K, A: Algorithm, C: Clock, L> {
+    inner: Arc<Inner<K, A, C, L>>,
+    key: K,
+}
+
+impl<K, A, C, L> PermitPool for KeyRelease<K, A, C, L>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    A: Algorithm,
+    C: Clock,
+    L: TableLock<Table<K, A::State>> + Send + Sync + 'static,
+{
+    fn release(self: Arc<Self>, n: u64) {
+        self.inner.give_back(&self.key, n, 0);
+    }
+}
+
+impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C, L> {
+    /// An empty table of `shards` shards (a power of two) holding up to `max_keys` keys, and
+    /// `max_key_bytes` of them when given.
+    pub(super) fn new(
+        algo: A,
+        clock: C,
+        shards: usize,
+        max_keys: usize,
+        max_key_bytes: Option<(usize, Weigh<K>)>,
+        at_limit: AtKeyLimit,
+        statistics: bool,
+    ) -> Self {
+        let table: Box<[_]> = (0..shards)
+            .map(|_| Shard {
+                table: L::new(Table {
+                    map: HashTable::new(),
+                    bytes: 0,
+                    expiry: Expiry::default(),
+                    swept: 0,
+                    evicted: 0,
+                }),
+                counts: Counts::new(statistics),
+                rejected: AtomicU64::new(0),
+                unstored: AtomicU64::new(0),
+            })
+            .collect();
+        let bits = shards.trailing_zeros();
+        let by_release = algo.releases_on_drop();
+        Inner {
+            algo,
+            clock,
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            max_per_shard: max_keys.div_ceil(shards),
+            max_bytes_per_shard: max_key_bytes.map_or(usize::MAX, |(max, _)| max.div_ceil(shards)),
+            weigh: max_key_bytes.map(|(_, weigh)| weigh),
+            // Shard from the top bits; the table uses the low bits, so the two stay independent.
+            shift: 64 - bits,
+            shards: table,
+            at_limit,
+            by_release,
+        }
+    }
+}
+
+impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C, L>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    pub(super) fn shard(&self, hash: u64) -> &Shard<L> {
+        // `shift == 64` (one shard) would overflow the shift; `checked_shr` maps it to shard 0.
+        &self.shards[hash.checked_shr(self.shift).unwrap_or(0) as usize]
+    }
+
+    /// What `key` weighs against `max_key_bytes` (0 without it).
+    fn weight(&self, key: &K) -> usize {
+        self.weigh.map_or(0, |weigh| weigh(key))
+    }
+
+    /// True when a key weighing `weight` can be stored in `t` now.
+    fn fits(&self, t: &Table<K, A::State>, weight: usize) -> bool {
+        t.map.len() < self.max_per_shard && t.bytes.saturating_add(weight) <= self.max_bytes_per_shard
+    }
+
+    /// Removes a stored key's entry and its weight (not its expiry record).
+    fn remove(&self, bytes: &mut usize, entry: hashbrown::hash_table::OccupiedEntry<'_, (K, A::State)>) {
+        let ((key, _), _) = entry.remove();
+        *bytes -= self.weight(&key);
+    }
+
+    pub(super) fn give_back<Q>(&self, key: &Q, n: u64, acquired_at: u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        self.shard(hash).table.read(|table| {
+            if let Some((_, state)) = table.map.find(hash, |(k, _)| k.borrow() == key) {
+                self.algo.give_back(state, self.clock.now(), n, acquired_at);
+            }
+        })
+    }
+
+    /// Counts a decision on `state` and turns it into the limiter's answer. Every algorithm
+    /// rejects more than its capacity (the decision's `limit`), so "never" is told from "not now"
+    /// on the rejection path only; "never" reports the state as a probe.
+    #[inline]
+    fn count(
+        &self,
+        shard: &Shard<L>,
+        outcome: Result<Snapshot, Snapshot>,
+        state: &A::State,
+        now: u64,
+        n: u64,
+        commit: bool,
+    ) -> Result<(Snapshot, u64, bool), Rejected> {
+        match outcome {
+            Ok(meta) => {
+                if n > 0 && commit {
+                    shard.counts.admitted();
+                }
+                Ok((meta, now, true))
+            }
+            Err(meta) => {
+                let (meta, reason) = if n > meta.limit() {
+                    (peek(&self.algo, state, now, 0).with_retry(None), Reason::ExceedsCapacity)
+                } else {
+                    (meta, Reason::Exhausted)
+                };
+                shard.counts.rejected();
+                Err(Rejected::of(meta, n, reason))
+            }
+        }
+    }
+
+    /// Where `state` is filed in the expiry heap.
+    fn file_at(&self, expiry: &mut Expiry, state: &A::State, now: u64) -> u64 {
+        if self.by_release { expiry.stamp() } else { self.algo.idle_at(state, now) }
+    }
+
+    /// Looks at the top of the shard's expiry heap, at most [`SWEEP`] keys: removes those idle at
+    /// `now` and re-files those whose record went stale. Stops early at a record later than `now`
+    /// unless `exact`, in which case it goes on until the top record is checked current. Returns
+    /// the earliest time a stored key goes idle as far as it found out (exact when it stopped on
+    /// a current top record; see [`AtKeyLimit::Reject`]), `u64::MAX` when no key goes idle by time.
+    fn sweep(&self, t: &mut Table<K, A::State>, now: u64, exact: bool) -> u64 {
+        let mut earliest = u64::MAX;
+        for _ in 0..SWEEP {
+            let Some(Record { at, hash }) = t.expiry.top() else { return u64::MAX };
+            if at > now && !exact && !self.by_release {
+                return at;
+            }
+            // Every record names a stored key with its hash (see `expiry`). The table matches
+            // only 7 bits of the hash before asking `eq`, so `eq` compares the whole hash.
+            let Ok(entry) = t.map.find_entry(hash, |(k, _)| self.hasher.hash_one(k) == hash) else {
+                t.expiry.pop();
+                continue;
+            };
+            let idle_at = self.algo.idle_at(&entry.get().1, now);
+            if idle_at <= now {
+                self.remove(&mut t.bytes, entry);
+                t.expiry.pop();
+                t.swept += 1;
+                if !exact {
+                    // Go on: idle keys removed now are memory given back.
+                    continue;
+                }
+                return now;
+            }
+            if self.by_release {
+                let stamp = t.expiry.stamp();
+                t.expiry.set_top(stamp);
+                continue;
+            }
+            if idle_at == at {
+                // Current, and every other record is a lower bound of its key's idle time.
+                return at;
+            }
+            earliest = earliest.min(idle_at);
+            t.expiry.set_top(idle_at);
+        }
+        earliest
+    }
+
+    /// Called when the table has no room left for an insert. When the table already has the
+    /// buckets the shard's cap needs, and is over half full, that room can only be held by
+    /// deleted slots, and the table is rebuilt in place: its entries are moved out and inserted
+    /// again, which empties the deleted slots. Otherwise hashbrown makes room itself: by growing
+    /// the table on the way up to the cap, or by rehashing in place when it is at most half full.
+    ///
+    /// A removal leaves a deleted slot (instead of an empty one) when its probe group is full, so
+    /// at the cap, where evictions and idle keys swept for new ones keep removing and inserting,
+    /// deleted slots pile up until they take all the room. hashbrown would then double the table,
+    /// since it rehashes in place only when at most half full, and every shard would grow to
+    /// twice what its cap needs (measured: +63 % of the resident memory of a full 10 million key
+    /// table after 100 million evictions).
+    ///
+    /// A rebuild is a pass over the shard under its write lock, with its entries in a vector
+    /// meanwhile, so it waits for at least 1/32 of the keys the table holds to be deleted slots;
+    /// each removal leaves at most one, so a rebuild costs at most 37 buckets and 32 entries per
+    /// removal since the table was last rebuilt. A shard whose cap leaves less room than that
+    /// never gets there, and hashbrown doubles its table once (see [`KeyedBuilder::max_keys`]).
+    #[cold]
+    #[inline(never)]
+    fn clear_deleted(&self, t: &mut Table<K, A::State>) {
+        let full = full_capacity(t.map.num_buckets());
+        let len = t.map.len();
+        if full < self.max_per_shard || len < full / 2 || full - len < full / 32 {
+            return;
+        }
+        let entries: Vec<(K, A::State)> = t.map.drain().collect();
+        for entry in entries {
+            t.map.insert_unique(self.hasher.hash_one(&entry.0), entry, |(k, _)| self.hasher.hash_one(k));
+        }
+    }
+
+    /// Files every key of the shard again, from its state now.
+    fn refile(&self, t: &mut Table<K, A::State>, now: u64) {
+        let Table { map, expiry, .. } = t;
+        let mut records = Vec::with_capacity(map.len());
+        for (k, s) in map.iter() {
+            records.push(Record { at: self.file_at(expiry, s, now), hash: self.hasher.hash_one(k) });
+        }
+        expiry.rebuild(records.into_iter());
+    }
+
+    #[inline]
+    pub(super) fn lease<Q>(self: &Arc<Self>, key: &Q, meta: Snapshot, n: u64, now: u64, stored: bool) -> Lease
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        L: Send + Sync + 'static,
+    {
+        // An unstored key's permits go nowhere: the key stored later under that name never took them.
+        let pool = (n > 0 && self.algo.releases_on_drop() && stored)
+            .then(|| Arc::new(KeyRelease { inner: self.clone(), key: key.to_owned() }) as Arc<dyn PermitPool>);
+        Lease::held_by(meta, n, now, pool)
+    }
+
+    /// The decision, the time it was made at, and whether the key is stored (false only for
+    /// [`AtKeyLimit::AdmitUnstored`] at the cap).
+    #[inline]
+    pub(super) fn decide<Q>(&self, key: &Q, n: u64, commit: bool) -> Result<(Snapshot, u64, bool), Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        let now = self.clock.now();
+        let stored = shard.table.read(|table| {
+            let (_, state) = table.map.find(hash, |(k, _)| k.borrow() == key)?;
+            Some(self.count(shard, self.algo.decide(state, now, n, commit), state, now, n, commit))
+        });
+        match stored {
+            Some(answer) => answer,
+            None => self.decide_new(key, hash, now, n, commit),
+        }
+    }
+
+    /// [`Inner::decide`] for a key that was not stored a moment ago: the write path (kept out of
+    /// line so that the read path stays small).
+    #[inline(never)]
+    fn decide_new<Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        now: u64,
+        n: u64,
+        commit: bool,
+    ) -> Result<(Snapshot, u64, bool), Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shard = self.shard(hash);
+        let count = |outcome, state: &A::State| self.count(shard, outcome, state, now, n, commit);
+        let rejected = |meta: Snapshot, reason| {
+            shard.counts.rejected();
+            Err(Rejected::of(meta, n, reason))
+        };
+        let fresh = self.algo.new_state(now);
+        if n == 0 || n > self.algo.capacity() {
+            // Nothing to take: answer from a fresh state without storing the key.
+            return count(self.algo.decide(&fresh, now, n, false), &fresh);
+        }
+        if let Some(answer) = self.at_limit_read(key, hash, &fresh, now, n, commit) {
+            return answer;
+        }
+        if !commit {
+            // A check: what a fresh state would answer, storing nothing.
+            return count(self.algo.decide(&fresh, now, n, false), &fresh);
+        }
+        let owned = key.to_owned();
+        let weight = self.weight(&owned);
+        let mut guard = shard.table.write();
+        let t = &mut *guard;
+        if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
+            return count(self.algo.decide(state, now, n, commit), state);
+        }
+        // Idle keys at the top of the expiry heap make room (a bounded look, see the module docs);
+        // a heavy key may need the room of several.
+        let exact = self.at_limit != AtKeyLimit::AdmitUnstored;
+        let mut earliest = self.sweep(t, now, !self.fits(t, weight) && exact);
+        for _ in 1..SWEEP {
+            if self.fits(t, weight) || earliest != now {
+                break;
+            }
+            earliest = self.sweep(t, now, exact);
+        }
+        if !self.fits(t, weight) {
+            // A key heavier than the shard's whole share never fits, whatever goes idle.
+            let never = weight > self.max_bytes_per_shard;
+            match self.at_limit {
+                AtKeyLimit::AdmitUnstored => {
+                    shard.unstored.fetch_add(1, Ordering::Relaxed);
+                    return count(self.algo.decide(&fresh, now, n, commit), &fresh)
+                        .map(|(meta, now, _)| (meta, now, false));
+                }
+                // A key holding permits is never evicted: its leases would release into
+                // whichever key is stored under its name next.
+                AtKeyLimit::EvictNearestIdle if self.by_release || never => {
+                    shard.rejected.fetch_add(1, Ordering::Relaxed);
+                    return rejected(key_limit(self.algo.capacity(), None), Reason::KeyLimit);
+                }
+                AtKeyLimit::Reject => {
+                    shard.rejected.fetch_add(1, Ordering::Relaxed);
+                    let retry = (earliest != u64::MAX && !never).then(|| earliest - now);
+                    return rejected(key_limit(self.algo.capacity(), retry), Reason::KeyLimit);
+                }
+                AtKeyLimit::EvictNearestIdle => {
+                    // The sweep left the key nearest to idle on top, its record checked; a heavy
+                    // new key evicts the next ones as their records order them.
+                    for _ in 0..SWEEP {
+                        let Some(Record { hash, .. }) = t.expiry.top() else { break };
+                        if let Ok(entry) = t.map.find_entry(hash, |(k, _)| self.hasher.hash_one(k) == hash) {
+                            self.remove(&mut t.bytes, entry);
+                            t.evicted += 1;
+                        }
+                        t.expiry.pop();
+                        if self.fits(t, weight) {
+                            break;
+                        }
+                    }
+                    if !self.fits(t, weight) {
+                        // Only for a key that needs more than SWEEP evictions: the caps hold regardless.
+                        shard.rejected.fetch_add(1, Ordering::Relaxed);
+                        return rejected(key_limit(self.algo.capacity(), None), Reason::KeyLimit);
+                    }
+                }
+            }
+        }
+        let outcome = self.algo.decide(&fresh, now, n, commit);
+        let admitted = count(outcome, &fresh);
+        if admitted.is_ok() {
+            let at = self.file_at(&mut t.expiry, &fresh, now);
+            if t.map.len() == t.map.capacity() {
+                self.clear_deleted(t);
+            }
+            t.map.insert_unique(hash, (owned, fresh), |(k, _)| self.hasher.hash_one(k));
+            t.bytes += weight;
+            t.expiry.push(at, hash);
+            debug_assert_eq!(t.expiry.len(), t.map.len(), "one record per stored key");
+        }
+        admitted
+    }
+
+    /// The answer at the cap under the read lock, when the shard is full and no key is idle
+    /// without a doubt: a flood of new keys then never takes the write lock from the shard's
+    /// stored keys. `None`: the write path decides (or, for a check, a fresh state answers).
+    /// A check (`!commit`) on a new key at the cap with [`AtKeyLimit::Reject`] answers what a
+    /// request would get; its retry time is the top record's, a lower bound when that record is
+    /// stale (a check does not re-file).
+    fn at_limit_read<Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        fresh: &A::State,
+        now: u64,
+        n: u64,
+        commit: bool,
+    ) -> Option<Result<(Snapshot, u64, bool), Rejected>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if self.by_release || self.at_limit == AtKeyLimit::EvictNearestIdle {
+            return None;
+        }
+        let shard = self.shard(hash);
+        shard.table.read(|t| {
+            // Full by bytes only when none are left: a lighter key may still fit (the write path
+            // weighs it).
+            if t.map.len() < self.max_per_shard && t.bytes < self.max_bytes_per_shard {
+                return None;
+            }
+            if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
+                return Some(self.count(shard, self.algo.decide(state, now, n, commit), state, now, n, commit));
+            }
+            // Records are lower bounds: none idle yet if the top's is later than now.
+            let Record { at, hash: top } = t.expiry.top()?;
+            if at <= now {
+                return None;
+            }
+            if self.at_limit == AtKeyLimit::AdmitUnstored {
+                if commit {
+                    shard.unstored.fetch_add(1, Ordering::Relaxed);
+                }
+                let answer = self.count(shard, self.algo.decide(fresh, now, n, commit), fresh, now, n, commit);
+                return Some(answer.map(|(meta, now, _)| (meta, now, false)));
+            }
+            // Reject, when the top's record is current (else the write path re-files it).
+            if commit {
+                let (_, state) = t.map.find(top, |(k, _)| self.hasher.hash_one(k) == top)?;
+                if self.algo.idle_at(state, now) != at {
+                    return None;
+                }
+                shard.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            shard.counts.rejected();
+            let meta = key_limit(self.algo.capacity(), Some(at - now));
+            Some(Err(Rejected::of(meta, n, Reason::KeyLimit)))
+        })
+    }
+
+    /// [`Keyed::evict_idle`](super::Keyed::evict_idle).
+    pub(super) fn evict_idle(&self) -> usize {
+        let now = self.clock.now();
+        self.shards
+            .iter()
+            .map(|shard| {
+                let mut guard = shard.table.write();
+                let t = &mut *guard;
+                let before = t.map.len();
+                let bytes = &mut t.bytes;
+                t.map.retain(|(k, s)| {
+                    let idle = self.algo.is_idle(s, now);
+                    if idle {
+                        *bytes -= self.weight(k);
+                    }
+                    !idle
+                });
+                t.map.shrink_to_fit(|(k, _)| self.hasher.hash_one(k));
+                self.refile(t, now);
+                before - t.map.len()
+            })
+            .sum()
+    }
+
+    /// [`Keyed::reset`](super::Keyed::reset).
+    pub(super) fn reset<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let now = self.clock.now();
+        let mut guard = self.shard(hash).table.write();
+        let t = &mut *guard;
+        let Ok(entry) = t.map.find_entry(hash, |(k, _)| k.borrow() == key) else { return false };
+        let idle = self.algo.is_idle(&entry.get().1, now);
+        if self.by_release && !idle {
+            return false;
+        }
+        self.remove(&mut t.bytes, entry);
+        // One record per stored key: the key's own, or one of a key with the same hash (they
+        // share their records, see `expiry`), which keeps the count right either way.
+        let removed = t.expiry.remove(hash);
+        debug_assert!(removed && t.expiry.len() == t.map.len(), "one record per stored key");
+        !idle
+    }
+
+    /// [`Keyed::reset_matching`](super::Keyed::reset_matching).
+    pub(super) fn reset_matching(&self, mut f: impl FnMut(&K) -> bool) -> usize {
+        let now = self.clock.now();
+        let mut reset = 0;
+        for shard in self.shards.iter() {
+            let mut guard = shard.table.write();
+            let t = &mut *guard;
+            let before = t.map.len();
+            let bytes = &mut t.bytes;
+            t.map.retain(|(k, s)| {
+                if !f(k) {
+                    return true;
+                }
+                let idle = self.algo.is_idle(s, now);
+                if self.by_release && !idle {
+                    return true;
+                }
+                reset += usize::from(!idle);
+                *bytes -= self.weight(k);
+                false
+            });
+            if t.map.len() != before {
+                self.refile(t, now);
+            }
+        }
+        reset
+    }
+
+    /// [`Keyed::for_each`](super::Keyed::for_each).
+    pub(super) fn for_each(&self, mut f: impl FnMut(&K, Meta)) {
+        let now = self.clock.now();
+        for shard in self.shards.iter() {
+            shard.table.read_shared(|table| {
+                for (key, state) in table.map.iter() {
+                    if !self.algo.is_idle(state, now) {
+                        f(key, peek(&self.algo, state, now, 0).meta());
+                    }
+                }
+            });
+        }
+    }
+
+    /// [`Keyed::len`](super::Keyed::len).
+    pub(super) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.table.read(|t| t.map.len())).sum()
+    }
+
+    /// [`Keyed::set_config`](super::Keyed::set_config).
+    pub(super) fn set_config(&self, config: A::Config) {
+        let old = self.algo.set_config(config);
+        let now = self.clock.now();
+        for shard in self.shards.iter() {
+            let mut guard = shard.table.write();
+            guard.map.iter().for_each(|(_, s)| self.algo.carry_over(s, now, old));
+            self.refile(&mut guard, now);
+        }
+    }
+}
+
+/// The keys a hashbrown table of `buckets` buckets holds (its load factor: 7/8, or one slot free
+/// below 8 buckets); checked against hashbrown in the tests below.
+fn full_capacity(buckets: usize) -> usize {
+    if buckets < 8 { buckets.saturating_sub(1) } else { buckets / 8 * 7 }
+}
+
+/// What a new key rejected at the cap is told: nothing left for it now, and room (a fresh state)
+/// in `retry_ns`, which is also when this answer resets; `None`: not by time.
+fn key_limit(limit: u64, retry_ns: Option<u64>) -> Snapshot {
+    Meta { limit, remaining: 0, reset_ns: retry_ns.unwrap_or(0), retry_ns }.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_capacity_is_what_a_hashbrown_table_holds_before_it_grows() {
+        for buckets in (0..=16).map(|b| 1usize << b) {
+            let full = full_capacity(buckets);
+            let mut t: HashTable<u64> = HashTable::with_capacity(full.max(1));
+            assert_eq!((t.num_buckets(), t.capacity()), (buckets.max(4), full_capacity(buckets.max(4))), "{buckets}");
+            if buckets >= 4 {
+                for k in 0..full as u64 {
+                    t.insert_unique(k, k, |&k| k);
+                }
+                t.insert_unique(u64::MAX, u64::MAX, |&k| k);
+                assert_eq!(t.num_buckets(), 2 * buckets, "{buckets}: one past its capacity grows it");
+            }
+        }
+    }
+}
