@@ -14,7 +14,7 @@ use super::model::{
     RequestBounds, StorageError, StorageKind,
 };
 use super::store::keyed::counters;
-use super::store::{Call, Memory, RedisStore, Store, open_redis};
+use super::store::{Call, Memory, Namespace, RedisStore, Store, open_redis};
 
 /// The deciding core of the server, independent of protocols.
 ///
@@ -343,7 +343,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn list_counters(&self, namespace: &str, max: usize) -> Result<CounterList, BackendError> {
-        self.store.list(self.loaded(), namespace, max, &self.clock).await
+        self.store.list(Namespace { loaded: self.loaded(), name: namespace, clock: &self.clock }, max).await
     }
 
     /// Forgets the counters of `namespace` that `filter` chooses, with whichever storage the
@@ -368,8 +368,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn reset_counters(&self, namespace: &str, filter: &CounterFilter) -> Result<u64, BackendError> {
-        let loaded = self.loaded();
-        self.store.reset(&loaded, namespace, filter, &self.clock).await
+        self.store.reset(Namespace { loaded: self.loaded(), name: namespace, clock: &self.clock }, filter).await
     }
 }
 

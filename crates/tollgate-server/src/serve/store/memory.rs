@@ -2,14 +2,14 @@
 //! throughput mode.
 
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use tollgate::{AllOrNothing, Clock};
 use tollgate_policy::Hit;
 use tollgate_redis::BackendError;
 
-use super::{Answer, Call, Later, Store};
-use crate::serve::model::{Action, CounterFilter, CounterList, CounterView, Loaded, Mode, Pick, Status, StorageKind};
+use super::{Answer, Call, Later, Namespace, Store};
+use crate::serve::model::{Action, CounterFilter, CounterList, CounterView, Mode, Pick, Status, StorageKind};
 
 /// Lock stripes for accuracy mode: a request locks the stripes of the counters it touches (in
 /// index order, so two requests never wait on each other in a cycle). More stripes, fewer false
@@ -90,16 +90,9 @@ impl<C: Clock> Store<C> for Memory {
         Answer::Now(Ok(self.decide_now(&call)))
     }
 
-    fn list<'a>(
-        &'a self,
-        loaded: Arc<Loaded>,
-        namespace: &'a str,
-        max: usize,
-        _clock: &'a C,
-    ) -> Later<'a, Result<CounterList, BackendError>> {
-        let mut counters = Vec::new();
-        let mut truncated = false;
-        for &index in loaded.policy.namespace_indexes(namespace) {
+    fn list<'a>(&'a self, ns: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>> {
+        let (loaded, mut counters, mut truncated) = (ns.loaded, Vec::new(), false);
+        for &index in loaded.policy.namespace_indexes(ns.name) {
             loaded.counters[index].for_each(&mut |values, meta| {
                 if counters.len() < max {
                     counters.push(CounterView { limit: index, values: values.clone(), meta });
@@ -111,15 +104,9 @@ impl<C: Clock> Store<C> for Memory {
         Box::pin(std::future::ready(Ok(CounterList { loaded, counters, truncated })))
     }
 
-    fn reset<'a>(
-        &'a self,
-        loaded: &'a Loaded,
-        namespace: &'a str,
-        filter: &'a CounterFilter,
-        _clock: &'a C,
-    ) -> Later<'a, Result<u64, BackendError>> {
-        let mut reset = 0;
-        for &index in loaded.policy.namespace_indexes(namespace) {
+    fn reset<'a>(&'a self, ns: Namespace<'a, C>, filter: &'a CounterFilter) -> Later<'a, Result<u64, BackendError>> {
+        let (loaded, mut reset) = (ns.loaded, 0);
+        for &index in loaded.policy.namespace_indexes(ns.name) {
             let limit = &loaded.policy.limits()[index];
             let counters = &loaded.counters[index];
             reset += match filter.pick(limit) {

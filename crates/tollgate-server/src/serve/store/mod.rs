@@ -66,34 +66,39 @@ impl<C: Clock> Call<'_, C> {
     }
 }
 
+/// A namespace's counters, as listing and resetting ask a store for them.
+pub(crate) struct Namespace<'a, C> {
+    /// The limits in force.
+    pub(crate) loaded: std::sync::Arc<Loaded>,
+    /// The namespace.
+    pub(crate) name: &'a str,
+    /// The engine's clock.
+    pub(crate) clock: &'a C,
+}
+
 /// Where the counters live. Every method answers for the limits in `loaded`.
 pub(crate) trait Store<C: Clock>: Send + Sync {
     /// What `--storage` calls it.
     fn kind(&self) -> StorageKind;
 
-    /// How a call's counters are decided together.
-    fn mode(&self) -> Mode;
+    /// How a call's counters are decided together: in one step (one lock, one script run)
+    /// unless a store says otherwise.
+    fn mode(&self) -> Mode {
+        Mode::Accuracy
+    }
 
     /// Decides one call: each counter's status, in the order of `call.hits`. A limited call takes
     /// nothing from any counter. An error means the storage could not answer.
     fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>>;
 
-    /// Up to `max` live counters of `namespace`.
-    fn list<'a>(
-        &'a self,
-        loaded: std::sync::Arc<Loaded>,
-        namespace: &'a str,
-        max: usize,
-        clock: &'a C,
-    ) -> Later<'a, Result<CounterList, BackendError>>;
+    /// Up to `max` live counters of the namespace.
+    fn list<'a>(&'a self, namespace: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>>;
 
-    /// Forgets the counters of `namespace` that `filter` chooses; returns how many held hits.
+    /// Forgets the counters of the namespace that `filter` chooses; returns how many held hits.
     fn reset<'a>(
         &'a self,
-        loaded: &'a Loaded,
-        namespace: &'a str,
+        namespace: Namespace<'a, C>,
         filter: &'a CounterFilter,
-        clock: &'a C,
     ) -> Later<'a, Result<u64, BackendError>>;
 
     /// Sends what is held back (redis-cached); returns the counters sent.

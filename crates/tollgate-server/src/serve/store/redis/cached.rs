@@ -5,16 +5,14 @@
 //! Other replicas keep their local copy of a reset counter until they flush hits for it or its
 //! window ends: a reset meant for every replica is sent to each.
 
-use std::sync::Arc;
-
 use tollgate::Clock;
 use tollgate_redis::BackendError;
 
 use super::RedisStore;
 use super::cache::Cache;
 use super::common::{RedisCounters, statuses};
-use crate::serve::model::{Action, CounterFilter, CounterList, Loaded, Mode, Status, StorageKind};
-use crate::serve::store::{Answer, Call, Later, Store};
+use crate::serve::model::{Action, CounterFilter, CounterList, Status, StorageKind};
+use crate::serve::store::{Answer, Call, Later, Namespace, Store};
 
 /// Counters decided here, kept in step with Redis.
 pub(super) struct Cached {
@@ -32,11 +30,6 @@ impl Cached {
 impl<C: Clock> Store<C> for Cached {
     fn kind(&self) -> StorageKind {
         StorageKind::RedisCached
-    }
-
-    /// Every counter of a call is decided under one lock.
-    fn mode(&self) -> Mode {
-        Mode::Accuracy
     }
 
     fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
@@ -70,33 +63,21 @@ impl<C: Clock> Store<C> for Cached {
         }))
     }
 
-    fn list<'a>(
-        &'a self,
-        loaded: Arc<Loaded>,
-        namespace: &'a str,
-        max: usize,
-        clock: &'a C,
-    ) -> Later<'a, Result<CounterList, BackendError>> {
+    fn list<'a>(&'a self, ns: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>> {
         Box::pin(async move {
-            Store::<C>::flush(self, clock).await?;
-            self.redis.list_now(loaded, namespace, max).await
+            Store::<C>::flush(self, ns.clock).await?;
+            self.redis.list_now(ns.loaded, ns.name, max).await
         })
     }
 
-    fn reset<'a>(
-        &'a self,
-        loaded: &'a Loaded,
-        namespace: &'a str,
-        filter: &'a CounterFilter,
-        clock: &'a C,
-    ) -> Later<'a, Result<u64, BackendError>> {
+    fn reset<'a>(&'a self, ns: Namespace<'a, C>, filter: &'a CounterFilter) -> Later<'a, Result<u64, BackendError>> {
         Box::pin(async move {
             let store = &self.redis.store;
             let held = self.cache.hold_flushes().await;
-            let flushed = self.cache.flush_held(&held, &store.redis, clock.now(), &store.time).await;
+            let flushed = self.cache.flush_held(&held, &store.redis, ns.clock.now(), &store.time).await;
             flushed.inspect_err(|e| self.redis.metrics.error(e))?;
-            let reset = self.redis.reset_now(loaded, namespace, filter).await?;
-            self.cache.forget(&held, self.redis.chosen_by(loaded, namespace, filter));
+            let reset = self.redis.reset_now(&ns.loaded, ns.name, filter).await?;
+            self.cache.forget(&held, self.redis.chosen_by(&ns.loaded, ns.name, filter));
             Ok(reset)
         })
     }

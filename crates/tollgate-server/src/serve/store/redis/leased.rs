@@ -13,7 +13,7 @@
 //! of the counters it deleted. On shutdown, what is leased and unspent goes back to Redis.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 use std::time::Duration;
 
 use tollgate::{AllOrNothing, Clock, Lease, Meta, Quota, Reply, Step};
@@ -22,8 +22,8 @@ use tollgate_redis::{BackendError, LeasedLimiter};
 
 use super::RedisStore;
 use super::common::{RedisCounters, statuses};
-use crate::serve::model::{Action, CounterFilter, CounterList, Loaded, Mode, Status, StorageKind};
-use crate::serve::store::{Answer, Call, Later, Store};
+use crate::serve::model::{Action, CounterFilter, CounterList, Mode, Status, StorageKind};
+use crate::serve::store::{Answer, Call, Later, Namespace, Store};
 
 /// Counters in Redis, spent from leases held here.
 pub(super) struct Leased<C: Clock> {
@@ -138,26 +138,14 @@ impl<C: Clock> Store<C> for Leased<C> {
         }))
     }
 
-    fn list<'a>(
-        &'a self,
-        loaded: Arc<Loaded>,
-        namespace: &'a str,
-        max: usize,
-        _clock: &'a C,
-    ) -> Later<'a, Result<CounterList, BackendError>> {
-        Box::pin(self.redis.list_now(loaded, namespace, max))
+    fn list<'a>(&'a self, ns: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>> {
+        Box::pin(self.redis.list_now(ns.loaded, ns.name, max))
     }
 
-    fn reset<'a>(
-        &'a self,
-        loaded: &'a Loaded,
-        namespace: &'a str,
-        filter: &'a CounterFilter,
-        _clock: &'a C,
-    ) -> Later<'a, Result<u64, BackendError>> {
+    fn reset<'a>(&'a self, ns: Namespace<'a, C>, filter: &'a CounterFilter) -> Later<'a, Result<u64, BackendError>> {
         Box::pin(async move {
-            let reset = self.redis.reset_now(loaded, namespace, filter).await?;
-            let chosen = self.redis.chosen_by(loaded, namespace, filter);
+            let reset = self.redis.reset_now(&ns.loaded, ns.name, filter).await?;
+            let chosen = self.redis.chosen_by(&ns.loaded, ns.name, filter);
             for limiter in self.all() {
                 limiter.forget(&chosen);
             }
