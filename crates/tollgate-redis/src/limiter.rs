@@ -51,11 +51,11 @@ struct LimitSpec {
 #[must_use = "a builder does nothing until .build()"]
 pub struct RedisLimiterBuilder {
     redis: Redis,
-    prefix: String,
+    pub(crate) prefix: String,
     algorithm: AlgorithmKind,
     limits: Vec<(String, Quota)>,
     failure: FailurePolicy,
-    time: RedisTime,
+    pub(crate) time: RedisTime,
     max_wait: Option<Duration>,
     whole_keys: bool,
     metrics: Option<RedisMetrics>,
