@@ -21,6 +21,7 @@ mod decision;
 mod errors;
 mod held;
 mod local;
+mod methods;
 mod semaphore;
 mod sync;
 mod token_bucket;

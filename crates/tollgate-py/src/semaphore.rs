@@ -145,49 +145,26 @@ pub(crate) fn state_dict(py: Python<'_>, state: &SemaphoreState) -> PyResult<Py<
 /// once, around the class's own (waiting) methods.
 macro_rules! semaphore_methods {
     ($class:ident, $repr:literal; $($methods:tt)*) => {
-        #[::pyo3::pymethods]
-        impl $class {
-            #[new]
-            #[pyo3(signature = (name, capacity, max_sleep=None, redis_url=None, lease_ttl=$crate::args::Seconds::Number(10.0)))]
-            fn new(
+        $crate::methods::core_methods! {
+            $class, $repr, $crate::semaphore::SemaphoreCore;
+            new (name, capacity, max_sleep=None, redis_url=None, lease_ttl=$crate::args::Seconds::Number(10.0)) (
                 name: String,
                 capacity: i64,
                 max_sleep: Option<$crate::args::Seconds>,
                 redis_url: Option<&::pyo3::Bound<'_, ::pyo3::PyAny>>,
                 lease_ttl: $crate::args::Seconds,
-            ) -> ::pyo3::PyResult<$class> {
-                $crate::semaphore::SemaphoreCore::new(name, capacity, max_sleep, redis_url, lease_ttl).map($class)
+            );
+            getters {
+                /// The name (shared by every process using this semaphore).
+                name -> &str;
+                /// Most holders at once.
+                capacity -> u64;
+                /// Seconds a lease lives without renewal.
+                lease_ttl -> f64;
+                /// Longest `acquire` waits, in seconds (`None`: unbounded).
+                max_sleep -> Option<f64>;
             }
-
             $($methods)*
-
-            /// The name (shared by every process using this semaphore).
-            #[getter]
-            fn name(&self) -> &str {
-                self.0.name()
-            }
-
-            /// Most holders at once.
-            #[getter]
-            fn capacity(&self) -> u64 {
-                self.0.capacity()
-            }
-
-            /// Seconds a lease lives without renewal.
-            #[getter]
-            fn lease_ttl(&self) -> f64 {
-                self.0.lease_ttl()
-            }
-
-            /// Longest `acquire` waits, in seconds (`None`: unbounded).
-            #[getter]
-            fn max_sleep(&self) -> Option<f64> {
-                self.0.max_sleep()
-            }
-
-            fn __repr__(&self) -> String {
-                self.0.repr($repr)
-            }
         }
     };
 }

@@ -140,56 +140,29 @@ impl BucketCore {
 /// once, around the class's own (waiting) methods.
 macro_rules! bucket_methods {
     ($class:ident, $repr:literal; $($methods:tt)*) => {
-        #[::pyo3::pymethods]
-        impl $class {
-            #[new]
-            #[pyo3(signature = (name, capacity, refill_frequency, refill_amount, max_sleep=None, redis_url=None))]
-            fn new(
+        $crate::methods::core_methods! {
+            $class, $repr, $crate::token_bucket::BucketCore;
+            new (name, capacity, refill_frequency, refill_amount, max_sleep=None, redis_url=None) (
                 name: String,
                 capacity: i64,
                 refill_frequency: $crate::args::Seconds,
                 refill_amount: i64,
                 max_sleep: Option<$crate::args::Seconds>,
                 redis_url: Option<&::pyo3::Bound<'_, ::pyo3::PyAny>>,
-            ) -> ::pyo3::PyResult<$class> {
-                $crate::token_bucket::BucketCore::new(name, capacity, refill_frequency, refill_amount, max_sleep, redis_url).map($class)
+            );
+            getters {
+                /// The name (shared by every process using this bucket).
+                name -> &str;
+                /// Most tokens at once.
+                capacity -> u64;
+                /// Seconds between refills of `refill_amount` tokens.
+                refill_frequency -> f64;
+                /// Tokens added per `refill_frequency`.
+                refill_amount -> u64;
+                /// Longest `acquire` waits, in seconds (`None`: unbounded).
+                max_sleep -> Option<f64>;
             }
-
             $($methods)*
-
-            /// The name (shared by every process using this bucket).
-            #[getter]
-            fn name(&self) -> &str {
-                self.0.name()
-            }
-
-            /// Most tokens at once.
-            #[getter]
-            fn capacity(&self) -> u64 {
-                self.0.capacity()
-            }
-
-            /// Seconds between refills of `refill_amount` tokens.
-            #[getter]
-            fn refill_frequency(&self) -> f64 {
-                self.0.refill_frequency()
-            }
-
-            /// Tokens added per `refill_frequency`.
-            #[getter]
-            fn refill_amount(&self) -> u64 {
-                self.0.refill_amount()
-            }
-
-            /// Longest `acquire` waits, in seconds (`None`: unbounded).
-            #[getter]
-            fn max_sleep(&self) -> Option<f64> {
-                self.0.max_sleep()
-            }
-
-            fn __repr__(&self) -> String {
-                self.0.repr($repr)
-            }
         }
     };
 }

@@ -32,7 +32,7 @@ use crate::backend::Redis;
 use crate::error::BackendError;
 use crate::failure::FailurePolicy;
 use crate::key::RedisKey;
-use crate::limiter::RedisLimiter;
+use crate::limiter::{RedisLimiter, RedisLimiterBuilder};
 use crate::metrics::RedisMetrics;
 use crate::time::RedisTime;
 
@@ -45,15 +45,12 @@ const SWEEP_FLOOR: usize = 1024;
 /// Builds a [`LeasedLimiter`].
 #[must_use = "a builder does nothing until .build()"]
 pub struct LeasedLimiterBuilder<C: Clock = SystemClock> {
-    redis: Redis,
-    prefix: String,
+    /// The budget's own builder (a fixed window of the quota), which keeps the settings the two
+    /// limiters share: the failure policy, whose clock times the windows, whole keys, metrics.
+    budget: RedisLimiterBuilder,
     quota: Quota,
     clock: C,
-    time: RedisTime,
     horizon: Duration,
-    failure: FailurePolicy,
-    whole_keys: bool,
-    metrics: Option<RedisMetrics>,
     max_key_bytes: usize,
 }
 
@@ -77,9 +74,8 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
 
     /// What to answer when Redis fails to grant a lease (default [`FailurePolicy::Deny`]). A lease
     /// already held keeps being spent; none is renewed until Redis answers.
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.failure = policy;
-        self
+    pub fn failure_policy(self, policy: FailurePolicy) -> Self {
+        self.with_budget(|b| b.failure_policy(policy))
     }
 
     /// Times leases on `clock` (default: the system clock). Whose clock times the windows in
@@ -87,15 +83,10 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
     /// the same clock to both.
     pub fn clock<D: Clock>(self, clock: D) -> LeasedLimiterBuilder<D> {
         LeasedLimiterBuilder {
-            redis: self.redis,
-            prefix: self.prefix,
+            budget: self.budget,
             quota: self.quota,
             clock,
-            time: self.time,
             horizon: self.horizon,
-            failure: self.failure,
-            whole_keys: self.whole_keys,
-            metrics: self.metrics,
             max_key_bytes: self.max_key_bytes,
         }
     }
@@ -115,41 +106,35 @@ impl<C: Clock> LeasedLimiterBuilder<C> {
     ///     .build()?;
     /// # let _ = tenant; Ok(()) }
     /// ```
-    pub fn time(mut self, time: RedisTime) -> Self {
-        self.time = time;
-        self
+    pub fn time(self, time: RedisTime) -> Self {
+        self.with_budget(|b| b.time(time))
     }
 
     /// Uses each key as its Redis key, whole ([`RedisLimiterBuilder::whole_keys`]): the caller's
     /// own layout, e.g. the rate-limit server's counter keys.
     ///
     /// [`RedisLimiterBuilder::whole_keys`]: crate::RedisLimiterBuilder::whole_keys
-    pub fn whole_keys(mut self) -> Self {
-        self.whole_keys = true;
-        self
+    pub fn whole_keys(self) -> Self {
+        self.with_budget(RedisLimiterBuilder::whole_keys)
     }
 
     /// Records the lease calls' latency and errors into `metrics`
     /// ([`RedisLimiterBuilder::metrics`](crate::RedisLimiterBuilder::metrics)).
-    pub fn metrics(mut self, metrics: RedisMetrics) -> Self {
-        self.metrics = Some(metrics);
+    pub fn metrics(self, metrics: RedisMetrics) -> Self {
+        self.with_budget(|b| b.metrics(metrics))
+    }
+
+    /// Sets one of the shared settings on the budget's builder.
+    fn with_budget(mut self, set: impl FnOnce(RedisLimiterBuilder) -> RedisLimiterBuilder) -> Self {
+        self.budget = set(self.budget);
         self
     }
 
     /// The limiter.
     pub fn build(self) -> Result<LeasedLimiter<C>, crate::ConfigError> {
-        let builder = RedisLimiter::builder(&self.redis, &self.prefix, AlgorithmKind::FixedWindow)
-            .limit("leased", self.quota)
-            .failure_policy(self.failure)
-            .time(self.time);
-        let builder = if self.whole_keys { builder.whole_keys() } else { builder };
-        let builder = match self.metrics {
-            Some(metrics) => builder.metrics(metrics),
-            None => builder,
-        };
         Ok(LeasedLimiter {
             inner: Arc::new(Inner {
-                budget: builder.build()?,
+                budget: self.budget.build()?,
                 limit: self.quota.limit(),
                 window: self.quota.period(),
                 clock: self.clock,
@@ -323,15 +308,10 @@ impl LeasedLimiter<SystemClock> {
     /// A limiter of `quota` (a fixed window) per key, its budgets under `prefix` in `redis`.
     pub fn builder(redis: &Redis, prefix: &str, quota: Quota) -> LeasedLimiterBuilder {
         LeasedLimiterBuilder {
-            redis: redis.clone(),
-            prefix: prefix.to_owned(),
+            budget: RedisLimiter::builder(redis, prefix, AlgorithmKind::FixedWindow).limit("leased", quota),
             quota,
             clock: SystemClock::new(),
-            time: RedisTime::redis(),
             horizon: Duration::from_millis(100),
-            failure: FailurePolicy::Deny,
-            whole_keys: false,
-            metrics: None,
             max_key_bytes: usize::MAX,
         }
     }
@@ -668,10 +648,10 @@ impl<C: Clock> std::fmt::Debug for LeasedLimiter<C> {
 impl<C: Clock> std::fmt::Debug for LeasedLimiterBuilder<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeasedLimiterBuilder")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.budget.prefix)
             .field("quota", &self.quota)
             .field("horizon", &self.horizon)
-            .field("time", &self.time)
+            .field("time", &self.budget.time)
             .finish_non_exhaustive()
     }
 }

@@ -51,11 +51,11 @@ struct LimitSpec {
 #[must_use = "a builder does nothing until .build()"]
 pub struct RedisLimiterBuilder {
     redis: Redis,
-    prefix: String,
+    pub(crate) prefix: String,
     algorithm: AlgorithmKind,
     limits: Vec<(String, Quota)>,
     failure: FailurePolicy,
-    time: RedisTime,
+    pub(crate) time: RedisTime,
     max_wait: Option<Duration>,
     whole_keys: bool,
     metrics: Option<RedisMetrics>,
@@ -215,10 +215,27 @@ struct LimiterInner {
     whole_keys: bool,
 }
 
+/// What a decision does (the scripts' ARGV[3] and ARGV[4]).
+#[derive(Clone, Copy)]
 enum Mode {
-    Check = 0,
-    Take = 1,
-    Reserve = 2,
+    /// Takes nothing.
+    Check,
+    /// Takes if it fits now.
+    Take,
+    /// Takes the earliest slot if it is at most this many µs away (a token bucket's).
+    Reserve { max_wait_us: u64 },
+}
+
+impl Mode {
+    /// ARGV[3] and ARGV[4] of a decision script: the mode's number, and the longest wait (µs) of
+    /// a reservation (0 otherwise).
+    fn args(self) -> (u8, u64) {
+        match self {
+            Mode::Check => (0, 0),
+            Mode::Take => (1, 0),
+            Mode::Reserve { max_wait_us } => (2, max_wait_us),
+        }
+    }
 }
 
 /// The script's answer.
@@ -384,7 +401,7 @@ impl RedisLimiter {
         if n > self.inner.capacity {
             return Ok(Err(self.over_capacity(key, &keys, n).await));
         }
-        let answer = self.call(key, &keys, n, Mode::Take, 0).await?;
+        let answer = self.call(key, &keys, n, Mode::Take).await?;
         Ok(self.outcome(answer, n, false))
     }
 
@@ -395,7 +412,7 @@ impl RedisLimiter {
         if n > self.inner.capacity {
             return Ok(Err(self.over_capacity(key, &keys, n).await));
         }
-        let answer = self.call(key, &keys, n, Mode::Check, 0).await?;
+        let answer = self.call(key, &keys, n, Mode::Check).await?;
         Ok(self.outcome(answer, n, false).map(|lease| lease.meta()))
     }
 
@@ -414,7 +431,7 @@ impl RedisLimiter {
         if self.inner.algorithm == AlgorithmKind::TokenBucket {
             // The lease is granted at its slot on Redis's clock; we sleep the same span on ours.
             let asked = self.inner.time.local_now();
-            let (lease, wait_us) = self.decide_with(key, &keys, n, Mode::Reserve, max_wait_us).await?;
+            let (lease, wait_us) = self.decide_with(key, &keys, n, Mode::Reserve { max_wait_us }).await?;
             if wait_us > 0 {
                 self.inner.time.sleep_until(asked.saturating_add(wait_us.saturating_mul(1000))).await;
             }
@@ -437,24 +454,17 @@ impl RedisLimiter {
     }
 
     async fn decide_keys(&self, tag: &str, keys: &[&str], n: u64, mode: Mode) -> Result<Lease, Rejected> {
-        self.decide_with(tag, keys, n, mode, 0).await.map(|(lease, _)| lease)
+        self.decide_with(tag, keys, n, mode).await.map(|(lease, _)| lease)
     }
 
     /// The decision and, for a reservation, the µs until its slot.
-    async fn decide_with(
-        &self,
-        tag: &str,
-        keys: &[&str],
-        n: u64,
-        mode: Mode,
-        max_wait_us: u64,
-    ) -> Result<(Lease, u64), Rejected> {
+    async fn decide_with(&self, tag: &str, keys: &[&str], n: u64, mode: Mode) -> Result<(Lease, u64), Rejected> {
         let i = &self.inner;
         if n > i.capacity {
             return Err(self.over_capacity(tag, keys, n).await);
         }
-        let reserve = matches!(mode, Mode::Reserve);
-        match self.call(tag, keys, n, mode, max_wait_us).await {
+        let reserve = matches!(mode, Mode::Reserve { .. });
+        match self.call(tag, keys, n, mode).await {
             Ok(reply) => {
                 let wait_us = reply.wait_us;
                 self.outcome(reply, n, reserve).map(|lease| (lease, wait_us))
@@ -471,7 +481,7 @@ impl RedisLimiter {
     /// error here, nor the failure policy's to decide. It reports the key's state, read from
     /// Redis, as the in-memory limiters do (without Redis: nothing remaining).
     async fn over_capacity(&self, tag: &str, keys: &[&str], n: u64) -> Rejected {
-        let meta = match self.call(tag, keys, 0, Mode::Check, 0).await {
+        let meta = match self.call(tag, keys, 0, Mode::Check).await {
             Ok(answer) => answer.meta,
             Err(_) => Meta { limit: self.inner.capacity, remaining: 0, reset_ns: 0, retry_ns: None },
         };
@@ -501,29 +511,15 @@ impl RedisLimiter {
 
     /// One decision's round trip(s), timed and its failure counted by kind: real time, even on a
     /// test clock, since it measures Redis, not the limit.
-    async fn call(
-        &self,
-        tag: &str,
-        keys: &[&str],
-        n: u64,
-        mode: Mode,
-        max_wait_us: u64,
-    ) -> Result<Reply, BackendError> {
+    async fn call(&self, tag: &str, keys: &[&str], n: u64, mode: Mode) -> Result<Reply, BackendError> {
         let i = &self.inner;
         let started = tollgate::Clock::now(&i.system);
-        let reply = self.script(tag, keys, n, mode, max_wait_us).await;
+        let reply = self.script(tag, keys, n, mode).await;
         i.metrics.decided(tollgate::Clock::now(&i.system).saturating_sub(started));
         reply.inspect_err(|e| i.metrics.error(e))
     }
 
-    async fn script(
-        &self,
-        tag: &str,
-        keys: &[&str],
-        n: u64,
-        mode: Mode,
-        max_wait_us: u64,
-    ) -> Result<Reply, BackendError> {
+    async fn script(&self, tag: &str, keys: &[&str], n: u64, mode: Mode) -> Result<Reply, BackendError> {
         let i = &self.inner;
         // What a local fallback granted for this key during an outage is counted first, once.
         let debt = i.failure.take_debt(tag);
@@ -534,7 +530,8 @@ impl RedisLimiter {
                 return Err(error);
             }
         }
-        let args = self.args(n, (mode as u8).to_string(), max_wait_us.to_string());
+        let (mode, max_wait_us) = mode.args();
+        let args = self.args(n, mode.to_string(), max_wait_us.to_string());
         let reply: Vec<i64> = i.redis.invoke(script(i.algorithm), &self.keys_for(tag, keys), &args).await?;
         let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
         Ok(Reply {

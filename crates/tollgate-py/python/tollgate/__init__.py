@@ -37,9 +37,9 @@ Messages and ``repr`` show a Redis URL without its credentials (``redis://***@ho
 
 from __future__ import annotations
 
-import contextvars
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
+from tollgate._held import Held
 from tollgate._tollgate import (
     Decision,
     KeyedSlidingWindow,
@@ -103,17 +103,15 @@ class Semaphore(_NativeSemaphore):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # Per task (asyncio copies the context into each task), the permits taken through
-        # `async with` / `acquire()` and not yet released, newest last.
-        self._held: contextvars.ContextVar[Tuple[Permit, ...]] = contextvars.ContextVar(
-            f"tollgate.Semaphore({self.name!r}).held", default=()
+        # Per task (asyncio copies the context into each task).
+        self._held: Held[Permit] = Held(
+            f"tollgate.Semaphore({self.name!r}).held",
+            f"Semaphore {self.name!r}: release() without a held permit in this task",
         )
 
     async def acquire(self) -> Permit:
         """Waits for a slot; returns its ``Permit``."""
-        permit = await super().acquire()
-        self._held.set(self._held.get() + (permit,))
-        return permit
+        return self._held.push(await super().acquire())
 
     async def release(self) -> bool:
         """Gives back the latest permit the current task acquired and has not released.
@@ -121,12 +119,7 @@ class Semaphore(_NativeSemaphore):
         Returns ``True`` if its lease was still held. Raises ``RuntimeError`` if the task holds
         none.
         """
-        # Permits released directly (`permit.release()`) are no longer the task's to give back.
-        held = tuple(p for p in self._held.get() if p.held)
-        if not held:
-            raise RuntimeError(f"Semaphore {self.name!r}: release() without a held permit in this task")
-        self._held.set(held[:-1])
-        return await held[-1].release()
+        return await self._held.pop().release()
 
     async def __aenter__(self) -> Permit:
         return await self.acquire()

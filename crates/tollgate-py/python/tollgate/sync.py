@@ -22,9 +22,9 @@ they would block it; use the classes of ``tollgate`` there.
 
 from __future__ import annotations
 
-import contextvars
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
+from tollgate._held import Held
 from tollgate._tollgate import SyncPermit as Permit
 from tollgate._tollgate import SyncSemaphore as _NativeSemaphore
 from tollgate._tollgate import SyncTokenBucket as TokenBucket
@@ -43,27 +43,20 @@ class Semaphore(_NativeSemaphore):
     gives back the latest permit the current thread (context) acquired, or call
     ``permit.release()``. ``sem.try_acquire()`` returns a ``Permit`` or ``None`` at once.
 
-    Args:
-        name: shared by every process using this semaphore (non-empty, no braces).
-        capacity: most holders at once (>= 1).
-        max_sleep: longest ``acquire`` waits, in seconds; ``None`` waits for ever. Past it,
-            ``MaxSleepExceededError`` is raised and nothing is held.
-        redis_url: a Redis URL, or a list of Redis Cluster node URLs.
-        lease_ttl: seconds a lease lives without renewal (>= 0.03; default 10).
+    Args: those of ``tollgate.Semaphore`` (``name``, ``capacity``, ``max_sleep``, ``redis_url``,
+    ``lease_ttl``), with the same meanings and defaults.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # Per thread (each thread has its own context), the permits taken through `with` /
-        # `acquire()` and not yet released, newest last.
-        self._held: contextvars.ContextVar[Tuple[Permit, ...]] = contextvars.ContextVar(
-            f"tollgate.sync.Semaphore({self.name!r}).held", default=()
+        # Per thread (each thread has its own context).
+        self._held: Held[Permit] = Held(
+            f"tollgate.sync.Semaphore({self.name!r}).held",
+            f"tollgate.sync.Semaphore {self.name!r}: release() without a held permit in this thread",
         )
 
     def acquire(self) -> Permit:
         """Blocks until a slot is free; returns its ``Permit``."""
-        permit = super().acquire()
-        self._held.set(self._held.get() + (permit,))
-        return permit
+        return self._held.push(super().acquire())
 
     def release(self) -> bool:
         """Gives back the latest permit the current thread acquired and has not released.
@@ -71,12 +64,7 @@ class Semaphore(_NativeSemaphore):
         Returns ``True`` if its lease was still held. Raises ``RuntimeError`` if the thread holds
         none.
         """
-        # Permits released directly (`permit.release()`) are no longer the thread's to give back.
-        held = tuple(p for p in self._held.get() if p.held)
-        if not held:
-            raise RuntimeError(f"tollgate.sync.Semaphore {self.name!r}: release() without a held permit in this thread")
-        self._held.set(held[:-1])
-        return held[-1].release()
+        return self._held.pop().release()
 
     def __enter__(self) -> Permit:
         return self.acquire()
