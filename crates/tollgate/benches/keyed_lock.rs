@@ -16,16 +16,16 @@
 //!
 //! Run with `cargo bench -p tollgate --features bench-locks --bench keyed_lock` (about 30 s).
 
-use std::hint::black_box;
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group};
+use threads::decisions;
 use tollgate::{Keyed, KeyedOnRwLock, Quota, TokenBucket};
 
 #[path = "../tests/support/rng.rs"]
 mod rng;
-use rng::Rng;
+#[path = "../tests/support/threads.rs"]
+mod threads;
 
 /// Keys: all stored before the run, all in cache.
 const KEYS: u64 = 1_000;
@@ -39,40 +39,6 @@ const PAIRS: usize = 40;
 /// per key on a fast machine), and no key goes idle.
 fn bucket() -> TokenBucket {
     TokenBucket::new(Quota::per_hour(1).unwrap().with_burst(4_000_000).unwrap())
-}
-
-/// Runs `work(thread, iters)` on `threads` threads started together; returns the wall time from
-/// the first thread's start to the last one's end (thread start-up excluded).
-fn parallel(threads: u64, iters: u64, work: impl Fn(u64, u64) + Sync) -> Duration {
-    let barrier = Barrier::new(threads as usize);
-    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (barrier, work) = (&barrier, &work);
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    work(t, iters);
-                    (start, Instant::now())
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("bench thread panicked")).collect()
-    });
-    let start = spans.iter().map(|s| s.0).min().expect("at least one thread");
-    let end = spans.iter().map(|s| s.1).max().expect("at least one thread");
-    end - start
-}
-
-/// `iters` decisions per thread on `threads` threads, thread `t` on the keys `k % 2 == t`.
-fn decisions(threads: u64, iters: u64, decide: impl Fn(u64) -> bool + Sync) -> Duration {
-    parallel(threads, iters, |t, iters| {
-        let mut rng = Rng(t + 7);
-        for _ in 0..iters {
-            let key = rng.below(KEYS / 2) * 2 + t;
-            black_box(decide(key));
-        }
-    })
 }
 
 /// The two limiters, every key stored.
@@ -93,10 +59,10 @@ fn keyed_lock(c: &mut Criterion) {
     for threads in [1u64, 2] {
         g.throughput(Throughput::Elements(threads));
         g.bench_function(format!("{threads}/biased"), |b| {
-            b.iter_custom(|iters| decisions(threads, iters, |key| biased.try_acquire(&key, 1).is_ok()))
+            b.iter_custom(|iters| decisions(threads, iters, KEYS, |key| biased.try_acquire(&key, 1).is_ok()))
         });
         g.bench_function(format!("{threads}/rwlock"), |b| {
-            b.iter_custom(|iters| decisions(threads, iters, |key| rwlock.try_acquire(&key, 1).is_ok()))
+            b.iter_custom(|iters| decisions(threads, iters, KEYS, |key| rwlock.try_acquire(&key, 1).is_ok()))
         });
     }
     g.finish();
@@ -114,9 +80,9 @@ fn paired() {
     let (biased, rwlock) = tables();
     let slice = |threads, on_biased: bool| {
         if on_biased {
-            decisions(threads, SLICE, |key| biased.try_acquire(&key, 1).is_ok())
+            decisions(threads, SLICE, KEYS, |key| biased.try_acquire(&key, 1).is_ok())
         } else {
-            decisions(threads, SLICE, |key| rwlock.try_acquire(&key, 1).is_ok())
+            decisions(threads, SLICE, KEYS, |key| rwlock.try_acquire(&key, 1).is_ok())
         }
     };
     for threads in [1u64, 2] {

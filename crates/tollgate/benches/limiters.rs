@@ -19,7 +19,7 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::{Barrier, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -28,7 +28,10 @@ use tollgate::{Clock, Concurrency, Keyed, Limiter, Quota, SystemClock, TokenBuck
 
 #[path = "../tests/support/rng.rs"]
 mod rng;
+#[path = "../tests/support/threads.rs"]
+mod threads;
 use rng::Rng;
+use threads::decisions;
 
 /// Keys in the keyed benchmarks.
 const KEYS: u64 = 1_000_000;
@@ -99,29 +102,6 @@ fn single_key(c: &mut Criterion) {
     g.bench_function("governor", |b| b.iter(|| black_box(gov_reject.check())));
     g.finish();
     assert!(reject.try_acquire(1).is_err(), "still rejecting after the run");
-}
-
-/// Runs `work(thread, iters)` on `threads` threads started together; returns the wall time from
-/// the first thread's start to the last one's end (thread start-up excluded).
-fn parallel(threads: u64, iters: u64, work: impl Fn(u64, u64) + Sync) -> Duration {
-    let barrier = Barrier::new(threads as usize);
-    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (barrier, work) = (&barrier, &work);
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    work(t, iters);
-                    (start, Instant::now())
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("bench thread panicked")).collect()
-    });
-    let start = spans.iter().map(|s| s.0).min().expect("at least one thread");
-    let end = spans.iter().map(|s| s.1).max().expect("at least one thread");
-    end - start
 }
 
 /// 1M keys in each keyed limiter. Built on first use, so a filtered run that skips the keyed
@@ -201,27 +181,11 @@ fn keyed(c: &mut Criterion) {
         g.throughput(Throughput::Elements(threads));
         g.bench_function(format!("tollgate/{threads}"), |b| {
             let ours = ours();
-            b.iter_custom(|iters| {
-                parallel(threads, iters, |t, iters| {
-                    let mut rng = Rng(t + 7);
-                    for _ in 0..iters {
-                        let key = rng.below(KEYS / 2) * 2 + t;
-                        black_box(ours.try_acquire(&key, 1).is_ok());
-                    }
-                })
-            })
+            b.iter_custom(|iters| decisions(threads, iters, KEYS, |key| ours.try_acquire(&key, 1).is_ok()))
         });
         g.bench_function(format!("governor/{threads}"), |b| {
             let theirs = theirs();
-            b.iter_custom(|iters| {
-                parallel(threads, iters, |t, iters| {
-                    let mut rng = Rng(t + 7);
-                    for _ in 0..iters {
-                        let key = rng.below(KEYS / 2) * 2 + t;
-                        black_box(theirs.check_key(&key).is_ok());
-                    }
-                })
-            })
+            b.iter_custom(|iters| decisions(threads, iters, KEYS, |key| theirs.check_key(&key).is_ok()))
         });
     }
     g.finish();

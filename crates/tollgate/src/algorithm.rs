@@ -94,3 +94,28 @@ pub trait Algorithm: Send + Sync + 'static {
 pub(crate) fn peek<A: Algorithm>(algo: &A, state: &A::State, now: u64, n: u64) -> Snapshot {
     algo.decide(state, now, n, false).unwrap_or_else(|m| m)
 }
+
+/// The members of [`Algorithm`] that an algorithm configured by one [`crate::Quota`] answers from
+/// its quota cell alone (a field `quota: SeqCell<Quota>`): the configuration, its window, and the
+/// capacity as the quota's `$capacity` (`limit` for windows, `burst` for buckets). Written once so
+/// that the algorithms cannot drift apart on what a quota change means for these.
+macro_rules! quota_cell_members {
+    ($capacity:ident) => {
+        fn capacity(&self) -> u64 {
+            self.quota.load().$capacity()
+        }
+
+        fn config(&self) -> $crate::quota::Quota {
+            self.quota.load()
+        }
+
+        fn window(&self) -> Option<std::time::Duration> {
+            Some(self.quota.load().period())
+        }
+
+        fn set_config(&self, quota: $crate::quota::Quota) -> $crate::quota::Quota {
+            self.quota.store(quota)
+        }
+    };
+}
+pub(crate) use quota_cell_members;

@@ -174,12 +174,14 @@ where
 }
 
 /// Waits on the first part, then on the second, by the same rules as a decision.
+// Wherever the chain decides and both parts can wait: the key's and the parts' other bounds are
+// the decision's, so they are stated once, on that impl.
 impl<K, A, B> Acquire<K> for Chain<A, B>
 where
-    K: ToOwned + Sync + ?Sized,
-    K::Owned: Send + Sync + 'static,
-    A: Acquire<K> + 'static,
-    B: Acquire<K> + 'static,
+    Self: RateLimiter<K>,
+    K: Sync + ?Sized,
+    A: Acquire<K>,
+    B: Acquire<K>,
 {
     async fn acquire(&self, key: &K, n: u64) -> Result<Lease, Rejected> {
         let mut call = AllOrNothing::new([true, true]);

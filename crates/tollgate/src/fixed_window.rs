@@ -4,7 +4,7 @@
 
 use std::sync::Mutex;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, quota_cell_members};
 use crate::quota::Quota;
 use crate::seqlock::SeqCell;
 use crate::snapshot::{Meta, Snapshot};
@@ -151,9 +151,7 @@ impl Algorithm for FixedWindow {
         FixedWindowState(Mutex::new(Window { start: now, count: 0 }))
     }
 
-    fn capacity(&self) -> u64 {
-        self.quota.load().limit()
-    }
+    quota_cell_members!(limit);
 
     #[inline]
     fn decide(&self, state: &FixedWindowState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
@@ -189,18 +187,6 @@ impl Algorithm for FixedWindow {
         let windows = (permits - remaining).div_ceil(q.limit());
         let first = end.saturating_sub(now);
         Some(first.saturating_add((windows - 1).saturating_mul(q.period_ns())))
-    }
-
-    fn config(&self) -> Quota {
-        self.quota.load()
-    }
-
-    fn window(&self) -> Option<std::time::Duration> {
-        Some(self.quota.load().period())
-    }
-
-    fn set_config(&self, quota: Quota) -> Quota {
-        self.quota.store(quota)
     }
 
     fn carry_over(&self, _state: &FixedWindowState, _now: u64, _old: Quota) {}

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, quota_cell_members};
 use crate::quota::Quota;
 use crate::seqlock::SeqCell;
 use crate::snapshot::{Meta, Snapshot};
@@ -110,9 +110,7 @@ impl Algorithm for SlidingLog {
         SlidingLogState::default()
     }
 
-    fn capacity(&self) -> u64 {
-        self.quota.load().limit()
-    }
+    quota_cell_members!(limit);
 
     #[inline]
     fn decide(&self, state: &SlidingLogState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
@@ -158,18 +156,6 @@ impl Algorithm for SlidingLog {
         let rest = permits - extra_periods * q.limit();
         let first = log.wait_for(now, q.period_ns(), q.limit(), rest);
         Some(first.saturating_add(extra_periods.saturating_mul(q.period_ns())))
-    }
-
-    fn config(&self) -> Quota {
-        self.quota.load()
-    }
-
-    fn window(&self) -> Option<std::time::Duration> {
-        Some(self.quota.load().period())
-    }
-
-    fn set_config(&self, quota: Quota) -> Quota {
-        self.quota.store(quota)
     }
 
     fn carry_over(&self, _state: &SlidingLogState, _now: u64, _old: Quota) {}

@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, quota_cell_members};
 use crate::quota::{Quota, QuotaError};
 use crate::seqlock::SeqCell;
 use crate::snapshot::{Meta, Snapshot};
@@ -152,9 +152,7 @@ impl Algorithm for SlidingWindow {
         }))
     }
 
-    fn capacity(&self) -> u64 {
-        self.quota.load().limit()
-    }
+    quota_cell_members!(limit);
 
     #[inline]
     fn decide(&self, state: &SlidingWindowState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
@@ -204,18 +202,6 @@ impl Algorithm for SlidingWindow {
         let rest = permits - extra_periods * q.limit();
         let first = segs.wait_for(now, seg_len, q.limit(), rest);
         Some(first.saturating_add(extra_periods.saturating_mul(seg_len * self.segments)))
-    }
-
-    fn config(&self) -> Quota {
-        self.quota.load()
-    }
-
-    fn window(&self) -> Option<std::time::Duration> {
-        Some(self.quota.load().period())
-    }
-
-    fn set_config(&self, quota: Quota) -> Quota {
-        self.quota.store(quota)
     }
 
     fn carry_over(&self, state: &SlidingWindowState, now: u64, old: Quota) {

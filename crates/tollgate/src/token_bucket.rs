@@ -5,7 +5,7 @@
 //! the time at which the bucket would be full again (`tat`); `n` permits fit when
 //! `max(tat, now) + n·T <= now + burst·T`.
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, quota_cell_members};
 use crate::quota::Quota;
 use crate::seqlock::SeqCell;
 use crate::snapshot::Snapshot;
@@ -60,9 +60,7 @@ impl Algorithm for TokenBucket {
         TokenBucketState(AtomicU64::new(0))
     }
 
-    fn capacity(&self) -> u64 {
-        self.quota.load().burst()
-    }
+    quota_cell_members!(burst);
 
     #[inline]
     fn decide(&self, state: &TokenBucketState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
@@ -108,18 +106,6 @@ impl Algorithm for TokenBucket {
         let ready = base + permits as u128 * q.emission_ns() as u128;
         let horizon = now as u128 + q.tau_ns() as u128;
         Some(u64::try_from(ready.saturating_sub(horizon)).unwrap_or(u64::MAX))
-    }
-
-    fn config(&self) -> Quota {
-        self.quota.load()
-    }
-
-    fn window(&self) -> Option<std::time::Duration> {
-        Some(self.quota.load().period())
-    }
-
-    fn set_config(&self, quota: Quota) -> Quota {
-        self.quota.store(quota)
     }
 
     fn carry_over(&self, state: &TokenBucketState, now: u64, old: Quota) {

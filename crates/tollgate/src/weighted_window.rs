@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, quota_cell_members};
 use crate::quota::Quota;
 use crate::seqlock::SeqCell;
 use crate::snapshot::{Meta, Snapshot};
@@ -132,9 +132,7 @@ impl Algorithm for WeightedWindow {
         WeightedWindowState(Mutex::new(TwoWindows { index: now / p, prev: 0, curr: 0 }))
     }
 
-    fn capacity(&self) -> u64 {
-        self.quota.load().limit()
-    }
+    quota_cell_members!(limit);
 
     #[inline]
     fn decide(&self, state: &WeightedWindowState, now: u64, n: u64, commit: bool) -> Result<Snapshot, Snapshot> {
@@ -182,18 +180,6 @@ impl Algorithm for WeightedWindow {
         let extra_periods = permits.saturating_sub(1) / q.limit();
         let rest = permits - extra_periods * q.limit();
         Some(w.wait_for(now, p, q.limit(), rest).saturating_add(extra_periods.saturating_mul(p)))
-    }
-
-    fn config(&self) -> Quota {
-        self.quota.load()
-    }
-
-    fn window(&self) -> Option<std::time::Duration> {
-        Some(self.quota.load().period())
-    }
-
-    fn set_config(&self, quota: Quota) -> Quota {
-        self.quota.store(quota)
     }
 
     fn carry_over(&self, state: &WeightedWindowState, now: u64, old: Quota) {

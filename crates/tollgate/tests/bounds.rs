@@ -144,6 +144,22 @@ fn hammer<A: Algorithm>(
     rounds
 }
 
+/// [`hammer`] on `algo(q)` for each of `quotas` in turn (the `k`th with seed `seed + k`), the
+/// clock moving in units of the period and of `period / d + 1` for each `d` of `fractions`: each
+/// quota with its period in nanoseconds and its rounds.
+fn hammer_each<A: Algorithm>(
+    quotas: [Quota; 3],
+    algo: impl Fn(Quota) -> A,
+    fractions: &[u64],
+    seed: u64,
+) -> impl Iterator<Item = (Quota, u64, Vec<Round>)> {
+    quotas.into_iter().zip(seed..).map(move |(q, seed)| {
+        let p = ns(q.period());
+        let units: Vec<u64> = std::iter::once(p).chain(fractions.iter().map(|d| p / d + 1)).collect();
+        (q, p, hammer(algo(q), &units, 3, seed, None))
+    })
+}
+
 /// Asserts `sum(admitted[i..=j]) <= bound(i, j)` for every pair of rounds; returns how many pairs
 /// met the bound exactly.
 fn check_pairs(what: &str, rounds: &[Round], bound: impl Fn(&Round, &Round, usize, usize) -> u64) -> usize {
@@ -231,16 +247,12 @@ fn interval_bucket_never_exceeds_burst_plus_refills() {
 
 #[test]
 fn fixed_window_never_exceeds_limit_per_window() {
-    for (k, q) in [
+    let quotas = [
         Quota::per(ms(10), 7).unwrap(),
         Quota::per_second(3).unwrap(),
         Quota::per(Duration::from_nanos(10), 4).unwrap(),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let p = ns(q.period());
-        let rounds = hammer(FixedWindow::new(q), &[p, p / 4 + 1], 3, 41 + k as u64, None);
+    ];
+    for (q, p, rounds) in hammer_each(quotas, FixedWindow::new, &[4], 41) {
         // Rebuild the windows from the outside: one opens at the first admission at or after the
         // end of the previous one.
         let mut window: Option<(u64, u64)> = None;
@@ -296,16 +308,12 @@ fn sliding_window_never_exceeds_limit_over_its_segments() {
 
 #[test]
 fn weighted_window_never_exceeds_its_estimate() {
-    for (k, q) in [
+    let quotas = [
         Quota::per(ms(10), 7).unwrap(),
         Quota::per_second(10).unwrap(),
         Quota::per(Duration::from_nanos(9), 4).unwrap(),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let p = ns(q.period());
-        let rounds = hammer(WeightedWindow::new(q), &[p, p / 4 + 1], 3, 61 + k as u64, None);
+    ];
+    for (q, p, rounds) in hammer_each(quotas, WeightedWindow::new, &[4], 61) {
         for (j, r) in rounds.iter().enumerate() {
             let idx = r.t / p;
             let count =
@@ -324,16 +332,12 @@ fn weighted_window_never_exceeds_its_estimate() {
 
 #[test]
 fn sliding_log_never_exceeds_limit_in_any_window() {
-    for (k, q) in [
+    let quotas = [
         Quota::per(ms(10), 7).unwrap(),
         Quota::per_second(3).unwrap(),
         Quota::per(Duration::from_nanos(10), 4).unwrap(),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let p = ns(q.period());
-        let rounds = hammer(SlidingLog::new(q), &[p, p / 3 + 1, p / 7 + 1], 3, 71 + k as u64, None);
+    ];
+    for (q, p, rounds) in hammer_each(quotas, SlidingLog::new, &[3, 7], 71) {
         // Every window [a, a + p): the fullest ones start at an admission, so checking the windows
         // starting at each round's time covers them all.
         let tight = check_pairs(

@@ -1,7 +1,6 @@
 //! splitmix64, the random numbers of the core's randomized tests and benches (shared through
-//! `#[path]` by `tests/bounds.rs`, `benches/limiters.rs` and `benches/key_flood.rs`): seeded, so a
-//! run can be repeated, and a few nanoseconds a number, the same cost on both sides of every
-//! bench comparison.
+//! `#[path]` by `tests/bounds.rs` and the benches): seeded, so a run can be repeated, and a few
+//! nanoseconds a number, the same cost on both sides of every bench comparison.
 
 /// A splitmix64 generator; the seed is its state.
 pub struct Rng(pub u64);
