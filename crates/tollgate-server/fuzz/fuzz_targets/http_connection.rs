@@ -8,13 +8,8 @@
 //! nothing after an answer that closes; the connection closed within twice the read timeout.
 #![no_main]
 
+mod paused;
+
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a current-thread runtime");
-    runtime.block_on(tollgate_server::serve::fuzzing::http_connection(data));
-});
+fuzz_target!(|data: &[u8]| paused::block_on(tollgate_server::serve::fuzzing::http_connection(data)));

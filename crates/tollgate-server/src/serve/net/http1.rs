@@ -58,7 +58,7 @@ use tokio::time::{Instant, Sleep};
 use tollgate::Clock;
 use tracing::Instrument;
 
-use super::socket::{ReadHook, Socket, Transport, timed_out};
+use super::socket::{Polled, ReadHook, Socket, Transport, timed_out};
 use super::stopped;
 use crate::serve::model::Action;
 use crate::serve::ops::trace::{Decision, Protocol};
@@ -561,12 +561,7 @@ impl Rewind {
 const HTTP2_PREFACE_START: &[u8] = b"PRI * HTTP/2";
 
 impl ReadHook for Rewind {
-    fn poll_read<T: AsyncRead + Unpin>(
-        &mut self,
-        tcp: &mut T,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read<T: AsyncRead + Unpin>(&mut self, tcp: &mut T, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Polled {
         if !self.first.is_empty() {
             let n = self.first.len().min(buf.remaining());
             buf.put_slice(&self.first[..n]);

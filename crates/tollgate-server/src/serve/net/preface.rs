@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
-use super::socket::{ReadHook, Socket, timed_out};
+use super::socket::{Polled, ReadHook, Socket, timed_out};
 
 /// `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`: what every HTTP/2 client sends first (RFC 9113, 3.4).
 const PREFACE_LEN: usize = 24;
@@ -65,12 +65,7 @@ impl Deadline {
 }
 
 impl ReadHook for Deadline {
-    fn poll_read<T: AsyncRead + Unpin>(
-        &mut self,
-        tcp: &mut T,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read<T: AsyncRead + Unpin>(&mut self, tcp: &mut T, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Polled {
         let Some(sleep) = &mut self.sleep else { return Pin::new(tcp).poll_read(cx, buf) };
         let before = buf.filled().len();
         match Pin::new(tcp).poll_read(cx, buf) {

@@ -41,15 +41,13 @@ impl Transport for DuplexStream {
     }
 }
 
+/// What a read answers.
+pub(crate) type Polled = Poll<io::Result<()>>;
+
 /// What a read of a [`Socket`] does instead of reading the socket alone.
 pub(crate) trait ReadHook: Unpin {
     /// Fills `buf` as [`AsyncRead::poll_read`] would, from `tcp` or from the hook's own state.
-    fn poll_read<T: AsyncRead + Unpin>(
-        &mut self,
-        tcp: &mut T,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>>;
+    fn poll_read<T: AsyncRead + Unpin>(&mut self, tcp: &mut T, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Polled;
 }
 
 /// `tcp`, read through `hook`.
@@ -95,7 +93,7 @@ pub(super) fn timed_out<T>(
 }
 
 impl<H: ReadHook, T: AsyncRead + Unpin> AsyncRead for Socket<H, T> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Polled {
         let me = &mut *self;
         me.hook.poll_read(&mut me.tcp, cx, buf)
     }
