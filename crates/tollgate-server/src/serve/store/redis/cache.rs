@@ -314,3 +314,92 @@ impl Cache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Two-phase and sequential decide the same, uncontended: [`Cache::decide`] (every counter of
+    //! a call looked at under one lock, then all taken or none) against [`AllOrNothing`] taking
+    //! from in-process fixed windows one at a time, on random counters (enforcing or only
+    //! counting, with or without room), in check and take modes: same admission, same
+    //! `remaining` and `limited` per counter, same state left behind.
+
+    use proptest::prelude::*;
+    use tollgate::{AllOrNothing, FixedWindow, Limiter, ManualClock, Quota};
+
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_secs(60);
+
+    #[derive(Clone, Debug)]
+    struct Part {
+        limit: u64,
+        used: u64,
+        hits: u64,
+        enforce: bool,
+    }
+
+    fn part() -> impl Strategy<Value = Part> {
+        (1u64..6, 0u64..6, 0u64..7, any::<bool>()).prop_map(|(limit, used, hits, enforce)| Part {
+            limit,
+            used: used.min(limit),
+            hits,
+            enforce,
+        })
+    }
+
+    fn counter(i: usize, limit: u64, hits: u64, enforce: bool) -> Wanted {
+        WindowCounter {
+            key: format!("k{i}"),
+            limit,
+            window: WINDOW,
+            hits,
+            enforce,
+            calendar: None,
+            opened_ago: Duration::ZERO,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn the_cache_decides_as_all_or_nothing(parts in prop::collection::vec(part(), 1..6), check in any::<bool>()) {
+            let clock = ManualClock::new();
+            let cache = Cache::new(usize::MAX);
+            let now = 1_000_000_000;
+            let mut locals = Vec::new();
+            for (i, p) in parts.iter().enumerate() {
+                let local = Limiter::builder(FixedWindow::new(Quota::per(WINDOW, p.limit).unwrap())).clock(clock.clone()).build();
+                if p.used > 0 {
+                    let _ = local.try_acquire(p.used).unwrap();
+                    let taken = cache.decide(&[counter(i, p.limit, p.used, true)], true, now);
+                    prop_assert!(!taken[0].1);
+                }
+                locals.push(local);
+            }
+
+            let counters: Vec<Wanted> = parts.iter().enumerate().map(|(i, p)| counter(i, p.limit, p.hits, p.enforce)).collect();
+            let two_phase = cache.decide(&counters, !check, now);
+
+            let enforces = parts.iter().map(|p| p.enforce);
+            let mut sequential = if check { AllOrNothing::check(enforces) } else { AllOrNothing::new(enforces) };
+            while let Some(step) = sequential.step() {
+                let i = step.part();
+                match step.run(&locals[i], &(), parts[i].hits).now() {
+                    Ok(reply) => sequential.reply(reply),
+                    Err(_) => unreachable!("in-process limiters answer at once"),
+                }
+            }
+            let sequential = sequential.finish();
+
+            let admitted = two_phase.iter().zip(&parts).all(|((_, limited), p)| !limited || !p.enforce);
+            prop_assert_eq!(admitted, sequential.is_granted());
+            for (i, (answer, (meta, limited))) in sequential.parts().iter().zip(&two_phase).enumerate() {
+                prop_assert_eq!(meta.remaining, answer.meta().remaining, "counter {} ({:?})", i, answer);
+                prop_assert_eq!(*limited, answer.is_limited(), "counter {} ({:?})", i, answer);
+                // Both leave the counter in the same state.
+                let probe = cache.decide(&[counter(i, parts[i].limit, 0, true)], false, now);
+                prop_assert_eq!(probe[0].0.remaining, locals[i].check(0).unwrap().remaining, "counter {}", i);
+            }
+        }
+    }
+}
