@@ -14,16 +14,24 @@
 --          now_us (the decision's time)}.
 -- A key lives until its window ends.
 
-local now, n, mode, _, min_ttl = limiter_args()  -- from all_or_nothing.lua, prepended
+local now = now_us(ARGV[1])  -- from clock.lua, prepended
+local n = tonumber(ARGV[2])
+local mode = tonumber(ARGV[3])
+local min_ttl = tonumber(ARGV[5])
 
--- Does the window admit? (fixed_state: from window_lib.lua, prepended)
-local function read(key, lim, period)
-  local start, count = fixed_state(key, period, now)
+-- Does every window admit? (read_parts: from all_or_nothing.lua, prepended)
+local windows, admitted, limiting = read_parts(function(i, key)
+  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
+  local period = tonumber(ARGV[7 + 2 * (i - 1)])
+  local start, count = fixed_state(key, period, now)  -- from window_lib.lua, prepended
   return {lim = lim, period = period, start = start, count = count, fits = count + n <= lim}
-end
+end)
 
--- Taken only if all admitted (decide, from all_or_nothing.lua); the state the window is left in.
-local function settle(key, w, take)
+-- Taken only if all admitted; metadata of the state each window is left in.
+local take = admitted == 1 and n > 0 and mode ~= 0
+local meta = tightest()
+for i, key in ipairs(KEYS) do
+  local w = windows[i]
   local ends = w.start + w.period - now
   if take then
     local count = w.count + n
@@ -31,16 +39,16 @@ local function settle(key, w, take)
     redis.call('PEXPIRE', key, math.max(math.ceil(ends / 1000), 1, min_ttl))
     local retry = 0
     if count >= w.lim then retry = ends end
-    return w.lim, w.lim - count, ends, retry
+    meta.add(w.lim, w.lim - count, ends, retry)
+  else
+    local remaining, reset, retry = math.max(w.lim - w.count, 0), 0, 0
+    if w.count > 0 then reset = ends end
+    if not w.fits then
+      retry = ends
+    elseif remaining == 0 then
+      retry = reset
+    end
+    meta.add(w.lim, remaining, reset, retry)
   end
-  local remaining, reset, retry = math.max(w.lim - w.count, 0), 0, 0
-  if w.count > 0 then reset = ends end
-  if not w.fits then
-    retry = ends
-  elseif remaining == 0 then
-    retry = reset
-  end
-  return w.lim, remaining, reset, retry
 end
-
-return decide(now, n, mode, read, settle)
+return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, 0, limiting, now}

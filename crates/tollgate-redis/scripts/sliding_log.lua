@@ -15,7 +15,10 @@
 --          now_us (the decision's time)}.
 -- A key lives until its newest member leaves the window.
 
-local now, n, mode, _, min_ttl = limiter_args()  -- from all_or_nothing.lua, prepended
+local now = now_us(ARGV[1])  -- from clock.lua, prepended
+local n = tonumber(ARGV[2])
+local mode = tonumber(ARGV[3])
+local min_ttl = tonumber(ARGV[5])
 
 -- Microseconds until `k` more fit: the (total + k - lim)-th oldest member must have left.
 local function wait_for(key, total, lim, p, k)
@@ -24,15 +27,20 @@ local function wait_for(key, total, lim, p, k)
   return math.max(tonumber(oldest[2]) + p - now, 0)
 end
 
--- Does the log admit (p: period)?
-local function read(key, lim, p)
+-- Does every log admit? (read_parts: from all_or_nothing.lua, prepended)
+local logs, admitted, limiting = read_parts(function(i, key)
+  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
+  local p = tonumber(ARGV[7 + 2 * (i - 1)])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p))
   local total = redis.call('ZCARD', key)
   return {lim = lim, p = p, total = total, fits = total + n <= lim}
-end
+end)
 
--- Taken only if all admitted (decide, from all_or_nothing.lua); the state the log is left in.
-local function settle(key, l, take, limiting)
+-- Taken only if all admitted; metadata of the state each log is left in.
+local take = admitted == 1 and n > 0 and mode ~= 0
+local meta = tightest()
+for i, key in ipairs(KEYS) do
+  local l = logs[i]
   local total = l.total
   if take then
     local stamp = string.format('%.0f', now)
@@ -50,8 +58,7 @@ local function settle(key, l, take, limiting)
     rst = math.max(tonumber(newest[2]) + l.p - now, 0)
   end
   local k = 1
-  if limiting then k = n end
-  return l.lim, math.max(l.lim - total, 0), rst, wait_for(key, total, l.lim, l.p, k)
+  if admitted == 0 and i == limiting then k = n end
+  meta.add(l.lim, math.max(l.lim - total, 0), rst, wait_for(key, total, l.lim, l.p, k))
 end
-
-return decide(now, n, mode, read, settle)
+return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, 0, limiting, now}

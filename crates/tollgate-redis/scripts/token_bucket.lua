@@ -15,20 +15,28 @@
 --          index of the limiting bucket (1-based; 0 when admitted), now_us (the decision's time)}.
 -- A key is written only when permits are taken, and expires when its bucket would be full.
 
-local now, n, mode, max_wait, min_ttl = limiter_args()  -- from all_or_nothing.lua, prepended
+local now = now_us(ARGV[1])  -- from clock.lua, prepended
+local n = tonumber(ARGV[2])
+local mode = tonumber(ARGV[3])
+local max_wait = tonumber(ARGV[4])
+local min_ttl = tonumber(ARGV[5])
 
--- Does the bucket admit (t: emission interval)?
-local function read(key, t, burst)
+-- Does every bucket admit? (read_parts: from all_or_nothing.lua, prepended)
+local buckets, admitted, limiting = read_parts(function(i, key)
+  local t = tonumber(ARGV[6 + 2 * (i - 1)])
+  local burst = tonumber(ARGV[7 + 2 * (i - 1)])
   local horizon = now + t * burst
   local base = math.max(tonumber(redis.call('GET', key)) or 0, now)
   local new_tat = base + n * t
   local fits = new_tat <= horizon or (mode == 2 and new_tat - horizon <= max_wait)
   return {t = t, burst = burst, horizon = horizon, base = base, new_tat = new_tat, fits = fits}
-end
+end)
 
--- Taken only if all admitted (decide, from all_or_nothing.lua); the state the bucket is left in,
--- and, taken, the wait until its slot.
-local function settle(key, b, take)
+-- Taken only if all admitted; metadata of the state each bucket is left in.
+local take = admitted == 1 and n > 0 and mode ~= 0
+local meta, wait = tightest(), 0
+for i, key in ipairs(KEYS) do
+  local b = buckets[i]
   local state_tat = take and b.new_tat or b.base
   local remaining = math.floor(math.max(b.horizon - state_tat, 0) / b.t)
   local retry
@@ -39,13 +47,11 @@ local function settle(key, b, take)
   else
     retry = math.max(state_tat + b.t - b.horizon, 0)
   end
-  local wait
+  meta.add(b.burst, remaining, math.max(state_tat - now, 0), retry)
   if take then
-    wait = math.max(b.new_tat - b.horizon, 0)
+    wait = math.max(wait, b.new_tat - b.horizon, 0)
     local ttl = math.max(math.ceil((b.new_tat - now) / 1000) + 1, min_ttl)
     redis.call('SET', key, string.format('%.0f', b.new_tat), 'PX', ttl)
   end
-  return b.burst, remaining, math.max(state_tat - now, 0), retry, wait
 end
-
-return decide(now, n, mode, read, settle)
+return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, wait, limiting, now}

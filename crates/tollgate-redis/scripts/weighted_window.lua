@@ -16,7 +16,10 @@
 --          now_us (the decision's time)}.
 -- A key lives until both of its counts have left the sliding window.
 
-local now, n, mode, _, min_ttl = limiter_args()  -- from all_or_nothing.lua, prepended
+local now = now_us(ARGV[1])  -- from clock.lua, prepended
+local n = tonumber(ARGV[2])
+local mode = tonumber(ARGV[3])
+local min_ttl = tonumber(ARGV[5])
 
 -- floor(a / b) for non-negative integers held in doubles, corrected for rounding.
 local function idiv(a, b)
@@ -49,16 +52,21 @@ local function state_meta(index, prev, curr, lim, p)
   return rem, rst, wait_for(index, prev, curr, lim, p, 1)
 end
 
--- Does the counter admit (p: period)? (weighted_state: from window_lib.lua, prepended)
-local function read(key, lim, p)
-  local index, prev, curr = weighted_state(key, p, now)
+-- Does every counter admit? (read_parts: from all_or_nothing.lua, prepended)
+local states, admitted, limiting = read_parts(function(i, key)
+  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
+  local p = tonumber(ARGV[7 + 2 * (i - 1)])
+  local index, prev, curr = weighted_state(key, p, now)  -- from window_lib.lua, prepended
   local elapsed = now - index * p
   local fits = prev * (p - elapsed) + (curr + n) * p <= lim * p
   return {index = index, prev = prev, curr = curr, lim = lim, p = p, fits = fits}
-end
+end)
 
--- Taken only if all admitted (decide, from all_or_nothing.lua); the state the counter is left in.
-local function settle(key, s, take, limiting)
+-- Taken only if all admitted; metadata of the state each counter is left in.
+local take = admitted == 1 and n > 0 and mode ~= 0
+local meta = tightest()
+for i, key in ipairs(KEYS) do
+  local s = states[i]
   local curr = s.curr
   if take then
     curr = curr + n
@@ -66,8 +74,7 @@ local function settle(key, s, take, limiting)
     redis.call('PEXPIRE', key, math.max(math.ceil(((s.index + 2) * s.p - now) / 1000), 1, min_ttl))
   end
   local rem, rst, rty = state_meta(s.index, s.prev, curr, s.lim, s.p)
-  if limiting then rty = wait_for(s.index, s.prev, curr, s.lim, s.p, n) end
-  return s.lim, rem, rst, rty
+  if admitted == 0 and i == limiting then rty = wait_for(s.index, s.prev, curr, s.lim, s.p, n) end
+  meta.add(s.lim, rem, rst, rty)
 end
-
-return decide(now, n, mode, read, settle)
+return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, 0, limiting, now}
