@@ -12,26 +12,9 @@ use proptest::prelude::*;
 use tollgate::{AllOrNothing, FixedWindow, Limiter, ManualClock, Quota};
 use tollgate_redis::counters::{CountersMode, WindowCounter, decide_windows};
 use tollgate_redis::{Redis, RedisTime};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{RedisServer, part};
 
 const WINDOW: Duration = Duration::from_secs(60);
-
-#[derive(Clone, Debug)]
-struct Part {
-    limit: u64,
-    used: u64,
-    hits: u64,
-    enforce: bool,
-}
-
-fn part() -> impl Strategy<Value = Part> {
-    (1u64..6, 0u64..6, 0u64..7, any::<bool>()).prop_map(|(limit, used, hits, enforce)| Part {
-        limit,
-        used: used.min(limit),
-        hits,
-        enforce,
-    })
-}
 
 fn counter(key: String, limit: u64, hits: u64, enforce: bool) -> WindowCounter {
     WindowCounter { key, limit, window: WINDOW, hits, enforce, calendar: None, opened_ago: Duration::ZERO }

@@ -8,6 +8,8 @@
 //!   resets connections and heals, switched while the test runs.
 //! - [`History`] and [`Bound`]: every decision recorded on the authority's clock and checked
 //!   against the algorithm's own bound; a violation names the shortest window that breaks it.
+//! - [`Part`] and [`part`]: random parts of an all-or-nothing call, for the two-phase property
+//!   tests.
 //!
 //! ```
 //! use tollgate_testkit::{Bound, Decision, History};
@@ -26,6 +28,7 @@
 
 mod certificates;
 mod history;
+mod parts;
 mod process;
 mod proxy;
 mod redis_cluster;
@@ -33,6 +36,7 @@ mod redis_server;
 
 pub use certificates::Certificates;
 pub use history::{Bound, Decision, History, Hold, Violation, max_holders};
+pub use parts::{Part, part};
 pub use process::{Signal, free_port, signal};
 pub use proxy::{Fault, FaultProxy};
 pub use redis_cluster::RedisCluster;

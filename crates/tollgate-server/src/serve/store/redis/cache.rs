@@ -325,27 +325,11 @@ mod tests {
 
     use proptest::prelude::*;
     use tollgate::{AllOrNothing, FixedWindow, Limiter, ManualClock, Quota};
+    use tollgate_testkit::part;
 
     use super::*;
 
     const WINDOW: Duration = Duration::from_secs(60);
-
-    #[derive(Clone, Debug)]
-    struct Part {
-        limit: u64,
-        used: u64,
-        hits: u64,
-        enforce: bool,
-    }
-
-    fn part() -> impl Strategy<Value = Part> {
-        (1u64..6, 0u64..6, 0u64..7, any::<bool>()).prop_map(|(limit, used, hits, enforce)| Part {
-            limit,
-            used: used.min(limit),
-            hits,
-            enforce,
-        })
-    }
 
     fn counter(i: usize, limit: u64, hits: u64, enforce: bool) -> Wanted {
         WindowCounter {
