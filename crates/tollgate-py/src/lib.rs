@@ -1,14 +1,14 @@
 //! The native module of the `tollgate` Python package (`tollgate._tollgate`).
 //!
-//! - [`semaphore`]: `Semaphore` and `Permit`, over `tollgate_redis::RedisSemaphore`;
-//! - [`token_bucket`]: `TokenBucket`, over `tollgate_redis::RedisLimiter`;
-//! - [`sync`]: `tollgate.sync.Semaphore`, `Permit` and `TokenBucket`, the same cores as the two
-//!   above, as blocking calls ([`blocking`]) that release the GIL while they wait;
-//! - [`local`]: the in-process limiters, with [`decision`]'s `Decision` and [`clock`]'s `ManualClock`;
-//! - [`connection`]: one Redis connection per URL, opened at first use.
+//! - `semaphore`: `Semaphore` and `Permit`, over `tollgate_redis::RedisSemaphore`;
+//! - `token_bucket`: `TokenBucket`, over `tollgate_redis::RedisLimiter`;
+//! - `sync`: `tollgate.sync.Semaphore`, `Permit` and `TokenBucket`, the same cores as the two
+//!   above, as blocking calls (`blocking`) that release the GIL while they wait;
+//! - `local`: the in-process limiters, with `decision`'s `Decision` and `clock`'s `ManualClock`;
+//! - `connection`: one Redis connection per URL, opened at first use.
 //!
 //! The Python package (`python/tollgate/__init__.py`) adds `async with` on `Semaphore`, which
-//! needs a per-task record of the permits held. Redis futures run on our tokio runtime and are awaited from asyncio through [`bridge`]; cancelling the asyncio task drops the
+//! needs a per-task record of the permits held. Redis futures run on our tokio runtime and are awaited from asyncio through `bridge`; cancelling the asyncio task drops the
 //! Rust future.
 #![deny(missing_docs)]
 

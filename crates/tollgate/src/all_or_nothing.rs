@@ -1,18 +1,6 @@
 //! [`AllOrNothing`]: the one place that decides a call over several limits together, whatever
-//! holds their state (in this process, across the network, behind a lock or not).
-//!
-//! It decides nothing itself and does no I/O: it says which [`Step`] to run on which part next,
-//! and the caller runs it on its own storage (at once, or awaiting a round trip) and hands back
-//! the [`Reply`]. So [`Chain`](crate::Chain), a server's in-memory counters and a store that
-//! reaches Redis follow the same rules, written here once:
-//!
-//! 1. parts are taken in order;
-//! 2. once a part that *enforces* has no room, the call is denied and the parts after it are only
-//!    checked (taking and giving back would hold their budget for nothing); a part that only
-//!    counts (a shadow or quota limit) without room denies nothing;
-//! 3. a denied call gives back what it took, newest first, so it leaves every part as it was;
-//! 4. a part given back reports its state **after** the refund (probed with `n = 0`), so the
-//!    `remaining` a client is told is what it really has.
+//! holds their state (in this process, across the network, behind a lock or not). Its rules are
+//! on the type, where the public documentation shows them.
 
 use crate::answer::Answer;
 use crate::decision::{Lease, Rejected};
@@ -92,7 +80,20 @@ impl PartAnswer {
     }
 }
 
-/// A call over several parts, decided all-or-nothing by the rules of the [module](self).
+/// A call over several parts, decided all-or-nothing.
+///
+/// It decides nothing itself and does no I/O: it says which [`Step`] to run on which part next,
+/// and the caller runs it on its own storage (at once, or awaiting a round trip) and hands back
+/// the [`Reply`]. So [`Chain`](crate::Chain), a server's in-memory counters and a store that
+/// reaches Redis follow the same rules, written here once:
+///
+/// 1. parts are taken in order;
+/// 2. once a part that *enforces* has no room, the call is denied and the parts after it are only
+///    checked (taking and giving back would hold their budget for nothing); a part that only
+///    counts (a shadow or quota limit) without room denies nothing;
+/// 3. a denied call gives back what it took, newest first, so it leaves every part as it was;
+/// 4. a part given back reports its state **after** the refund (probed with `n = 0`), so the
+///    `remaining` a client is told is what it really has.
 ///
 /// ```
 /// use tollgate::{AllOrNothing, Limiter, Quota, TokenBucket};
