@@ -12,9 +12,10 @@
 //!
 //! Each rule becomes one limit:
 //!
-//! - `namespace` = the domain, `max_value` = `requests_per_unit`, the window a calendar `second`,
-//!   `minute`, `hour` or `day` in UTC (envoy/ratelimit's windows are `now / unit`, from the Unix
-//!   epoch: the same boundaries);
+//! - `namespace` = the domain, `max_value` = `requests_per_unit` (0, or none, denies every
+//!   request), the window a calendar `second`, `minute`, `hour` or `day` in UTC, or 7, 30 or 365
+//!   days from the epoch for `week`, `month` and `year` (envoy/ratelimit's windows are
+//!   `now / unit`, from the Unix epoch: the same boundaries);
 //! - `descriptor_keys` = the keys of the path, so that the limit is matched against each request
 //!   descriptor on its own and only one with exactly those keys in that order;
 //! - a condition per level: `== value` for a node with a value, a wildcard test for a wildcard,
@@ -23,13 +24,14 @@
 //!   rule or not (`unlimited: true`, no `rate_limit`);
 //! - a variable per level without a value (or with a wildcard not `share_threshold`);
 //! - `name` = the rule's `name`, `id` = envoy/ratelimit's key of the rule
-//!   (`domain.key_value.key`), `shadow: true` for `shadow_mode`, `replaces` as written.
+//!   (`domain.key_value.key`), `shadow: true` for `shadow_mode`, `replaces` as written;
+//! - an `unlimited: true` rule is a limit too, [`Limit::unlimited`]: it applies (so what it
+//!   replaces does not) and counts nothing.
 //!
-//! What has no equivalent is an error at its place: `requests_per_unit: 0` (deny every request),
-//! `unit: week | month | year` (7, 30 and 365 days from the epoch, not calendar weeks and months),
-//! `quota_mode`, `detailed_metric` and `value_to_metric` (statistics names), `metadata`,
-//! `replaces` on an unlimited rule, a key twice on one path, and a domain in two files (as
-//! envoy/ratelimit without `MERGE_DOMAIN_CONFIG`).
+//! What has no equivalent is an error at its place: `quota_mode`, `detailed_metric` and
+//! `value_to_metric` (statistics names), `metadata`, a key twice
+//! on one path, and a domain in two files unless merged
+//! ([`Policy::parse_envoy_merging_domains`], envoy/ratelimit's `MERGE_DOMAIN_CONFIG`).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -99,10 +101,11 @@ enum Value {
     Wildcard(String),
 }
 
-/// A rule that counts (not `unlimited`).
+/// A rule: one that counts, or an `unlimited` one (no unit).
 struct Rule {
     max_value: u64,
-    unit: CalendarUnit,
+    /// `None` for `unlimited: true`.
+    unit: Option<CalendarUnit>,
     name: Option<String>,
     replaces: Vec<String>,
     shadow: bool,
@@ -164,29 +167,77 @@ impl Policy {
     /// # Ok::<(), tollgate_policy::PolicyError>(())
     /// ```
     pub fn parse_envoy(sources: &[SourceText]) -> Result<Policy, PolicyError> {
-        let mut domains: Vec<(Domain, Arc<str>)> = Vec::with_capacity(sources.len());
-        for source in sources {
-            let domain = parse_file(&source.text, &source.name)?;
-            if let Some((first, file)) = domains.iter().find(|(d, _)| d.name == domain.name) {
+        envoy_policy(sources, false)
+    }
+
+    /// [`Policy::parse_envoy`] as envoy/ratelimit with `MERGE_DOMAIN_CONFIG=true` reads files:
+    /// a domain in several files is one domain, its descriptors in file order (the order
+    /// [`Format::read`](crate::Format::read) gives), and two top-level descriptors with the same
+    /// key and value are an error, as within one file (`src/config/config_impl.go`, `loadConfig`
+    /// and `loadDescriptors`).
+    ///
+    /// ```
+    /// use tollgate_policy::{Policy, SourceText};
+    /// let a = SourceText::new("a.yaml", "domain: d\ndescriptors:\n  - {key: k1, rate_limit: {unit: second, requests_per_unit: 1}}\n");
+    /// let b = SourceText::new("b.yaml", "domain: d\ndescriptors:\n  - {key: k2, rate_limit: {unit: minute, requests_per_unit: 2}}\n");
+    /// assert!(Policy::parse_envoy(&[a.clone(), b.clone()]).is_err(), "a domain in two files");
+    /// assert_eq!(Policy::parse_envoy_merging_domains(&[a, b])?.len(), 2);
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    pub fn parse_envoy_merging_domains(sources: &[SourceText]) -> Result<Policy, PolicyError> {
+        envoy_policy(sources, true)
+    }
+}
+
+/// The policy of envoy/ratelimit's files; `merge`: a domain may span several.
+fn envoy_policy(sources: &[SourceText], merge: bool) -> Result<Policy, PolicyError> {
+    // Each domain, the file it was first read from, and the file of each top-level node.
+    let mut domains: Vec<(Domain, Arc<str>, Vec<Arc<str>>)> = Vec::with_capacity(sources.len());
+    for source in sources {
+        let domain = parse_file(&source.text, &source.name)?;
+        let file: Arc<str> = source.name.as_str().into();
+        let Some((first, first_file, files)) = domains.iter_mut().find(|(d, _, _)| d.name == domain.name) else {
+            let files = vec![Arc::clone(&file); domain.nodes.len()];
+            domains.push((domain, file, files));
+            continue;
+        };
+        if !merge {
+            return Err(PolicyError::new(
+                &source.name,
+                domain.at,
+                format!(
+                    "domain `{}` is also in {first_file}:{}: envoy/ratelimit refuses a domain in two files (unless \
+                     MERGE_DOMAIN_CONFIG, tollgate's --merge-domains); put its descriptors in one",
+                    domain.name, first.at.line
+                ),
+            ));
+        }
+        for node in domain.nodes {
+            if let Some((i, same)) =
+                first.nodes.iter().enumerate().find(|(_, n)| n.key == node.key && n.value == node.value)
+            {
                 return Err(PolicyError::new(
                     &source.name,
-                    domain.at,
+                    node.at,
                     format!(
-                        "domain `{}` is also in {file}:{}: envoy/ratelimit refuses a domain in two files (unless \
-                         MERGE_DOMAIN_CONFIG); put its descriptors in one",
-                        domain.name, first.at.line
+                        "the same key and value as the descriptor at {}:{} of domain `{}` (one node per key and \
+                         value, merged domains too)",
+                        files[i], same.at.line, first.name
                     ),
                 ));
             }
-            domains.push((domain, source.name.as_str().into()));
+            first.nodes.push(node);
+            files.push(Arc::clone(&file));
         }
-        let mut limits = Vec::new();
-        for (domain, file) in &domains {
-            let mut path = Vec::new();
-            emit(domain, &domain.nodes, &mut path, file, &mut limits)?;
-        }
-        Policy::checked(limits)
     }
+    let mut limits = Vec::new();
+    for (domain, _, files) in &domains {
+        for (i, node) in domain.nodes.iter().enumerate() {
+            let mut path = Vec::new();
+            emit(domain, std::slice::from_ref(node), &domain.nodes, &mut path, &files[i], &mut limits)?;
+        }
+    }
+    Policy::checked(limits)
 }
 
 fn parse_file(text: &str, file: &str) -> Result<Domain, PolicyError> {
@@ -280,15 +331,15 @@ fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyEr
     };
     let shadow = raw.shadow_mode.is_some_and(|s| s.value);
     let rule = match raw.rate_limit {
-        Some(rate_limit) => rule(rate_limit, shadow, file)?,
+        Some(rate_limit) => Some(rule(rate_limit, shadow, file)?),
         None => None,
     };
     let children = nodes(raw.descriptors.unwrap_or_default(), file)?;
     Ok(Node { key: key.value, value, share_threshold, rule, children, at })
 }
 
-/// A `rate_limit` block: a rule that counts, or `None` for `unlimited: true`.
-fn rule(rate_limit: Spanned<RawRateLimit>, shadow: bool, file: &str) -> Result<Option<Rule>, PolicyError> {
+/// A `rate_limit` block.
+fn rule(rate_limit: Spanned<RawRateLimit>, shadow: bool, file: &str) -> Result<Rule, PolicyError> {
     let at = Position::from(rate_limit.referenced);
     let raw = rate_limit.value;
     let err = |at: Position, message: String| PolicyError::new(file, at, message);
@@ -304,20 +355,14 @@ fn rule(rate_limit: Spanned<RawRateLimit>, shadow: bool, file: &str) -> Result<O
         }
         replaces.push(replaced);
     }
-    if let Some(unlimited) = raw.unlimited.filter(|u| u.value) {
+    if raw.unlimited.is_some_and(|u| u.value) {
         if let Some(unit) = raw.unit {
             return Err(err(
                 unit.referenced.into(),
                 "`unit` with `unlimited: true`: an unlimited rule has no unit (envoy/ratelimit refuses it too)".into(),
             ));
         }
-        if !replaces.is_empty() {
-            return Err(err(
-                unlimited.referenced.into(),
-                "`replaces` on an unlimited rule has no equivalent: tollgate has no limit to carry it".into(),
-            ));
-        }
-        return Ok(None);
+        return Ok(Rule { max_value: u64::MAX, unit: None, name, replaces, shadow });
     }
     let unit = raw.unit.ok_or_else(|| err(at, "this rate_limit has no `unit` (required)".into()))?;
     let unit_at = Position::from(unit.referenced);
@@ -326,68 +371,49 @@ fn rule(rate_limit: Spanned<RawRateLimit>, shadow: bool, file: &str) -> Result<O
         "minute" => CalendarUnit::Minute,
         "hour" => CalendarUnit::Hour,
         "day" => CalendarUnit::Day,
-        other @ ("week" | "month" | "year") => {
-            let (days, instead) = match other {
-                "week" => (7, "`window: {calendar: week}` (ISO weeks) or `seconds: 7d`"),
-                "month" => (30, "`window: {calendar: month}` or `seconds: 30d`"),
-                _ => (365, "`seconds: 365d`"),
-            };
+        // envoy/ratelimit's windows are `now / divider` from the epoch, its week, month and
+        // year 7, 30 and 365 days (`src/utils/utilities.go`, `UnitToDivider`).
+        "week" => CalendarUnit::EpochWeek,
+        "month" => CalendarUnit::EpochMonth,
+        "year" => CalendarUnit::EpochYear,
+        _ => {
             return Err(err(
                 unit_at,
-                format!(
-                    "`unit: {other}` has no equivalent: envoy/ratelimit counts it in windows of {days} days from \
-                     1970-01-01 UTC, not calendar {other}s; use second, minute, hour or day, or a limit in \
-                     tollgate's format with {instead}"
-                ),
-            ));
-        }
-        _ => {
-            return Err(err(unit_at, format!("unknown unit `{}`: expected second, minute, hour or day", unit.value)));
-        }
-    };
-    let requests = raw.requests_per_unit.ok_or_else(|| {
-        err(
-            at,
-            "this rate_limit has no `requests_per_unit` (envoy/ratelimit reads it as 0, denying every request, \
-             which has no equivalent)"
-                .into(),
-        )
-    })?;
-    let max_value = match u32::try_from(requests.value) {
-        Ok(0) => {
-            return Err(err(
-                requests.referenced.into(),
-                "`requests_per_unit: 0` (deny every request) has no equivalent: tollgate's limits allow at least 1 \
-                 per window"
-                    .into(),
-            ));
-        }
-        Ok(n) => u64::from(n),
-        Err(_) => {
-            return Err(err(
-                requests.referenced.into(),
-                format!("requests_per_unit must be from 1 to 4294967295 (a uint32), got {}", requests.value),
+                format!("unknown unit `{}`: expected second, minute, hour, day, week, month or year", unit.value),
             ));
         }
     };
-    Ok(Some(Rule { max_value, unit, name, replaces, shadow }))
+    // envoy/ratelimit reads a missing `requests_per_unit` as 0, and 0 denies every request (its
+    // README's way to ban an address).
+    let max_value = match raw.requests_per_unit.map(|r| (u32::try_from(r.value), r)) {
+        None => 0,
+        Some((Ok(n), _)) => u64::from(n),
+        Some((Err(_), requests)) => {
+            return Err(err(
+                requests.referenced.into(),
+                format!("requests_per_unit must be from 0 to 4294967295 (a uint32), got {}", requests.value),
+            ));
+        }
+    };
+    Ok(Rule { max_value, unit: Some(unit), name, replaces, shadow })
 }
 
-/// Emits a limit for each rule under `nodes`, depth first, in file order; `path` holds each
-/// level's node and its siblings.
+/// Emits a limit for each rule of `nodes` and under them, depth first, in file order; `nodes`
+/// are among `siblings` (their level); `path` holds each level's node and its siblings.
 fn emit<'d>(
     domain: &Domain,
     nodes: &'d [Node],
+    siblings: &'d [Node],
     path: &mut Vec<(&'d Node, &'d [Node])>,
     file: &Arc<str>,
     limits: &mut Vec<Limit>,
 ) -> Result<(), PolicyError> {
     for node in nodes {
-        path.push((node, nodes));
+        path.push((node, siblings));
         if let Some(rule) = &node.rule {
             limits.push(limit(domain, path, rule, file)?);
         }
-        emit(domain, &node.children, path, file, limits)?;
+        emit(domain, &node.children, &node.children, path, file, limits)?;
         path.pop();
     }
     Ok(())
@@ -436,11 +462,13 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
         conditions.iter().map(|c| Condition::parse(c).map_err(|e| bug("condition", c, e))).collect::<Result<_, _>>()?;
     let variables =
         variables.iter().map(|v| Variable::parse(v).map_err(|e| bug("variable", v, e))).collect::<Result<_, _>>()?;
-    let calendar = Calendar::new(rule.unit, "UTC").map_err(|e| PolicyError::new(file, node.at, e.to_string()))?;
+    let calendar = (rule.unit.map(|unit| Calendar::new(unit, "UTC")).transpose())
+        .map_err(|e| PolicyError::new(file, node.at, e.to_string()))?;
     let mut limit = Limit {
         namespace: domain.name.clone(),
         max_value: rule.max_value,
-        seconds: calendar.nominal().as_secs(),
+        // An unlimited rule counts nothing, in no window.
+        seconds: calendar.as_ref().map_or(1, |c| c.nominal().as_secs()),
         name: rule.name.clone(),
         file_id: Some(envoy_key),
         conditions,
@@ -449,7 +477,8 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
         max_counters: None,
         at_max_counters: None,
         enforcement: if rule.shadow { Enforcement::Shadow } else { Enforcement::Enforce },
-        calendar: Some(calendar),
+        unlimited: rule.unit.is_none(),
+        calendar,
         descriptor_keys: Some(path.iter().map(|(n, _)| n.key.clone()).collect()),
         replaces: rule.replaces.clone(),
         source_name: Arc::clone(file),

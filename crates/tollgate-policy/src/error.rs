@@ -29,9 +29,9 @@ impl From<serde_saphyr::Location> for Position {
 /// Its `Display` is `file:line:column: message`, the form editors and CI logs link to.
 ///
 /// ```
-/// let err = tollgate_policy::Policy::parse("- namespace: a\n  max_value: 0\n  seconds: 1\n", "limits.yaml")
+/// let err = tollgate_policy::Policy::parse("- namespace: a\n  max_value: -1\n  seconds: 1\n", "limits.yaml")
 ///     .unwrap_err();
-/// assert_eq!(err.to_string(), "limits.yaml:2:14: max_value must be at least 1, got 0");
+/// assert_eq!(err.to_string(), "limits.yaml:2:14: max_value must be from 0 to 18446744073709551615, got -1");
 /// assert_eq!((err.position.line, err.position.column), (2, 14));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -15,7 +15,8 @@ use crate::limit::{AlgorithmKind, Enforcement, Limit, LimitId};
 #[serde(deny_unknown_fields)]
 struct RawLimit {
     namespace: Option<Spanned<String>>,
-    max_value: Option<Spanned<i64>>,
+    /// Up to `u64::MAX`, so read wider than `i64`.
+    max_value: Option<Spanned<i128>>,
     /// Limitador's whole number of seconds, or a duration in the core's syntax (`1m`, `1h30m`).
     seconds: Option<Spanned<String>>,
     name: Option<Spanned<String>>,
@@ -28,7 +29,7 @@ struct RawLimit {
     variables: Option<Vec<Spanned<String>>>,
     algorithm: Option<Spanned<String>>,
     /// Ours: most counters (distinct variable values) kept in memory for this limit.
-    max_counters: Option<Spanned<i64>>,
+    max_counters: Option<Spanned<i128>>,
     /// Ours: what a new counter gets when `max_counters` are kept and none is idle.
     at_max_counters: Option<Spanned<String>>,
     /// Ours: count and report, never deny.
@@ -41,9 +42,13 @@ struct RawLimit {
     descriptor_keys: Option<Spanned<Vec<Spanned<String>>>>,
     /// Ours: names of limits this one replaces when both apply (envoy/ratelimit's `replaces`).
     replaces: Option<Vec<Spanned<String>>>,
+    /// Ours: applies and counts nothing, in place of `max_value` and `seconds` (envoy/ratelimit's
+    /// `unlimited: true`).
+    unlimited: Option<Spanned<bool>>,
 }
 
-/// `window: {calendar: second | minute | hour | day | week | month, timezone: UTC | IANA name}`.
+/// `window: {calendar: second | minute | hour | day | week | month | epoch_week | epoch_month | epoch_year,
+/// timezone: UTC | IANA name}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWindow {
@@ -76,9 +81,21 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
     if namespace.value.trim().is_empty() {
         return Err(err(namespace.referenced.into(), "namespace must not be empty".into()));
     }
-    let max_value = positive(raw.max_value.ok_or_else(|| missing("max_value"))?, "max_value", source_name)?;
+    let unlimited = raw.unlimited.filter(|u| u.value);
+    if let Some(u) = &unlimited
+        && (raw.max_value.is_some() || raw.seconds.is_some() || raw.window.is_some())
+    {
+        let why = "`unlimited: true` with `max_value`, `seconds` or `window`: an unlimited limit counts nothing";
+        return Err(err(u.referenced.into(), why.into()));
+    }
+    // 0 denies every request the limit applies to (Limitador's and envoy/ratelimit's way to ban).
+    let max_value = match (&unlimited, raw.max_value) {
+        (Some(_), _) => u64::MAX,
+        (None, max_value) => at_least(0, max_value.ok_or_else(|| missing("max_value"))?, "max_value", source_name)?,
+    };
     let calendar = raw.window.map(|w| calendar(w, source_name)).transpose()?;
     let seconds = match (&calendar, raw.seconds) {
+        (None, None) if unlimited.is_some() => 1,
         (None, None) => return Err(missing("seconds")),
         (None, Some(seconds)) => whole_seconds(seconds, source_name)?,
         (Some(calendar), None) => calendar.nominal().as_secs(),
@@ -117,7 +134,7 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
         .max_counters
         .map(|m| {
             let at = m.referenced;
-            let n = positive(m, "max_counters", source_name)?;
+            let n = at_least(1, m, "max_counters", source_name)?;
             usize::try_from(n)
                 .ok()
                 .and_then(std::num::NonZeroUsize::new)
@@ -176,6 +193,7 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
         max_counters,
         at_max_counters,
         enforcement,
+        unlimited: unlimited.is_some(),
         calendar,
         descriptor_keys,
         replaces,
@@ -183,8 +201,15 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
         position: at,
         id: LimitId(0),
     };
-    let quota =
-        limit.quota().map_err(|e| err(at, format!("{max_value} per {seconds} s is not a usable quota: {e}")))?;
+    let quota = match limit.quota() {
+        Ok(quota) => quota,
+        // A limit of 0 counts nothing: there is no rate to check.
+        Err(tollgate::QuotaError::ZeroLimit) => {
+            limit.id = limit.compute_id();
+            return Ok(limit);
+        }
+        Err(e) => return Err(err(at, format!("{max_value} per {seconds} s is not a usable quota: {e}"))),
+    };
     if algorithm == AlgorithmKind::SlidingWindow {
         tollgate::SlidingWindow::new(quota, crate::limit::SLIDING_SEGMENTS)
             .map_err(|e| err(at, format!("{max_value} per {seconds} s cannot be a sliding window: {e}")))?;
@@ -229,7 +254,11 @@ fn calendar(window: Spanned<RawWindow>, source_name: &str) -> Result<tollgate::C
         PolicyError::new(
             source_name,
             calendar.referenced.into(),
-            format!("unknown calendar `{}`: expected second, minute, hour, day, week or month", calendar.value),
+            format!(
+                "unknown calendar `{}`: expected second, minute, hour, day, week, month, epoch_week, epoch_month or \
+                 epoch_year",
+                calendar.value
+            ),
         )
     })?;
     let (zone, at) = match &timezone {
@@ -272,13 +301,14 @@ fn enforcement(
     }
 }
 
-fn positive(value: Spanned<i64>, field: &str, source_name: &str) -> Result<u64, PolicyError> {
+/// A whole number from `min` to `u64::MAX`.
+fn at_least(min: u64, value: Spanned<i128>, field: &str, source_name: &str) -> Result<u64, PolicyError> {
     match u64::try_from(value.value) {
-        Ok(v) if v > 0 => Ok(v),
+        Ok(v) if v >= min => Ok(v),
         _ => Err(PolicyError::new(
             source_name,
             value.referenced.into(),
-            format!("{field} must be at least 1, got {}", value.value),
+            format!("{field} must be from {min} to {}, got {}", u64::MAX, value.value),
         )),
     }
 }
@@ -289,8 +319,9 @@ fn whole_seconds(value: Spanned<String>, source_name: &str) -> Result<u64, Polic
     let at = Position::from(value.referenced);
     let err = |message: String| PolicyError::new(source_name, at, message);
     let text = value.value.trim();
-    if let Ok(n) = text.parse::<i64>() {
-        return positive(
+    if let Ok(n) = text.parse::<i128>() {
+        return at_least(
+            1,
             Spanned { value: n, referenced: value.referenced, defined: value.defined },
             "seconds",
             source_name,
@@ -319,7 +350,7 @@ pub(crate) fn yaml_error(source_name: &str, e: &serde_saphyr::Error) -> PolicyEr
         None => message,
     };
     let message = match message {
-        "invalid i64" => "expected a whole number".to_string(),
+        "invalid i64" | "invalid i128" => "expected a whole number".to_string(),
         "expected sequence start" => "expected a list of limits (`- namespace: ...`)".to_string(),
         other => other.to_string(),
     };

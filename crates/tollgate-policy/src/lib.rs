@@ -27,8 +27,8 @@
 //! # Ok::<(), tollgate_policy::PolicyError>(())
 //! ```
 //!
-//! Fields of a limit: `namespace`, `max_value` (≥ 1), `seconds` (≥ 1; Limitador's whole number,
-//! or a duration in the core's syntax that comes to whole seconds, `1m`, `1h30m`: see
+//! Fields of a limit: `namespace`, `max_value` (0 to 2^64-1; 0 denies every request and counts
+//! nothing), `seconds` (≥ 1; Limitador's whole number, or a duration in the core's syntax that comes to whole seconds, `1m`, `1h30m`: see
 //! [`tollgate::parse_duration`]), all required; `name`,
 //! `conditions` (all must hold), `variables` (all must have a value), and ours, `algorithm`
 //! (`fixed_window` — Limitador's, the default — `token_bucket`, `sliding_window` or
@@ -40,12 +40,16 @@
 //! `mode: quota` (allow, and mark the response with the quota exceeded): see [`Enforcement`];
 //! `window: {calendar: second | minute | hour | day | week | month, timezone: UTC | IANA name}`
 //! instead of `seconds`: fixed windows on the calendar's boundaries (the zone's whole seconds,
-//! minutes and hours; midnight for the others; see [`tollgate::Calendar`]);
+//! minutes and hours; midnight for the others; see [`tollgate::Calendar`]), or `epoch_week`,
+//! `epoch_month`, `epoch_year`: 7, 30 or 365 days from 1970-01-01 UTC (envoy/ratelimit's `week`,
+//! `month` and `year`);
 //! `descriptor_keys: [k1, k2]`: the limit is matched against each descriptor of a request on its
 //! own — one whose entries have exactly these keys, in this order — reading it as
 //! `descriptors[0]`, and each such descriptor counts on its own (envoy/ratelimit's matching; see
 //! [`Limit::descriptor_keys`]); `replaces: [name]`: when this limit applies, the limits with these
-//! names do not (envoy/ratelimit's `replaces`). Unknown
+//! names do not (envoy/ratelimit's `replaces`); `unlimited: true` instead of `max_value` and
+//! `seconds`: the limit applies and counts nothing (envoy/ratelimit's, see
+//! [`Limit::unlimited`]). Unknown
 //! fields, empty files, duplicate limits and expressions that do not parse are errors naming the
 //! file, line and column.
 //!

@@ -74,6 +74,7 @@ pub struct Limit {
     pub(crate) max_counters: Option<std::num::NonZeroUsize>,
     pub(crate) at_max_counters: Option<tollgate::AtKeyLimit>,
     pub(crate) enforcement: Enforcement,
+    pub(crate) unlimited: bool,
     pub(crate) calendar: Option<tollgate::Calendar>,
     pub(crate) descriptor_keys: Option<Vec<String>>,
     pub(crate) replaces: Vec<String>,
@@ -103,9 +104,14 @@ impl Limit {
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
-    /// Hits allowed per window.
+    /// Hits allowed per window; 0 denies every request the limit applies to, and counts nothing.
     pub fn max_value(&self) -> u64 {
         self.max_value
+    }
+    /// True for `max_value: 0` (envoy/ratelimit's `requests_per_unit: 0`): the limit denies every
+    /// request it applies to, and there is nothing to count.
+    pub fn denies_all(&self) -> bool {
+        self.max_value == 0
     }
     /// The window, in seconds.
     pub fn seconds(&self) -> u64 {
@@ -140,6 +146,12 @@ impl Limit {
     /// (`at_max_counters: reject | evict | admit`; the server's `--at-max-counters` otherwise).
     pub fn at_max_counters(&self) -> Option<tollgate::AtKeyLimit> {
         self.at_max_counters
+    }
+    /// True for envoy/ratelimit's `unlimited: true` rule: the limit applies to a request (so the
+    /// limits it [replaces](Limit::replaces) do not) and counts nothing; envoy/ratelimit answers
+    /// it with no current limit and 4294967295 remaining. Its `max_value` is `u64::MAX`.
+    pub fn unlimited(&self) -> bool {
+        self.unlimited
     }
     /// What the limit does with a request it has no room for (`shadow: true`, `mode: quota`).
     pub fn enforcement(&self) -> Enforcement {
@@ -179,9 +191,15 @@ impl Limit {
     pub fn window(&self) -> Duration {
         Duration::from_secs(self.seconds)
     }
-    /// The quota: `max_value` per `seconds`.
+    /// The quota: `max_value` per `seconds` — as a [`Quota::window`] for a windowed algorithm,
+    /// so more than one hit per nanosecond is fine there. [`QuotaError::ZeroLimit`] for a limit
+    /// that [denies all](Limit::denies_all).
     pub fn quota(&self) -> Result<Quota, QuotaError> {
-        Quota::per(self.window(), self.max_value)
+        if self.algorithm.support().windowed {
+            Quota::window(self.window(), self.max_value)
+        } else {
+            Quota::per(self.window(), self.max_value)
+        }
     }
 
     /// What makes two limits count the same requests the same way; two limits with equal shapes
@@ -200,12 +218,22 @@ impl Limit {
             enforcement: self.enforcement,
             calendar,
             descriptor_keys: self.descriptor_keys.clone(),
+            unlimited: self.unlimited,
         }
     }
 
     pub(crate) fn compute_id(&self) -> LimitId {
-        let Shape { namespace, seconds, conditions, variables, algorithm, enforcement, calendar, descriptor_keys } =
-            self.shape();
+        let Shape {
+            namespace,
+            seconds,
+            conditions,
+            variables,
+            algorithm,
+            enforcement,
+            calendar,
+            descriptor_keys,
+            unlimited,
+        } = self.shape();
         let mut h = Fnv::default();
         h.write(namespace.as_bytes());
         h.write(&seconds.to_le_bytes());
@@ -230,6 +258,9 @@ impl Limit {
             h.write(b"k");
             h.write(key.as_bytes());
         }
+        if unlimited {
+            h.write(b"unlimited");
+        }
         LimitId(h.0)
     }
 }
@@ -245,6 +276,7 @@ pub(crate) struct Shape {
     pub(crate) enforcement: Enforcement,
     pub(crate) calendar: String,
     pub(crate) descriptor_keys: Option<Vec<String>>,
+    pub(crate) unlimited: bool,
 }
 
 /// FNV-1a: stable across processes and Rust versions, unlike `DefaultHasher`.

@@ -21,17 +21,22 @@ pub enum Format {
     /// envoy/ratelimit's configuration: a directory of YAML files (or one file), each a `domain`
     /// and its tree of `descriptors`; see [`Policy::parse_envoy`].
     Envoy,
+    /// envoy/ratelimit's configuration with `MERGE_DOMAIN_CONFIG` set: files with the same
+    /// `domain` add their descriptors to it (`tollgate serve --format envoy --merge-domains`);
+    /// see [`Policy::parse_envoy_merging_domains`]. Named `envoy`, as [`Format::Envoy`].
+    EnvoyMergingDomains,
 }
 
 impl Format {
-    /// Every format, in the order messages list them.
+    /// Every format `--format` names, in the order messages list them
+    /// ([`Format::EnvoyMergingDomains`] is `envoy` with `--merge-domains`).
     pub const ALL: [Format; 2] = [Format::Limitador, Format::Envoy];
 
     /// `limitador` or `envoy`.
     pub fn name(self) -> &'static str {
         match self {
             Format::Limitador => "limitador",
-            Format::Envoy => "envoy",
+            Format::Envoy | Format::EnvoyMergingDomains => "envoy",
         }
     }
 
@@ -46,7 +51,7 @@ impl Format {
     pub fn read(self, path: &Path) -> Result<Vec<SourceText>, PolicyError> {
         match self {
             Format::Limitador => Ok(vec![SourceText::read(path)?]),
-            Format::Envoy => read_yaml_dir(path),
+            Format::Envoy | Format::EnvoyMergingDomains => read_yaml_dir(path),
         }
     }
 
@@ -55,6 +60,7 @@ impl Format {
         match self {
             Format::Limitador => Policy::parse_all(sources),
             Format::Envoy => Policy::parse_envoy(sources),
+            Format::EnvoyMergingDomains => Policy::parse_envoy_merging_domains(sources),
         }
     }
 

@@ -56,9 +56,10 @@ fn write_limit(out: &mut String, limit: &Limit) {
     if let Some(name) = limit.name() {
         let _ = writeln!(out, "  name: {}", quoted(name));
     }
-    let _ = writeln!(out, "  max_value: {}", limit.max_value());
     match limit.calendar() {
+        _ if limit.unlimited() => out.push_str("  unlimited: true\n"),
         Some(calendar) => {
+            let _ = writeln!(out, "  max_value: {}", limit.max_value());
             let _ = writeln!(
                 out,
                 "  window: {{calendar: {}, timezone: {}}}",
@@ -67,6 +68,7 @@ fn write_limit(out: &mut String, limit: &Limit) {
             );
         }
         None => {
+            let _ = writeln!(out, "  max_value: {}", limit.max_value());
             let _ = writeln!(out, "  seconds: {}", limit.seconds());
         }
     }

@@ -22,8 +22,11 @@ fn d(entries: &[(&str, &str)]) -> Descriptor {
 }
 
 /// (max_value, descriptor index, variable values) of each counter the request touches.
+/// The counting limits a request hits: max value, descriptor, values (unlimited rules apply too,
+/// and count nothing: see `example_5_unlimited_descriptors_count_nothing`).
 fn hits(policy: &Policy, domain: &str, request: &[Descriptor]) -> Vec<(u64, usize, Vec<String>)> {
-    policy.hits(domain, request).into_iter().map(|h| (h.limit.max_value(), h.descriptor, h.values)).collect()
+    let hits = policy.hits(domain, request).into_iter().filter(|h| !h.limit.unlimited());
+    hits.map(|h| (h.limit.max_value(), h.descriptor, h.values)).collect()
 }
 
 fn values(values: &[&str]) -> Vec<String> {
@@ -66,16 +69,19 @@ fn the_readme_examples_load_from_one_directory() {
             ("example6", 2),
             ("example7", 2),
             ("example9", 3),
-            ("internal", 1),
+            ("internal", 2),
             ("messaging", 2),
             ("mongo_cps", 2)
         ],
-        "one limit per rule; `unlimited: true` is none"
+        "one limit per rule, `unlimited: true` too"
     );
     for limit in policy.limits() {
         assert!(limit.source_name().ends_with(".yaml") || limit.source_name().ends_with(".yml"));
         assert!(limit.descriptor_keys().is_some(), "every envoy limit matches descriptors one by one");
-        assert_eq!(limit.calendar().unwrap().zone(), "UTC");
+        match limit.calendar() {
+            Some(calendar) => assert_eq!(calendar.zone(), "UTC"),
+            None => assert!(limit.unlimited(), "only an unlimited rule has no window"),
+        }
     }
 }
 
@@ -132,6 +138,9 @@ fn example_4_matches_descriptors_of_the_rules_depth_only() {
 fn example_5_unlimited_descriptors_count_nothing() {
     let policy = config();
     assert!(hits(&policy, "internal", &[d(&[("ldap", "anything")])]).is_empty());
+    let ldap = policy.hits("internal", &[d(&[("ldap", "anything")])]);
+    assert_eq!(ldap.len(), 1, "the unlimited rule applies");
+    assert!(ldap[0].limit.unlimited() && !ldap[0].limit.denies_all());
     assert_eq!(hits(&policy, "internal", &[d(&[("azure", "a")])]), [(100, 0, values(&["a"]))]);
 }
 
@@ -267,15 +276,12 @@ fn units_are_clock_windows_in_utc_and_case_does_not_matter() {
 #[test]
 fn a_bad_directory_names_the_file_and_line() {
     let err = Format::Envoy.load(&fixtures("bad")).unwrap_err();
-    let file = fixtures("bad").join("b_blacklist.yaml").display().to_string();
+    let file = fixtures("bad").join("b_fortnight.yaml").display().to_string();
     assert_eq!(err.source_name, file);
-    assert_eq!((err.position.line, err.position.column), (14, 26));
+    assert_eq!((err.position.line, err.position.column), (13, 13));
     assert_eq!(
         err.to_string(),
-        format!(
-            "{file}:14:26: `requests_per_unit: 0` (deny every request) has no equivalent: tollgate's limits allow at \
-             least 1 per window"
-        )
+        format!("{file}:13:13: unknown unit `fortnight`: expected second, minute, hour, day, week, month or year")
     );
 }
 
@@ -283,15 +289,11 @@ fn a_bad_directory_names_the_file_and_line() {
 fn what_has_no_equivalent_is_an_error_at_its_place() {
     let rule = |extra: &str| format!("domain: d\ndescriptors:\n  - key: k\n{extra}");
     let cases = [
-        (rule("    rate_limit: {unit: week, requests_per_unit: 1}\n"), "config/x.yaml:4:24: `unit: week` has no equivalent: envoy/ratelimit counts it in windows of 7 days from 1970-01-01 UTC"),
-        (rule("    rate_limit: {unit: month, requests_per_unit: 1}\n"), "config/x.yaml:4:24: `unit: month` has no equivalent: envoy/ratelimit counts it in windows of 30 days"),
-        (rule("    rate_limit: {unit: year, requests_per_unit: 1}\n"), "config/x.yaml:4:24: `unit: year` has no equivalent: envoy/ratelimit counts it in windows of 365 days"),
-        (rule("    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), "config/x.yaml:4:24: unknown unit `fortnight`: expected second, minute, hour or day"),
-        (rule("    rate_limit: {unit: second}\n"), "config/x.yaml:4:17: this rate_limit has no `requests_per_unit`"),
+        (rule("    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), "config/x.yaml:4:24: unknown unit `fortnight`: expected second, minute, hour, day, week, month or year"),
+        (rule("    rate_limit: {unit: second, requests_per_unit: -1}\n"), "config/x.yaml:4:51: requests_per_unit must be from 0 to 4294967295 (a uint32), got -1"),
         (rule("    rate_limit: {requests_per_unit: 1}\n"), "config/x.yaml:4:17: this rate_limit has no `unit` (required)"),
-        (rule("    rate_limit: {unit: second, requests_per_unit: 4294967296}\n"), "config/x.yaml:4:51: requests_per_unit must be from 1 to 4294967295 (a uint32), got 4294967296"),
+        (rule("    rate_limit: {unit: second, requests_per_unit: 4294967296}\n"), "config/x.yaml:4:51: requests_per_unit must be from 0 to 4294967295 (a uint32), got 4294967296"),
         (rule("    rate_limit: {unlimited: true, unit: second}\n"), "config/x.yaml:4:41: `unit` with `unlimited: true`"),
-        (rule("    rate_limit: {unlimited: true, replaces: [{name: x}]}\n"), "config/x.yaml:4:29: `replaces` on an unlimited rule has no equivalent"),
         (rule("    rate_limit: {name: a, unit: second, requests_per_unit: 1, replaces: [{name: a}]}\n"), "config/x.yaml:4:74: the rule `a` replaces itself"),
         (rule("    quota_mode: true\n"), "config/x.yaml:4:17: `quota_mode: true` has no equivalent"),
         (rule("    detailed_metric: true\n"), "config/x.yaml:4:22: `detailed_metric: true` has no equivalent"),
@@ -362,7 +364,7 @@ fn a_configmap_volume_reads_each_file_once() {
     let expected: Vec<String> =
         ["internal.yaml", "messaging.yaml"].iter().map(|f| volume.join(f).display().to_string()).collect();
     assert_eq!(names, expected);
-    assert_eq!(Format::Envoy.parse(&sources).unwrap().len(), 3);
+    assert_eq!(Format::Envoy.parse(&sources).unwrap().len(), 4, "three rules and an unlimited one");
     let _ = std::fs::remove_dir_all(&volume);
 }
 
@@ -525,7 +527,8 @@ mod against_a_model {
 
     fn hits(policy: &Policy, entries: &[(String, String)]) -> Vec<(u64, Vec<String>)> {
         let request = [entries.iter().cloned().collect::<Descriptor>()];
-        policy.hits("d", &request).into_iter().map(|h| (h.limit.max_value(), h.values)).collect()
+        let counted = policy.hits("d", &request).into_iter().filter(|h| !h.limit.unlimited());
+        counted.map(|h| (h.limit.max_value(), h.values)).collect()
     }
 
     proptest! {

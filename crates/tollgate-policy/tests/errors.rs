@@ -21,7 +21,7 @@ fn structure() {
     assert_eq!(
         error(&format!("{OK}  colour: red\n")),
         "limits.yaml:4:3: unknown field `colour`, expected one of namespace, max_value, seconds, name, id, conditions, \
-         variables, algorithm, max_counters, at_max_counters, shadow, mode, window, descriptor_keys, replaces"
+         variables, algorithm, max_counters, at_max_counters, shadow, mode, window, descriptor_keys, replaces, unlimited"
     );
     assert_eq!(error("namespace: a\n"), "limits.yaml:1:1: expected a list of limits (`- namespace: ...`)");
     assert!(error("- namespace: a\n  max_value: 3\n  seconds: [1\n").starts_with("limits.yaml:3:"));
@@ -32,12 +32,31 @@ fn numbers() {
     let at = |v: &str| error(&format!("- namespace: a\n  max_value: {v}\n  seconds: 1\n"));
     assert_eq!(at("ten"), "limits.yaml:2:14: expected a whole number");
     assert_eq!(at("1.5"), "limits.yaml:2:14: expected a whole number");
-    assert_eq!(at("99999999999999999999"), "limits.yaml:2:14: expected a whole number");
-    assert_eq!(at("-3"), "limits.yaml:2:14: max_value must be at least 1, got -3");
-    assert_eq!(at("0"), "limits.yaml:2:14: max_value must be at least 1, got 0");
+    assert_eq!(
+        at("99999999999999999999"),
+        "limits.yaml:2:14: max_value must be from 0 to 18446744073709551615, got 99999999999999999999"
+    );
+    // A byte budget: more than one per nanosecond is fine on a window algorithm.
+    let loads = |v: &str, algorithm: &str| {
+        Policy::parse(
+            &format!("- {{namespace: a, max_value: {v}, seconds: 60, algorithm: {algorithm}}}"),
+            "limits.yaml",
+        )
+        .map(|p| p.limits()[0].max_value())
+    };
+    assert_eq!(loads("18446744073709551615", "fixed_window").unwrap(), u64::MAX);
+    assert_eq!(loads("1000000000000", "weighted_window").unwrap(), 1_000_000_000_000);
+    assert_eq!(loads("0", "fixed_window").unwrap(), 0, "0 denies every request");
+    let refill = loads("1000000000000", "token_bucket").unwrap_err().to_string();
+    assert!(refill.contains("more than one permit per nanosecond"), "{refill}");
+    assert_eq!(at("-3"), "limits.yaml:2:14: max_value must be from 0 to 18446744073709551615, got -3");
+    assert_eq!(
+        at("18446744073709551616"),
+        "limits.yaml:2:14: max_value must be from 0 to 18446744073709551615, got 18446744073709551616"
+    );
     assert_eq!(
         error("- namespace: a\n  max_value: 3\n  seconds: 0\n"),
-        "limits.yaml:3:12: seconds must be at least 1, got 0"
+        "limits.yaml:3:12: seconds must be from 1 to 18446744073709551615, got 0"
     );
 }
 
@@ -138,7 +157,10 @@ fn seconds_may_be_a_duration_in_the_core_syntax() {
 
 #[test]
 fn max_counters_and_what_happens_there_are_checked() {
-    assert_eq!(error(&format!("{OK}  max_counters: 0\n")), "limits.yaml:4:17: max_counters must be at least 1, got 0");
+    assert_eq!(
+        error(&format!("{OK}  max_counters: 0\n")),
+        "limits.yaml:4:17: max_counters must be from 1 to 18446744073709551615, got 0"
+    );
     assert_eq!(error(&format!("{OK}  max_counters: lots\n")), "limits.yaml:4:17: expected a whole number");
     assert_eq!(
         error(&format!("{OK}  at_max_counters: drop\n")),
@@ -180,7 +202,7 @@ fn calendar_windows() {
     let at = |window: &str| error(&format!("- namespace: a\n  max_value: 3\n  window: {window}\n"));
     assert_eq!(
         at("{calendar: fortnight}"),
-        "limits.yaml:3:22: unknown calendar `fortnight`: expected second, minute, hour, day, week or month"
+        "limits.yaml:3:22: unknown calendar `fortnight`: expected second, minute, hour, day, week, month, epoch_week, epoch_month or epoch_year"
     );
     assert_eq!(
         at("{calendar: day, timezone: Mars/Base}"),

@@ -54,14 +54,14 @@ descriptors:
       unlimited: true
 "#;
 
-/// Example 3 as the README writes it: the black-listed address gets `requests_per_unit: 0`.
+/// A file envoy/ratelimit refuses too: a unit it does not know.
 const BLACKLIST: &str = "domain: blacklist
 descriptors:
   - key: remote_address
     value: 50.0.0.5
     rate_limit:
-      unit: second
-      requests_per_unit: 0
+      unit: fortnight
+      requests_per_unit: 1
 ";
 
 /// A directory holding `files`.
@@ -128,9 +128,12 @@ async fn an_envoy_directory_is_served_over_rls_with_envoys_matching_and_windows(
     for _ in 0..10 {
         let unlimited = should_rate_limit(&mut client, "edge_proxy_per_ip", ip("10.0.0.1"), 1).await;
         assert_eq!(unlimited.overall_code, code(Code::Ok), "unlimited: never counted");
-        // As envoy/ratelimit answers an unlimited descriptor: a status with code OK alone.
+        // As envoy/ratelimit answers an unlimited descriptor: OK, no limit, 4294967295 remaining.
         let status = &unlimited.statuses[0];
-        assert_eq!((status.code, status.current_limit.as_ref(), status.limit_remaining), (code(Code::Ok), None, 0));
+        assert_eq!(
+            (status.code, status.current_limit.as_ref(), status.limit_remaining),
+            (code(Code::Ok), None, u32::MAX)
+        );
         assert_eq!(status.duration_until_reset, None);
     }
     // 20 s on, a new minute: the address is allowed again; the day's marketing count is not.
@@ -153,10 +156,7 @@ async fn a_bad_envoy_directory_is_refused_with_the_file_and_line() {
     };
     assert_eq!(
         error.to_string(),
-        format!(
-            "{file}:7:26: `requests_per_unit: 0` (deny every request) has no equivalent: tollgate's limits allow at \
-             least 1 per window"
-        )
+        format!("{file}:6:13: unknown unit `fortnight`: expected second, minute, hour, day, week, month or year")
     );
 }
 
@@ -191,7 +191,7 @@ async fn an_envoy_directory_is_reloaded_when_a_file_changes_and_a_bad_file_is_ke
     std::fs::write(dir.join("z_blacklist.yaml"), BLACKLIST).unwrap();
     let error = server.running.reloader.reload().unwrap_err();
     assert_eq!(error.source_name, dir.join("z_blacklist.yaml").display().to_string());
-    assert_eq!((error.position.line, error.position.column), (7, 26));
+    assert_eq!((error.position.line, error.position.column), (6, 13));
     assert_eq!(server.running.engine.loaded().generation, 3);
     let still = should_rate_limit(&mut client, "edge_proxy_per_ip", ip("1.1.1.1"), 1).await;
     assert_eq!(still.overall_code, code(Code::OverLimit), "the last good limits count on");
@@ -264,7 +264,7 @@ fn convert_prints_limits_that_check_config_and_the_policy_read_back_the_same() {
     std::fs::write(&file, &yaml).unwrap();
     let checked = tollgate(&["check-config", file.to_str().unwrap()]);
     assert!(checked.status.success(), "{}", text(&checked.stderr));
-    assert!(text(&checked.stdout).contains(": 4 limits, valid"), "{}", text(&checked.stdout));
+    assert!(text(&checked.stdout).contains(": 5 limits, valid"), "{}", text(&checked.stdout));
     let envoy = Format::Envoy.load(&dir).unwrap();
     let back = Policy::parse(&yaml, "converted.yaml").unwrap();
     let ids = |p: &Policy| p.limits().iter().map(|l| (l.id(), l.max_value())).collect::<Vec<_>>();
@@ -286,7 +286,7 @@ fn convert_and_check_config_exit_2_with_the_file_and_line_of_a_bad_directory() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty(), "nothing printed on stdout for a bad input");
         assert!(
-            text(&out.stderr).starts_with(&format!("error: {file}:7:26: `requests_per_unit: 0`")),
+            text(&out.stderr).starts_with(&format!("error: {file}:6:13: unknown unit `fortnight`")),
             "{}",
             text(&out.stderr)
         );

@@ -273,7 +273,7 @@ fn valid(version: usize) -> String {
 fn invalid(version: usize) -> String {
     let body = match version / 2 % 4 {
         0 => format!("- {{namespace: {NS}, max_value: [\n"),
-        1 => format!("- {{namespace: {NS}, max_value: 0, seconds: 1}}\n"),
+        1 => format!("- {{namespace: {NS}, max_value: -1, seconds: 1}}\n"),
         2 => format!("- {{namespace: {NS}, max_value: 5, seconds: 1, colour: red}}\n"),
         _ => format!("- {{namespace: {NS}, max_value: 5, seconds: 1, conditions: [\"kind == \"]}}\n"),
     };

@@ -46,9 +46,12 @@ async fn valid_change_keeps_unchanged_counters() {
 #[tokio::test]
 async fn invalid_file_is_kept_out() {
     let server = server(V1, Mode::Accuracy, false, false).await;
-    std::fs::write(&server.limits, "- {namespace: ns, max_value: 0, seconds: 60}\n").unwrap();
+    std::fs::write(&server.limits, "- {namespace: ns, max_value: -1, seconds: 60}\n").unwrap();
     let error = server.running.reloader.reload().unwrap_err();
-    assert!(error.to_string().ends_with("limits.yaml:1:30: max_value must be at least 1, got 0"), "{error}");
+    assert!(
+        error.to_string().ends_with("limits.yaml:1:30: max_value must be from 0 to 18446744073709551615, got -1"),
+        "{error}"
+    );
     assert_eq!(server.running.engine.loaded().generation, 1);
     assert_eq!(server.post("/check_and_report", &body("b")).await.0, 200, "still serving the last good limits");
     let metrics = server.get("/metrics").await.1;
@@ -109,7 +112,7 @@ async fn reload_errors(server: &support::Server) -> (u64, u64) {
     (total, status["config_err_since"].as_u64().unwrap())
 }
 
-const BAD_A: &str = "- {namespace: ns, max_value: 0, seconds: 60}\n";
+const BAD_A: &str = "- {namespace: ns, max_value: -1, seconds: 60}\n";
 const BAD_B: &str = "- {namespace: ns, max_value: 5, seconds: 60, colour: red}\n";
 
 #[tokio::test]

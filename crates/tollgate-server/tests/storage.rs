@@ -274,7 +274,11 @@ async fn kuadrant_check_and_report_share_counters_with_envoy_on_every_storage() 
         for _ in 0..3 {
             let check = server.kuadrant("CheckRateLimit", request(user(), 4)).await.unwrap();
             assert_eq!(check.overall_code, Code::Ok as i32);
-            assert_eq!(check.statuses[0].limit_remaining, 2, "trial (2) is the tightest; checks count nothing");
+            // The trial shadow limit (2 left) cannot fit 4: reported over, so 0 remaining, as
+            // envoy/ratelimit reports a counter without room; checks count nothing.
+            assert_eq!(check.statuses[0].limit_remaining, 0, "trial (2) has no room for 4");
+            let two = server.kuadrant("CheckRateLimit", request(user(), 2)).await.unwrap();
+            assert_eq!(two.statuses[0].limit_remaining, 2, "2 fit: what is left, checks count nothing");
         }
         let report = server.kuadrant("Report", request(user(), 6)).await.unwrap();
         assert_eq!(report.overall_code, Code::Ok as i32, "a report is never limited");
@@ -305,8 +309,8 @@ async fn per_descriptor_hits_addend_counts_its_own_counters_all_or_nothing_on_ev
         let status = |r: &RateLimitResponse, i: usize| (r.statuses[i].code, r.statuses[i].limit_remaining);
         assert_eq!(
             status(&first, 0),
-            (Code::Ok as i32, 2),
-            "trial (shadow, 2 left): 5 do not fit; it took and denied nothing"
+            (Code::Ok as i32, 0),
+            "trial (shadow, 2 left): 5 do not fit, reported as 0 left; it took and denied nothing"
         );
         assert_eq!(status(&first, 1), (Code::Ok as i32, 1), "0 hits: the model's counter is untouched");
         // The request's own 1 for the model, 5 again for the user: 10 of 10 for the user.

@@ -1,7 +1,8 @@
 //! Calendar windows: a day, an ISO week (from Monday) or a month of a time zone, for quotas that
 //! are billed that way ("1,000 per UTC day", "10,000 per calendar month in Europe/Berlin"), and
 //! the clock's own seconds, minutes and hours ("60 per minute, from :00 to :00"), the windows
-//! Redis-based limiters such as envoy/ratelimit count in.
+//! Redis-based limiters such as envoy/ratelimit count in, and envoy/ratelimit's weeks, months and
+//! years (7, 30 and 365 days from 1970-01-01 UTC).
 //!
 //! Boundaries are midnight in the zone, so a day is 23 or 25 hours across a DST change and a
 //! month has its own length; a second, minute or hour starts where the zone's clock shows a
@@ -29,20 +30,31 @@ pub enum CalendarUnit {
     Week,
     /// From the 1st at 00:00 to the next 1st.
     Month,
+    /// 7 days, counted from 1970-01-01T00:00Z (a Thursday) in every time zone: envoy/ratelimit's
+    /// `unit: week` (its windows are `now / 604800`, `src/utils/utilities.go` `UnitToDivider`).
+    EpochWeek,
+    /// 30 days, counted from 1970-01-01T00:00Z in every time zone: envoy/ratelimit's `unit: month`.
+    EpochMonth,
+    /// 365 days, counted from 1970-01-01T00:00Z in every time zone: envoy/ratelimit's `unit: year`.
+    EpochYear,
 }
 
 impl CalendarUnit {
     /// Every unit, shortest first.
-    pub const ALL: [CalendarUnit; 6] = [
+    pub const ALL: [CalendarUnit; 9] = [
         CalendarUnit::Second,
         CalendarUnit::Minute,
         CalendarUnit::Hour,
         CalendarUnit::Day,
         CalendarUnit::Week,
         CalendarUnit::Month,
+        CalendarUnit::EpochWeek,
+        CalendarUnit::EpochMonth,
+        CalendarUnit::EpochYear,
     ];
 
-    /// The name used in limits files: `second`, `minute`, `hour`, `day`, `week`, `month`.
+    /// The name used in limits files: `second`, `minute`, `hour`, `day`, `week`, `month`,
+    /// `epoch_week`, `epoch_month`, `epoch_year`.
     pub fn name(self) -> &'static str {
         match self {
             CalendarUnit::Second => "second",
@@ -51,6 +63,20 @@ impl CalendarUnit {
             CalendarUnit::Day => "day",
             CalendarUnit::Week => "week",
             CalendarUnit::Month => "month",
+            CalendarUnit::EpochWeek => "epoch_week",
+            CalendarUnit::EpochMonth => "epoch_month",
+            CalendarUnit::EpochYear => "epoch_year",
+        }
+    }
+
+    /// The length of every window of a unit counted from the epoch (`None` for the units of a
+    /// time zone's calendar).
+    fn epoch_span(self) -> Option<u64> {
+        match self {
+            CalendarUnit::EpochWeek => Some(7 * 86_400),
+            CalendarUnit::EpochMonth => Some(30 * 86_400),
+            CalendarUnit::EpochYear => Some(365 * 86_400),
+            _ => None,
         }
     }
 
@@ -104,7 +130,7 @@ impl Calendar {
         &self.zone
     }
 
-    /// A typical window's length (a second, a minute, an hour, a day, 7 days, 30 days): what a
+    /// A typical window's length (a second, a minute, an hour, a day, 7 days, 30 days, 365 days): what a
     /// quota over this calendar is written per, and what estimates use for windows after the
     /// current one.
     pub fn nominal(&self) -> Duration {
@@ -115,12 +141,18 @@ impl Calendar {
             CalendarUnit::Day => 86_400,
             CalendarUnit::Week => 7 * 86_400,
             CalendarUnit::Month => 30 * 86_400,
+            epoch => epoch.epoch_span().expect("the other units count from the epoch"),
         })
     }
 
     /// The window holding the instant `unix_ns` (nanoseconds since 1970-01-01T00:00Z): its start
     /// and end, in the same units.
     pub fn window_at(&self, unix_ns: u64) -> (u64, u64) {
+        if let Some(secs) = self.unit.epoch_span() {
+            let span = secs * 1_000_000_000;
+            let start = unix_ns - unix_ns % span;
+            return (start, start.saturating_add(span));
+        }
         let at = Timestamp::from_nanosecond(i128::from(unix_ns)).unwrap_or(Timestamp::MAX);
         let zoned = at.to_zoned(self.tz.clone());
         let bounds = self.bounds(&zoned);
@@ -147,12 +179,15 @@ impl Calendar {
                 (zoned.start_of_day().ok()?.checked_sub(back.days()).ok()?.start_of_day().ok()?, 1.week())
             }
             CalendarUnit::Month => (zoned.first_of_month().ok()?.start_of_day().ok()?, 1.month()),
+            CalendarUnit::EpochWeek | CalendarUnit::EpochMonth | CalendarUnit::EpochYear => {
+                unreachable!("window_at counts units from the epoch itself")
+            }
         };
         let end = start.checked_add(step).ok()?;
         let end = match self.unit {
             CalendarUnit::Second | CalendarUnit::Minute | CalendarUnit::Hour => end,
             // Adding a calendar span to a zoned midnight lands on the next midnight, DST or not.
-            CalendarUnit::Day | CalendarUnit::Week | CalendarUnit::Month => end.start_of_day().ok()?,
+            _ => end.start_of_day().ok()?,
         };
         Some((start, end))
     }

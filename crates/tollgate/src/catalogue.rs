@@ -50,6 +50,9 @@ pub struct Support {
     pub calendar: bool,
     /// Named in a limits file: the server's algorithms, with one quota per limit.
     pub limits_file: bool,
+    /// Counts permits per window and never refills one at a time, so any number per window is
+    /// exact, more than one per nanosecond too ([`Quota::window`](crate::Quota::window)).
+    pub windowed: bool,
 }
 
 impl AlgorithmKind {
@@ -89,15 +92,25 @@ impl AlgorithmKind {
             leased: false,
             calendar: false,
             limits_file: false,
+            windowed: false,
         };
         match self {
             AlgorithmKind::TokenBucket => Support { redis: true, limits_file: true, ..no },
             AlgorithmKind::IntervalBucket => no,
             AlgorithmKind::FixedWindow => {
-                Support { redis: true, redis_counters: true, leased: true, calendar: true, limits_file: true, ..no }
+                let windowed = true;
+                Support {
+                    redis: true,
+                    redis_counters: true,
+                    leased: true,
+                    calendar: true,
+                    limits_file: true,
+                    windowed,
+                    ..no
+                }
             }
-            AlgorithmKind::SlidingWindow => Support { limits_file: true, ..no },
-            AlgorithmKind::WeightedWindow => Support { redis: true, limits_file: true, ..no },
+            AlgorithmKind::SlidingWindow => Support { limits_file: true, windowed: true, ..no },
+            AlgorithmKind::WeightedWindow => Support { redis: true, limits_file: true, windowed: true, ..no },
             AlgorithmKind::SlidingLog => Support { redis: true, ..no },
         }
     }

@@ -77,7 +77,7 @@ impl FixedWindow {
         calendar: crate::Calendar,
         clock: &impl crate::Clock,
     ) -> Result<FixedWindow, crate::QuotaError> {
-        let quota = Quota::per(calendar.nominal(), limit)?;
+        let quota = Quota::window(calendar.nominal(), limit)?;
         let calendar = crate::calendar::ClockCalendar::new(calendar, clock.unix_origin_ns());
         Ok(FixedWindow { quota: SeqCell::new(quota), calendar: Some(Box::new(calendar)) })
     }

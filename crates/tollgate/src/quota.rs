@@ -84,6 +84,31 @@ impl Quota {
         Quota { limit, period_ns, burst: limit, emission_ns }.checked()
     }
 
+    /// `limit` permits per `period`, for the window algorithms, which count permits per window and
+    /// never refill one at a time: unlike [`Quota::per`], any `limit` from 1 up, so more than one
+    /// permit per nanosecond too (a byte budget of 10<sup>12</sup> per minute). Its
+    /// [`emission_interval`](Quota::emission_interval) is then 1 ns, so an algorithm that refills
+    /// ([`TokenBucket`](crate::TokenBucket)) built from it would admit fewer than `limit` per period.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, Limiter, Quota};
+    /// let bytes = Quota::window(Duration::from_secs(60), 1_000_000_000_000)?;
+    /// assert!(Quota::per(Duration::from_secs(60), 1_000_000_000_000).is_err());
+    /// let limiter = Limiter::new(FixedWindow::new(bytes));
+    /// assert!(limiter.try_acquire(999_999_999_999).is_ok());
+    /// assert!(limiter.try_acquire(2).is_err());
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    pub fn window(period: Duration, limit: u64) -> Result<Quota, QuotaError> {
+        match Quota::per(period, limit) {
+            Err(QuotaError::RateTooHigh { .. }) => {
+                Ok(Quota { limit, period_ns: period.as_nanos() as u64, burst: limit, emission_ns: 1 })
+            }
+            other => other,
+        }
+    }
+
     /// `limit` permits per second.
     pub fn per_second(limit: u64) -> Result<Quota, QuotaError> {
         Quota::per(Duration::from_secs(1), limit)

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use tollgate_policy::Format;
 
 use super::LimitsFormat;
 
@@ -18,17 +17,20 @@ pub(crate) struct CheckArgs {
     /// The format: `limitador` (a limits file) or `envoy` (envoy/ratelimit's configuration).
     #[arg(long, value_enum, default_value = "limitador")]
     format: LimitsFormat,
+
+    #[arg(long, help = super::MERGE_DOMAINS)]
+    merge_domains: bool,
 }
 
 pub(crate) fn main(args: CheckArgs) -> ExitCode {
-    let format = Format::from(args.format);
-    let policy = match format.load(&args.file) {
-        Ok(policy) => policy,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let policy =
+        match args.format.read_as(args.merge_domains).and_then(|f| f.load(&args.file).map_err(|e| e.to_string())) {
+            Ok(policy) => policy,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
     println!("{}: {} limits, valid", args.file.display(), policy.len());
     let one_file = policy.limits().windows(2).all(|w| w[0].source_name() == w[1].source_name());
     for limit in policy.limits() {

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use tollgate_policy::Format;
 
 use super::LimitsFormat;
 
@@ -23,10 +22,14 @@ pub(crate) struct ConvertArgs {
 
     /// A directory of envoy/ratelimit's YAML files (or one file), or a limits file.
     path: PathBuf,
+
+    #[arg(long, help = super::MERGE_DOMAINS)]
+    merge_domains: bool,
 }
 
 pub(crate) fn main(args: ConvertArgs) -> ExitCode {
-    let policy = match Format::from(args.from).load(&args.path) {
+    let policy = match args.from.read_as(args.merge_domains).and_then(|f| f.load(&args.path).map_err(|e| e.to_string()))
+    {
         Ok(policy) => policy,
         Err(e) => {
             eprintln!("error: {e}");

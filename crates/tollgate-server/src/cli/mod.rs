@@ -64,11 +64,21 @@ enum LimitsFormat {
     Envoy,
 }
 
-impl From<LimitsFormat> for tollgate_policy::Format {
-    fn from(format: LimitsFormat) -> tollgate_policy::Format {
-        match format {
-            LimitsFormat::Limitador => tollgate_policy::Format::Limitador,
-            LimitsFormat::Envoy => tollgate_policy::Format::Envoy,
+impl LimitsFormat {
+    /// The format to read, with `--merge-domains` (envoy/ratelimit's `MERGE_DOMAIN_CONFIG`) or
+    /// not; an error for `--merge-domains` with Limitador's format, which has no domains.
+    fn read_as(self, merge_domains: bool) -> Result<tollgate_policy::Format, String> {
+        match (self, merge_domains) {
+            (LimitsFormat::Limitador, false) => Ok(tollgate_policy::Format::Limitador),
+            (LimitsFormat::Limitador, true) => {
+                Err("--merge-domains is for --format envoy (a Limitador file has no domains)".to_string())
+            }
+            (LimitsFormat::Envoy, false) => Ok(tollgate_policy::Format::Envoy),
+            (LimitsFormat::Envoy, true) => Ok(tollgate_policy::Format::EnvoyMergingDomains),
         }
     }
 }
+
+/// The help of `--merge-domains`, on every command that reads envoy/ratelimit's files.
+const MERGE_DOMAINS: &str = "With --format envoy: files with the same `domain` add their descriptors to it \
+                             (envoy/ratelimit's MERGE_DOMAIN_CONFIG); without it, a domain in two files is an error";

@@ -30,6 +30,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_enum, default_value = "limitador")]
     format: LimitsFormat,
 
+    #[arg(long, help = super::MERGE_DOMAINS)]
+    merge_domains: bool,
+
     /// Address of Envoy's rate limit service (gRPC, `envoy.service.ratelimit.v3`) and gRPC health.
     #[arg(long, default_value = "127.0.0.1:8081", value_name = "ADDR")]
     grpc: SocketAddr,
@@ -224,6 +227,13 @@ enum StorageKind {
 }
 
 pub(crate) fn main(args: ServeArgs) -> ExitCode {
+    let format = match args.format.read_as(args.merge_domains) {
+        Ok(format) => format,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let threads = args.threads.or_else(|| std::thread::available_parallelism().ok()).map_or(1, NonZeroUsize::get);
     let mut builder = match threads {
         1 => tokio::runtime::Builder::new_current_thread(),
@@ -263,7 +273,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
     let trace_parent = None;
     let config = ServeConfig {
         limits: args.limits,
-        format: args.format.into(),
+        format,
         grpc: args.grpc,
         http: args.http,
         mode: args.mode.into(),

@@ -5,13 +5,13 @@
 
 use std::sync::{Arc, RwLock};
 
-use tollgate::{Clock, SystemClock};
+use tollgate::{Clock, Meta, SystemClock};
 use tollgate_policy::{Descriptor, Limit, LimitId, Policy};
 use tollgate_redis::BackendError;
 
 use super::model::{
     Action, CallError, CounterCap, CounterFilter, CounterList, CounterTable, Counters, Loaded, Mode, Outcome,
-    RequestBounds, StorageError, StorageKind,
+    RequestBounds, Status, StorageError, StorageKind,
 };
 use super::store::keyed::counters;
 use super::store::{Call, Memory, Namespace, RedisStore, Store, open_redis};
@@ -214,11 +214,45 @@ impl<C: Clock + Clone> Engine<C> {
         self.bounds.check(namespace, descriptors)?;
         let loaded = self.loaded();
         let statuses = {
-            let hits = loaded.policy.hits(namespace, descriptors);
+            let mut hits = loaded.policy.hits(namespace, descriptors);
+            let fixed =
+                if hits.iter().any(|h| answered_here(h.limit)) { self.answer_here(&mut hits) } else { Vec::new() };
+            // A limit that denies all denies the call: the store checks the others, taking nothing.
+            let denied = fixed.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies());
+            let action = if denied && action == Action::CheckAndReport { Action::Check } else { action };
             let call = Call { loaded: &loaded, namespace, hits: &hits, descriptors, delta, action, clock: &self.clock };
-            self.store.decide(call).get().await?
+            let mut statuses = self.store.decide(call).get().await?;
+            statuses.extend(fixed);
+            statuses
         };
         Ok(Outcome::new(loaded, statuses, self.shadow))
+    }
+
+    /// Takes the hits on limits that count nothing out of `hits`, with their statuses: a limit
+    /// that [denies all](Limit::denies_all) has no room, an [unlimited](Limit::unlimited) one
+    /// all the room there is.
+    fn answer_here(&self, hits: &mut Vec<tollgate_policy::Hit<'_>>) -> Vec<Status> {
+        let unix_now = self.clock.unix_origin_ns().saturating_add(self.clock.now());
+        let mut statuses = Vec::new();
+        hits.retain(|hit| {
+            if !answered_here(hit.limit) {
+                return true;
+            }
+            let meta = if hit.limit.unlimited() {
+                Meta { limit: u64::MAX, remaining: u64::MAX, reset_ns: 0, retry_ns: None }
+            } else {
+                // Nothing resets a limit of 0: the window is what clients are told to wait.
+                let reset_ns = match hit.limit.calendar() {
+                    Some(calendar) => calendar.window_at(unix_now).1.saturating_sub(unix_now),
+                    None => u64::try_from(hit.limit.window().as_nanos()).unwrap_or(u64::MAX),
+                };
+                Meta { limit: 0, remaining: 0, reset_ns, retry_ns: None }
+            };
+            let limited = !hit.limit.unlimited();
+            statuses.push(Status { limit: hit.index, descriptor: hit.descriptor, meta, limited });
+            false
+        });
+        statuses
     }
 
     /// Replaces the limits. Counters of limits present before and after (same [`LimitId`]: they
@@ -243,8 +277,11 @@ impl<C: Clock + Clone> Engine<C> {
                 .iter()
                 .map(|limit| match by_id.get(&limit.id()) {
                     Some((before, counters)) => {
-                        if before.max_value() != limit.max_value() {
-                            counters.set_quota(limit.quota().expect("a validated limit has a usable quota"));
+                        // A limit that denies all has no quota; its counters are not asked.
+                        if before.max_value() != limit.max_value()
+                            && let Ok(quota) = limit.quota()
+                        {
+                            counters.set_quota(quota);
                         }
                         Arc::clone(counters)
                     }
@@ -381,4 +418,9 @@ impl<C: Clock + Clone> std::fmt::Debug for Engine<C> {
             .field("generation", &self.loaded().generation)
             .finish_non_exhaustive()
     }
+}
+
+/// True for a limit whose answer needs no counter: one that denies all, or an unlimited one.
+fn answered_here(limit: &Limit) -> bool {
+    limit.denies_all() || limit.unlimited()
 }

@@ -27,7 +27,7 @@ mod store;
 pub use engine::Engine;
 pub use model::{
     Action, Bound, CallError, CounterCap, CounterFilter, CounterList, CounterTable, CounterView, Loaded, Mode, Outcome,
-    Oversize, RequestBounds, Status, StorageError, StorageKind,
+    Oversize, REDIS_MAX_VALUE, Refused, RequestBounds, Status, StorageError, StorageKind,
 };
 pub use ops::metrics::{Metrics, UNCONFIGURED_NAMESPACE};
 pub use ops::reload::{Reloaded, Reloader};

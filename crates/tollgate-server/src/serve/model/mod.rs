@@ -16,4 +16,4 @@ pub use counters::{CounterCap, CounterTable};
 pub use listing::{CounterFilter, CounterList, CounterView};
 pub(crate) use listing::{Pick, limits_by_id};
 pub use loaded::Loaded;
-pub use storage::{StorageError, StorageKind};
+pub use storage::{REDIS_MAX_VALUE, Refused, StorageError, StorageKind};

@@ -30,7 +30,7 @@ impl StorageKind {
     /// counts every algorithm the limits file takes; Redis those whose
     /// [`support`](tollgate::AlgorithmKind::support) says `redis_counters`; `redis-cached` and
     /// `redis-leased` no calendar windows besides (their local copies count windows that open at a
-    /// first hit).
+    /// first hit); and Redis no `max_value` above [`REDIS_MAX_VALUE`].
     ///
     /// ```
     /// use tollgate_policy::Policy;
@@ -48,23 +48,25 @@ impl StorageKind {
             StorageKind::Redis => false,
             StorageKind::RedisCached | StorageKind::RedisLeased => true,
         };
-        let refused = policy.limits().iter().find_map(|l| {
+        let refused = policy.limits().iter().filter(|l| !l.unlimited()).find_map(|l| {
             if !l.algorithm().support().redis_counters {
-                Some((l, false))
+                Some((l, Refused::Algorithm))
             } else if cached && l.calendar().is_some() {
-                Some((l, true))
+                Some((l, Refused::Calendar))
+            } else if l.max_value() > REDIS_MAX_VALUE {
+                Some((l, Refused::MaxValue))
             } else {
                 None
             }
         });
         match refused {
-            Some((limit, calendar)) => Err(StorageError {
+            Some((limit, refused)) => Err(StorageError {
                 source_name: limit.source_name().to_owned(),
                 position: limit.position(),
                 namespace: limit.namespace().to_owned(),
                 name: limit.name().map(str::to_owned),
                 algorithm: limit.algorithm(),
-                calendar,
+                refused,
                 storage: self,
             }),
             None => Ok(()),
@@ -78,13 +80,28 @@ impl std::fmt::Display for StorageKind {
     }
 }
 
+/// The largest `max_value` counted in Redis: 2<sup>53</sup>, the largest whole number Redis's Lua
+/// (whose numbers are doubles) holds exactly.
+pub const REDIS_MAX_VALUE: u64 = 1 << 53;
+
+/// Why a storage cannot count a limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Its algorithm is not counted there.
+    Algorithm,
+    /// Its calendar window is not (the storage's windows open at a first hit).
+    Calendar,
+    /// Its `max_value` is above [`REDIS_MAX_VALUE`].
+    MaxValue,
+}
+
 /// A limit the engine's storage cannot count: which limit (position, namespace, name), which
 /// algorithm it asks for, and which storage refused it. Counters in Redis are fixed windows only,
 /// and `redis-cached` counts no calendar windows.
 ///
 /// ```
 /// use tollgate_policy::{AlgorithmKind, Position};
-/// use tollgate_server::serve::{StorageError, StorageKind};
+/// use tollgate_server::serve::{Refused, StorageError, StorageKind};
 ///
 /// let err = StorageError {
 ///     source_name: "limits.yaml".into(),
@@ -92,7 +109,7 @@ impl std::fmt::Display for StorageKind {
 ///     namespace: "api".into(),
 ///     name: Some("per-user".into()),
 ///     algorithm: AlgorithmKind::TokenBucket,
-///     calendar: false,
+///     refused: Refused::Algorithm,
 ///     storage: StorageKind::Redis,
 /// };
 /// assert_eq!(
@@ -113,8 +130,8 @@ pub struct StorageError {
     pub name: Option<String>,
     /// The algorithm the limit asks for.
     pub algorithm: AlgorithmKind,
-    /// True when what the storage cannot count is the limit's calendar window, not its algorithm.
-    pub calendar: bool,
+    /// What the storage cannot count.
+    pub refused: Refused,
     /// The storage that cannot count it.
     pub storage: StorageKind,
 }
@@ -127,11 +144,22 @@ impl StorageError {
             Some(name) => format!("limit `{name}` of namespace `{}`", self.namespace),
             None => format!("limit of namespace `{}`", self.namespace),
         };
-        if self.calendar {
-            return format!(
-                "calendar windows are not available with --storage {} (windows opened by the first hit only): {limit}",
-                self.storage
-            );
+        match self.refused {
+            Refused::Algorithm => {}
+            Refused::Calendar => {
+                return format!(
+                    "calendar windows are not available with --storage {} (windows opened by the first hit only): \
+                     {limit}",
+                    self.storage
+                );
+            }
+            Refused::MaxValue => {
+                return format!(
+                    "max_value above {REDIS_MAX_VALUE} (2^53, what Redis's Lua numbers hold exactly) is not available \
+                     with --storage {}: {limit}",
+                    self.storage
+                );
+            }
         }
         format!(
             "algorithm {} is not available with --storage {} ({} only): {limit}",

@@ -9,7 +9,10 @@
 //! for the counters attributed to that descriptor (0 there counts nothing). The response has the
 //! overall code and one status per descriptor: the tightest counter attributed to that descriptor
 //! (see [`tollgate_policy::Hit::descriptor`]), with its limit, remaining hits and time until
-//! reset. A descriptor whose quota limit (`mode: quota`) is exceeded has status `OVER_LIMIT` while
+//! reset — as envoy/ratelimit answers: a counter without room reports 0 remaining, an unlimited
+//! rule no limit and 4294967295 remaining, `current_limit.name` is the limit's name (empty without
+//! one), and under `--shadow` a descriptor over its limit keeps `OVER_LIMIT` while the overall
+//! code is `OK`. A descriptor whose quota limit (`mode: quota`) is exceeded has status `OVER_LIMIT` while
 //! the overall code is `OK`; the names of the exceeded quotas are in `dynamic_metadata`
 //! (`quota_exceeded`, a list) and in the `x-tollgate-quota-exceeded` response header. With
 //! `--rate-limit-headers`, `response_headers_to_add` carries the same RateLimit headers as the
@@ -189,12 +192,19 @@ pub(crate) fn response(outcome: &Outcome, descriptors: usize) -> RateLimitRespon
         .into_iter()
         .map(|slot| match slot {
             None => DescriptorStatus { code: Code::Ok as i32, ..Default::default() },
+            // As envoy/ratelimit: no current limit, all the room a uint32 holds.
+            Some((_, i)) if outcome.limit(&outcome.statuses[i]).unlimited() => {
+                DescriptorStatus { code: Code::Ok as i32, limit_remaining: u32::MAX, ..Default::default() }
+            }
             Some(((not_over, _, _), i)) => {
                 let status = &outcome.statuses[i];
+                // envoy/ratelimit reports a counter without room as 0 remaining, whatever the
+                // request asked for (`src/limiter/base_limiter.go`, `GetResponseDescriptorStatus`).
+                let remaining = if status.limited { 0 } else { status.meta.remaining };
                 DescriptorStatus {
                     code: if not_over { Code::Ok } else { Code::OverLimit } as i32,
                     current_limit: Some(rate_limit(outcome.limit(status))),
-                    limit_remaining: u32::try_from(status.meta.remaining).unwrap_or(u32::MAX),
+                    limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
                     duration_until_reset: Some(duration(status.meta.reset_ns)),
                     quota: None,
                 }
@@ -208,20 +218,22 @@ pub(crate) fn response(outcome: &Outcome, descriptors: usize) -> RateLimitRespon
     }
 }
 
-/// True when a counter is reported over its limit: it denied the call, or it is a quota the call
-/// exceeded (marked, allowed).
+/// True when a counter is reported over its limit: an enforced limit without room (under
+/// `--shadow` too: envoy/ratelimit's `SHADOW_MODE` forces only the overall code to OK,
+/// `src/service/ratelimit.go`), or a quota the call exceeded (marked, allowed); a shadow limit
+/// (`shadow_mode`) reports OK, as envoy/ratelimit's does.
 fn over(outcome: &Outcome, status: &Status) -> bool {
     status.limited
         && match outcome.limit(status).enforcement() {
-            Enforcement::Enforce => !outcome.allowed,
-            Enforcement::Quota => true,
+            Enforcement::Enforce | Enforcement::Quota => true,
             Enforcement::Shadow => false,
         }
 }
 
-/// Envoy's `RateLimit` counts per one unit; a calendar window is its unit (second to month); a
+/// Envoy's `RateLimit` counts per one unit; a calendar window is its unit (second to year); a
 /// window that is not exactly one unit is given per second (rounded down, at least 1), and the
-/// exact figure is in `name`.
+/// exact figure is in `name` when the limit has none. Otherwise `name` is the limit's name, empty
+/// without one, as envoy/ratelimit's rule name.
 fn rate_limit(limit: &Limit) -> RateLimit {
     let units = [(1, Unit::Second), (60, Unit::Minute), (3600, Unit::Hour), (86_400, Unit::Day), (604_800, Unit::Week)];
     let calendar = limit.calendar().map(|c| match c.unit() {
@@ -229,15 +241,17 @@ fn rate_limit(limit: &Limit) -> RateLimit {
         CalendarUnit::Minute => Unit::Minute,
         CalendarUnit::Hour => Unit::Hour,
         CalendarUnit::Day => Unit::Day,
-        CalendarUnit::Week => Unit::Week,
-        CalendarUnit::Month => Unit::Month,
+        CalendarUnit::Week | CalendarUnit::EpochWeek => Unit::Week,
+        CalendarUnit::Month | CalendarUnit::EpochMonth => Unit::Month,
+        CalendarUnit::EpochYear => Unit::Year,
     });
-    let (per_unit, unit) = match (calendar, units.iter().find(|(s, _)| *s == limit.seconds())) {
-        (Some(unit), _) | (None, Some(&(_, unit))) => (limit.max_value(), unit),
-        (None, None) => ((limit.max_value() / limit.seconds()).max(1), Unit::Second),
+    let (per_unit, unit, exact) = match (calendar, units.iter().find(|(s, _)| *s == limit.seconds())) {
+        (Some(unit), _) | (None, Some(&(_, unit))) => (limit.max_value(), unit, true),
+        (None, None) => ((limit.max_value() / limit.seconds()).max(1), Unit::Second, false),
     };
     let name = match limit.name() {
         Some(name) => name.to_string(),
+        None if exact => String::new(),
         None => format!("{} per {}s", limit.max_value(), limit.seconds()),
     };
     RateLimit { name, requests_per_unit: u32::try_from(per_unit).unwrap_or(u32::MAX), unit: unit as i32 }

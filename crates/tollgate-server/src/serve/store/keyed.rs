@@ -50,12 +50,19 @@ impl<A: Algorithm<Config = Quota>, C: Clock> Counters for Keyed<Vec<String>, A, 
 
 /// The counters of `limit`, kept on `clock` within `cap`.
 pub(crate) fn counters<C: Clock + Clone>(limit: &Limit, clock: &C, cap: CounterCap) -> Arc<dyn Counters> {
-    // The policy crate validated the quota when it read the file.
-    let quota = limit.quota().expect("a validated limit has a usable quota");
+    // The policy crate validated the quota when it read the file. A limit that denies all is
+    // decided by the engine, which never asks its counters: they are kept (empty) for a reload
+    // that gives it a quota.
+    let max_value = limit.max_value().max(1);
+    let quota = match limit.quota() {
+        Err(tollgate::QuotaError::ZeroLimit) => Quota::window(limit.window(), 1),
+        quota => quota,
+    };
+    let quota = quota.expect("a validated limit has a usable quota");
     match limit.algorithm() {
         AlgorithmKind::FixedWindow => keyed(
             match limit.calendar() {
-                Some(calendar) => FixedWindow::calendar(limit.max_value(), calendar.clone(), clock)
+                Some(calendar) => FixedWindow::calendar(max_value, calendar.clone(), clock)
                     .expect("a validated limit has a usable quota"),
                 None => FixedWindow::new(quota),
             },

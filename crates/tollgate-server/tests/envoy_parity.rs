@@ -1,0 +1,246 @@
+//! envoy/ratelimit's behaviour, served end to end: the configs of `examples/envoy/` (written as
+//! envoy/ratelimit's test configs are) over Envoy's RLS with a real tonic client, a manual clock,
+//! on memory and on Redis where the storage applies. Each test names the envoy/ratelimit source
+//! it follows (its repository at `f2fb157`).
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use support::{Server, descriptor, server_at, should_rate_limit, temp_dir};
+use tollgate_policy::{Format, Policy};
+use tollgate_server::serve::{ServeConfig, Storage};
+use tollgate_testkit::RedisServer;
+
+const DAY: u64 = 86_400;
+
+fn examples(dir: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/envoy").join(dir)
+}
+
+/// The storages a behaviour runs on: memory, and Redis (a server of its own).
+fn storages(redis: &RedisServer) -> [Storage; 2] {
+    [Storage::Memory, Storage::Redis { url: redis.url(), prefix: format!("p{}:", std::process::id()) }]
+}
+
+async fn serve(dir: &str, storage: &Storage, edit: impl FnOnce(&mut ServeConfig)) -> Server {
+    let storage = storage.clone();
+    server_at(examples(dir), move |c| {
+        c.format = Format::Envoy;
+        c.storage = storage;
+        edit(c);
+    })
+    .await
+    .unwrap()
+}
+
+fn code(code: Code) -> i32 {
+    code as i32
+}
+
+/// Code, requests per unit, unit, remaining, of one status.
+fn summary(status: &DescriptorStatus) -> (i32, Option<(u32, i32)>, u32) {
+    let limit = status.current_limit.as_ref().map(|l| (l.requests_per_unit, l.unit));
+    (status.code, limit, status.limit_remaining)
+}
+
+fn reset_s(reply: &RateLimitResponse, i: usize) -> i64 {
+    reply.statuses[i].duration_until_reset.as_ref().unwrap().seconds
+}
+
+#[tokio::test]
+async fn requests_per_unit_0_is_over_limit_always_and_takes_nothing_from_the_others() {
+    let redis = RedisServer::start();
+    for storage in storages(&redis) {
+        let server = serve("config", &storage, |_| {}).await;
+        let mut rls = server.rls().await;
+        let banned = || vec![descriptor(&[("remote_address", "203.0.113.7")]), descriptor(&[("client_id", "app")])];
+        for _ in 0..3 {
+            let reply = should_rate_limit(&mut rls, "gateway", banned(), 1).await;
+            assert_eq!(reply.overall_code, code(Code::OverLimit), "{storage:?}: {reply:?}");
+            // As envoy/ratelimit's `GetResponseDescriptorStatus`: OVER_LIMIT, the rule, 0 left.
+            let ban = &reply.statuses[0];
+            assert_eq!(summary(ban), (code(Code::OverLimit), Some((0, Unit::Second as i32)), 0), "{storage:?}");
+            assert_eq!(ban.current_limit.as_ref().unwrap().name, "", "the rule has no name");
+            assert_eq!(reset_s(&reply, 0), 1, "a second, from the epoch");
+            // All-or-nothing (tollgate's default, documented): a denied call counts on no counter,
+            // where envoy/ratelimit would have counted the client's.
+            assert_eq!(reply.statuses[1].limit_remaining, 100, "{storage:?}");
+        }
+        let alone = should_rate_limit(&mut rls, "gateway", vec![descriptor(&[("client_id", "app")])], 1).await;
+        assert_eq!(summary(&alone.statuses[0]), (code(Code::Ok), Some((100, Unit::Minute as i32)), 99));
+        server.running.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn statuses_carry_envoy_ratelimits_remaining_and_rule_names() {
+    let redis = RedisServer::start();
+    for storage in storages(&redis) {
+        let server = serve("config", &storage, |_| {}).await;
+        let mut rls = server.rls().await;
+        let address = || vec![descriptor(&[("remote_address", "198.51.100.1")])];
+        let eight = should_rate_limit(&mut rls, "gateway", address(), 8).await;
+        assert_eq!(summary(&eight.statuses[0]), (code(Code::Ok), Some((10, Unit::Second as i32)), 2));
+        assert_eq!(eight.statuses[0].current_limit.as_ref().unwrap().name, "per_address", "the rule's name");
+        // Over: 0 remaining, though 2 are left for a smaller request.
+        let five = should_rate_limit(&mut rls, "gateway", address(), 5).await;
+        assert_eq!(summary(&five.statuses[0]), (code(Code::OverLimit), Some((10, Unit::Second as i32)), 0));
+        assert_eq!(should_rate_limit(&mut rls, "gateway", address(), 2).await.overall_code, code(Code::Ok));
+
+        // An unlimited rule: OK, no limit, 4294967295 remaining (`ratelimit.go`, `isUnlimited`),
+        // and its `replaces` takes `per_client` out for the whole request.
+        let request = vec![descriptor(&[("client_id", "health-checker")]), descriptor(&[("client_id", "app")])];
+        for _ in 0..3 {
+            let reply = should_rate_limit(&mut rls, "gateway", request.clone(), 1).await;
+            assert_eq!(reply.overall_code, code(Code::Ok));
+            assert_eq!(summary(&reply.statuses[0]), (code(Code::Ok), None, u32::MAX), "{storage:?}");
+            assert_eq!(reply.statuses[0].duration_until_reset, None);
+            assert_eq!(summary(&reply.statuses[1]), (code(Code::Ok), None, 0), "per_client replaced: no rule");
+        }
+        let app = should_rate_limit(&mut rls, "gateway", vec![descriptor(&[("client_id", "app")])], 1).await;
+        assert_eq!(app.statuses[0].limit_remaining, 99, "the replaced rule counted none of them");
+        server.running.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn week_month_and_year_are_7_30_and_365_days_from_the_epoch() {
+    let redis = RedisServer::start();
+    for storage in storages(&redis) {
+        let server = serve("config", &storage, |_| {}).await;
+        let mut rls = server.rls().await;
+        // The manual clock starts at 1970-01-01T00:00Z, a Thursday; 3 days on is a Sunday, a day
+        // before an ISO week's end and 4 days before envoy/ratelimit's.
+        server.clock.advance(Duration::from_secs(3 * DAY));
+        let plan = |plan: &str| vec![descriptor(&[("plan", plan), ("account", "a1")])];
+        let cases = [
+            ("weekly", 1000, Unit::Week, 4 * DAY),
+            ("monthly", 4000, Unit::Month, 27 * DAY),
+            ("yearly", 50_000, Unit::Year, 362 * DAY),
+        ];
+        for (name, max, unit, reset) in cases {
+            let reply = should_rate_limit(&mut rls, "billing", plan(name), 1).await;
+            assert_eq!(summary(&reply.statuses[0]), (code(Code::Ok), Some((max, unit as i32)), max - 1), "{name}");
+            assert_eq!(reset_s(&reply, 0) as u64, reset, "{name} on {storage:?}");
+        }
+        let week = should_rate_limit(&mut rls, "billing", plan("weekly"), 999).await;
+        assert_eq!(week.overall_code, code(Code::Ok));
+        assert_eq!(should_rate_limit(&mut rls, "billing", plan("weekly"), 1).await.overall_code, code(Code::OverLimit));
+        server.clock.advance(Duration::from_secs(4 * DAY - 1));
+        assert_eq!(should_rate_limit(&mut rls, "billing", plan("weekly"), 1).await.overall_code, code(Code::OverLimit));
+        server.clock.advance(Duration::from_secs(1));
+        let next = should_rate_limit(&mut rls, "billing", plan("weekly"), 1).await;
+        assert_eq!(next.overall_code, code(Code::Ok), "a new week on day 7, a Thursday");
+        assert_eq!(reset_s(&next, 0) as u64, 7 * DAY);
+        server.running.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn global_shadow_mode_forces_only_the_overall_code() {
+    let redis = RedisServer::start();
+    for storage in storages(&redis) {
+        let server = serve("config", &storage, |c| c.shadow = true).await;
+        let mut rls = server.rls().await;
+        // envoy/ratelimit's SHADOW_MODE (`ratelimit.go`: `finalCode = OK` after the statuses).
+        let banned = vec![descriptor(&[("remote_address", "203.0.113.7")])];
+        let reply = should_rate_limit(&mut rls, "gateway", banned, 1).await;
+        assert_eq!(reply.overall_code, code(Code::Ok), "{storage:?}");
+        assert_eq!(summary(&reply.statuses[0]), (code(Code::OverLimit), Some((0, Unit::Second as i32)), 0));
+        let address = || vec![descriptor(&[("remote_address", "198.51.100.2")])];
+        should_rate_limit(&mut rls, "gateway", address(), 10).await;
+        let over = should_rate_limit(&mut rls, "gateway", address(), 1).await;
+        assert_eq!((over.overall_code, over.statuses[0].code), (code(Code::Ok), code(Code::OverLimit)));
+        server.running.shutdown().await;
+    }
+    // A rule's own `shadow_mode` reports its descriptor OK, with 0 remaining once over
+    // (`base_limiter.go`: the code is set to OK after the OVER_LIMIT status is built).
+    let server = serve("config", &Storage::Memory, |_| {}).await;
+    let mut rls = server.rls().await;
+    let trial = || vec![descriptor(&[("plan", "trial")])];
+    let first = should_rate_limit(&mut rls, "billing", trial(), 20).await;
+    assert_eq!(summary(&first.statuses[0]), (code(Code::Ok), Some((20, Unit::Hour as i32)), 0));
+    let over = should_rate_limit(&mut rls, "billing", trial(), 1).await;
+    assert_eq!(over.overall_code, code(Code::Ok));
+    assert_eq!(summary(&over.statuses[0]), (code(Code::Ok), Some((20, Unit::Hour as i32)), 0));
+    server.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn merge_domains_reads_one_domain_from_several_files() {
+    let Err(error) = server_at(examples("merged"), |c| c.format = Format::Envoy).await else {
+        panic!("a domain in two files is refused without --merge-domains")
+    };
+    let file = examples("merged").join("teams.yaml").display().to_string();
+    assert!(error.to_string().starts_with(&format!("{file}:3:9: domain `shared` is also in ")), "{error}");
+    assert!(error.to_string().contains("--merge-domains"), "{error}");
+
+    let server = server_at(examples("merged"), |c| c.format = Format::EnvoyMergingDomains).await.unwrap();
+    let mut rls = server.rls().await;
+    let team = |t: &str| vec![descriptor(&[("team", t)])];
+    let ads = should_rate_limit(&mut rls, "shared", team("ads"), 2).await;
+    assert_eq!(summary(&ads.statuses[0]), (code(Code::Ok), Some((2, Unit::Second as i32)), 0), "from more-teams.yaml");
+    let search = should_rate_limit(&mut rls, "shared", team("search"), 1).await;
+    assert_eq!(summary(&search.statuses[0]), (code(Code::Ok), Some((5, Unit::Second as i32)), 4), "from teams.yaml");
+    server.running.shutdown().await;
+
+    // Two top-level nodes with the same key and value across merged files are an error.
+    let dir = temp_dir("envoy-merge-twice");
+    std::fs::copy(examples("merged").join("teams.yaml"), dir.join("a.yaml")).unwrap();
+    std::fs::copy(examples("merged").join("teams.yaml"), dir.join("b.yaml")).unwrap();
+    let error = Format::EnvoyMergingDomains.load(&dir).unwrap_err();
+    assert_eq!(error.source_name, dir.join("b.yaml").display().to_string());
+    assert!(error.to_string().contains("the same key and value as the descriptor at "), "{error}");
+}
+
+#[tokio::test]
+async fn max_value_above_one_per_nanosecond_counts_exactly_on_a_window() {
+    let dir = temp_dir("big-max-value");
+    let limits = dir.join("limits.yaml");
+    // A byte budget: a trillion per minute, charged by each descriptor's own hits_addend.
+    std::fs::write(&limits, "- {namespace: bytes, max_value: 1000000000000, seconds: 60}\n").unwrap();
+    let redis = RedisServer::start();
+    for storage in storages(&redis) {
+        let server = server_at(limits.clone(), |c| c.storage = storage.clone()).await.unwrap();
+        let mut rls = server.rls().await;
+        let charge = |n: u64| {
+            let mut d = descriptor(&[("object", "o1")]);
+            d.hits_addend = Some(UInt64Value { value: n });
+            vec![d]
+        };
+        let most = should_rate_limit(&mut rls, "bytes", charge(999_999_999_999), 1).await;
+        assert_eq!(most.overall_code, code(Code::Ok), "{storage:?}");
+        assert_eq!(most.statuses[0].limit_remaining, 1);
+        assert_eq!(should_rate_limit(&mut rls, "bytes", charge(2), 1).await.overall_code, code(Code::OverLimit));
+        assert_eq!(should_rate_limit(&mut rls, "bytes", charge(1), 1).await.overall_code, code(Code::Ok));
+        server.running.shutdown().await;
+    }
+    // Redis's Lua holds whole numbers exactly up to 2^53: above it, Redis storage is refused.
+    std::fs::write(&limits, "- {namespace: bytes, max_value: 9007199254740993, seconds: 60}\n").unwrap();
+    let Err(error) = server_at(limits.clone(), |c| c.storage = storages(&redis)[1].clone()).await else {
+        panic!("above 2^53 on Redis is refused")
+    };
+    assert!(error.to_string().contains("max_value above 9007199254740992"), "{error}");
+    let memory = server_at(limits, |_| {}).await.unwrap();
+    memory.running.shutdown().await;
+}
+
+#[test]
+fn every_config_in_examples_envoy_loads_and_converts_to_the_same_limits() {
+    let config = Format::Envoy.load(&examples("config")).unwrap();
+    let merged = Format::EnvoyMergingDomains.load(&examples("merged")).unwrap();
+    for policy in [config, merged] {
+        let back = Policy::parse(&policy.to_yaml(), "converted.yaml").unwrap();
+        let shape = |p: &Policy| {
+            let limits = p.limits().iter();
+            limits.map(|l| (l.id(), l.max_value(), l.unlimited(), l.calendar().cloned())).collect::<Vec<_>>()
+        };
+        assert_eq!(shape(&back), shape(&policy), "tollgate convert keeps every field");
+    }
+}
