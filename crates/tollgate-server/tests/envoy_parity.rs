@@ -244,3 +244,39 @@ fn every_config_in_examples_envoy_loads_and_converts_to_the_same_limits() {
         assert_eq!(shape(&back), shape(&policy), "tollgate convert keeps every field");
     }
 }
+
+/// The value of one series in a Prometheus text exposition, 0 when absent.
+fn series(text: &str, name: &str, labels: &str) -> u64 {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |v| v.parse().unwrap())
+}
+
+#[tokio::test]
+async fn each_rule_has_envoy_ratelimits_statistics_in_a_series_of_its_own() {
+    let server = serve("config", &Storage::Memory, |_| {}).await;
+    let mut rls = server.rls().await;
+    // per_address: 10 a second. 7 within; 2 more reach past 8 (80%); 3 more, 1 of them over:
+    // refused (all-or-nothing), counted as envoy/ratelimit counts them.
+    let address = || vec![descriptor(&[("remote_address", "198.51.100.3")])];
+    for hits in [7, 2, 3] {
+        should_rate_limit(&mut rls, "gateway", address(), hits).await;
+    }
+    // Two unnamed shadow rules would share one series if labelled by name: the trial plan's is
+    // labelled by its envoy/ratelimit key.
+    let trial = || vec![descriptor(&[("plan", "trial")])];
+    should_rate_limit(&mut rls, "billing", trial(), 25).await;
+    let text = server.get("/metrics").await.1;
+    let per_address = r#"limitador_namespace="gateway",rule="per_address""#;
+    let stat = |name: &str, labels: &str| series(&text, name, labels);
+    assert_eq!(stat("tollgate_rule_total_hits", per_address), 12, "{text}");
+    assert_eq!(stat("tollgate_rule_within_limit", per_address), 9);
+    // 9 -> 12 of 10: 1 hit within the near band (9 -> 10), 2 over; 8 -> 9 was near too.
+    assert_eq!(stat("tollgate_rule_near_limit", per_address), 2);
+    assert_eq!(stat("tollgate_rule_over_limit", per_address), 2);
+    let trial_rule = r#"limitador_namespace="billing",rule="billing.plan_trial""#;
+    assert_eq!(stat("tollgate_rule_total_hits", trial_rule), 25);
+    assert_eq!(stat("tollgate_rule_over_limit", trial_rule), 5);
+    assert_eq!(stat("tollgate_rule_shadow_mode", trial_rule), 5);
+    assert_eq!(stat("shadow_limited_calls", trial_rule.replace("rule=", "limit_name=").as_str()), 1);
+    server.running.shutdown().await;
+}

@@ -14,7 +14,7 @@ use super::model::{
     RequestBounds, Status, StorageError, StorageKind,
 };
 use super::store::keyed::counters;
-use super::store::{Call, Memory, Namespace, RedisStore, Store, open_redis};
+use super::store::{Call, Memory, Namespace, RedisStore, Store, hits_on, open_redis};
 
 /// The deciding core of the server, independent of protocols.
 ///
@@ -215,8 +215,12 @@ impl<C: Clock + Clone> Engine<C> {
         let loaded = self.loaded();
         let statuses = {
             let mut hits = loaded.policy.hits(namespace, descriptors);
-            let fixed =
-                if hits.iter().any(|h| answered_here(h.limit)) { self.answer_here(&mut hits) } else { Vec::new() };
+            let hits_on = |at: usize| hits_on(descriptors, delta, at);
+            let fixed = if hits.iter().any(|h| answered_here(h.limit)) {
+                self.answer_here(&mut hits, hits_on)
+            } else {
+                Vec::new()
+            };
             // A limit that denies all denies the call: the store checks the others, taking nothing.
             let denied = fixed.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies());
             let action = if denied && action == Action::CheckAndReport { Action::Check } else { action };
@@ -231,7 +235,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// Takes the hits on limits that count nothing out of `hits`, with their statuses: a limit
     /// that [denies all](Limit::denies_all) has no room, an [unlimited](Limit::unlimited) one
     /// all the room there is.
-    fn answer_here(&self, hits: &mut Vec<tollgate_policy::Hit<'_>>) -> Vec<Status> {
+    fn answer_here(&self, hits: &mut Vec<tollgate_policy::Hit<'_>>, hits_on: impl Fn(usize) -> u64) -> Vec<Status> {
         let unix_now = self.clock.unix_origin_ns().saturating_add(self.clock.now());
         let mut statuses = Vec::new();
         hits.retain(|hit| {
@@ -249,7 +253,8 @@ impl<C: Clock + Clone> Engine<C> {
                 Meta { limit: 0, remaining: 0, reset_ns, retry_ns: None }
             };
             let limited = !hit.limit.unlimited();
-            statuses.push(Status { limit: hit.index, descriptor: hit.descriptor, meta, limited });
+            let hits = hits_on(hit.descriptor);
+            statuses.push(Status { limit: hit.index, descriptor: hit.descriptor, hits, meta, limited });
             false
         });
         statuses

@@ -40,6 +40,9 @@ pub struct Status {
     pub limit: usize,
     /// The descriptor the counter is attributed to.
     pub descriptor: usize,
+    /// The hits the call asked of this counter (its descriptor's own `hits_addend`, else the
+    /// request's), whether they were taken or not.
+    pub hits: u64,
     /// The counter's state after the decision.
     pub meta: Meta,
     /// True when this counter (alone) did not have room for the request.
@@ -69,6 +72,11 @@ impl Outcome {
     /// The limit a status is about.
     pub fn limit(&self, status: &Status) -> &Limit {
         &self.loaded.policy.limits()[status.limit]
+    }
+
+    /// The limits that decided.
+    pub fn loaded(&self) -> &Loaded {
+        &self.loaded
     }
 
     /// The generation of the limits that decided.

@@ -36,7 +36,65 @@ pub struct Metrics {
     /// The handles of the labelled counters recorded so far (one per series the recorder keeps
     /// anyway, so this grows no faster than the exposition does).
     series: RwLock<HashMap<SeriesKey, Counter>>,
+    /// Each limit's envoy/ratelimit statistics, for the limits of one generation.
+    rules: RwLock<RuleTable>,
     reload: Mutex<ReloadState>,
+}
+
+/// envoy/ratelimit's near-limit ratio (its `NEAR_LIMIT_RATIO` default): hits above this share of
+/// a limit count as `near_limit`.
+const NEAR_LIMIT_RATIO: f32 = 0.8;
+
+/// The statistics envoy/ratelimit keeps per rule (`src/stats/manager.go`, counted in
+/// `src/limiter/base_limiter.go`), one series each per limit, labelled by
+/// [`rule_label`].
+struct RuleStats {
+    total_hits: Counter,
+    over_limit: Counter,
+    near_limit: Counter,
+    within_limit: Counter,
+    shadow_mode: Counter,
+}
+
+/// [`RuleStats`] of the limits of one generation, by index (`None` for an unlimited one).
+#[derive(Default)]
+struct RuleTable {
+    generation: u64,
+    stats: Vec<Option<RuleStats>>,
+}
+
+impl RuleStats {
+    /// Adds `hits` on a limit of `limit` that had `before` used, as envoy/ratelimit splits them:
+    /// those past the limit `over_limit` (and `shadow_mode` for a shadow limit), those past
+    /// [`NEAR_LIMIT_RATIO`] of it `near_limit`, the rest of an admitted call `within_limit`.
+    fn add(&self, limit: u64, before: u64, hits: u64, shadow: bool) {
+        let after = before.saturating_add(hits);
+        // As envoy/ratelimit computes it, in float32.
+        let near = (limit as f32 * NEAR_LIMIT_RATIO).floor() as u64;
+        self.total_hits.increment(hits);
+        if after > limit {
+            let over = if before >= limit { hits } else { after - limit };
+            self.over_limit.increment(over);
+            if before < limit {
+                self.near_limit.increment(limit - near.max(before));
+            }
+            if shadow {
+                self.shadow_mode.increment(over);
+            }
+        } else {
+            self.within_limit.increment(hits);
+            if after > near {
+                self.near_limit.increment(if before >= near { hits } else { after - near });
+            }
+        }
+    }
+}
+
+/// The `rule` label of a limit's statistics: its name, else envoy/ratelimit's key of the rule
+/// (`domain.key_value.key`, its stats key), else the limit's id — one series per limit whatever
+/// it is named.
+fn rule_label(limit: &tollgate_policy::Limit) -> String {
+    limit.name().or(limit.file_id()).map_or_else(|| limit.id().to_string(), str::to_string)
 }
 
 /// A labelled counter: its name, `limitador_namespace`, and `limit_name` for the per-limit ones.
@@ -97,6 +155,15 @@ impl Metrics {
                 "Calls over a quota limit (mode: quota), per limit: allowed and marked"
             );
             metrics::describe_histogram!("tollgate_decision_seconds", Unit::Seconds, "Time to decide one call");
+            for (name, help) in [
+                ("tollgate_rule_total_hits", "Hits asked of each limit (envoy/ratelimit's total_hits), per rule"),
+                ("tollgate_rule_over_limit", "Hits past each limit (envoy/ratelimit's over_limit), per rule"),
+                ("tollgate_rule_near_limit", "Hits past 80% of each limit, up to it (envoy/ratelimit's near_limit)"),
+                ("tollgate_rule_within_limit", "Hits of calls within each limit (envoy/ratelimit's within_limit)"),
+                ("tollgate_rule_shadow_mode", "Hits past a shadow limit (envoy/ratelimit's shadow_mode), per rule"),
+            ] {
+                metrics::describe_counter!(name, help);
+            }
         });
         let latency = with_local_recorder(&recorder, || histogram!("tollgate_decision_seconds"));
         let refused = with_local_recorder(&recorder, || {
@@ -106,7 +173,14 @@ impl Metrics {
             );
             Bound::ALL.map(|bound| counter!("tollgate_requests_refused_total", "bound" => bound.name()))
         });
-        Metrics { recorder, latency, refused, series: RwLock::default(), reload: Mutex::new(ReloadState::default()) }
+        Metrics {
+            recorder,
+            latency,
+            refused,
+            series: RwLock::default(),
+            rules: RwLock::default(),
+            reload: Mutex::new(ReloadState::default()),
+        }
     }
 
     /// Runs `f` with this server's recorder as the `metrics` facade's: handles registered in it
@@ -135,8 +209,48 @@ impl Metrics {
                 Enforcement::Quota => "quota_exceeded_calls",
                 _ => "shadow_limited_calls",
             };
-            self.add(metric, namespace, Some(name(status)), 1, outcome);
+            // By rule, so that two unnamed shadow limits are two series.
+            self.add(metric, namespace, Some(&rule_label(outcome.limit(status))), 1, outcome);
         }
+        if hits > 0 {
+            self.add_rule_stats(outcome, false);
+        }
+    }
+
+    /// Adds each counter's hits to its limit's [`RuleStats`]; `report`: the hits were counted
+    /// without a decision (as far as each counter had room).
+    fn add_rule_stats(&self, outcome: &Outcome, report: bool) {
+        let fresh = |table: &RuleTable| table.generation == outcome.generation() && !table.stats.is_empty();
+        {
+            let table = self.rules.read().unwrap_or_else(|e| e.into_inner());
+            if fresh(&table) {
+                return add_rule_stats(&table, outcome, report);
+            }
+        }
+        let mut table = self.rules.write().unwrap_or_else(|e| e.into_inner());
+        if !fresh(&table) {
+            *table = self.rule_table(outcome);
+        }
+        add_rule_stats(&table, outcome, report);
+    }
+    /// The statistics of the limits `outcome` was decided on.
+    fn rule_table(&self, outcome: &Outcome) -> RuleTable {
+        let policy = &outcome.loaded().policy;
+        let stats = with_local_recorder(&self.recorder, || {
+            (policy.limits().iter())
+                .map(|limit| {
+                    let labels = [("limitador_namespace", limit.namespace().to_string()), ("rule", rule_label(limit))];
+                    (!limit.unlimited()).then(|| RuleStats {
+                        total_hits: counter!("tollgate_rule_total_hits", &labels),
+                        over_limit: counter!("tollgate_rule_over_limit", &labels),
+                        near_limit: counter!("tollgate_rule_near_limit", &labels),
+                        within_limit: counter!("tollgate_rule_within_limit", &labels),
+                        shadow_mode: counter!("tollgate_rule_shadow_mode", &labels),
+                    })
+                })
+                .collect()
+        });
+        RuleTable { generation: outcome.generation(), stats }
     }
 
     /// Records a call refused for its size: over `bound`.
@@ -148,6 +262,7 @@ impl Metrics {
     /// namespace the limits do not name is labelled [`UNCONFIGURED_NAMESPACE`].
     pub fn record_report(&self, namespace: &str, outcome: &Outcome, hits: u64) {
         self.add("authorized_hits", namespace, None, hits, outcome);
+        self.add_rule_stats(outcome, true);
     }
 
     /// Adds `n` to one labelled counter. Its handle is registered once and kept: building the
@@ -338,5 +453,18 @@ fn escape(value: &str) -> String {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Adds each counter's hits of `outcome` to its limit's [`RuleStats`] in `table`.
+fn add_rule_stats(table: &RuleTable, outcome: &Outcome, report: bool) {
+    for status in &outcome.statuses {
+        let Some(Some(stats)) = table.stats.get(status.limit) else { continue };
+        let limit = outcome.limit(status);
+        let used = limit.max_value().saturating_sub(status.meta.remaining);
+        // What the call took is in `used`: envoy/ratelimit's "before" excludes it.
+        let took = report || (!status.limited && !outcome.would_limit);
+        let before = if took { used.saturating_sub(status.hits) } else { used };
+        stats.add(limit.max_value(), before, status.hits, limit.enforcement() == Enforcement::Shadow);
     }
 }

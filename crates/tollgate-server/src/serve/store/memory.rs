@@ -69,6 +69,7 @@ impl Memory {
             .map(|(hit, part)| Status {
                 limit: hit.index,
                 descriptor: hit.descriptor,
+                hits: call.hits_on(hit),
                 meta: part.meta(),
                 limited: !reports && part.is_limited(),
             })

@@ -62,8 +62,14 @@ impl<C: Clock> Call<'_, C> {
     /// The hits a call counts on a counter: its descriptor's own `hits_addend`, if it sets one,
     /// else the request's.
     pub(crate) fn hits_on(&self, hit: &Hit<'_>) -> u64 {
-        self.descriptors.get(hit.descriptor).map_or(self.delta, |d| d.hits_or(self.delta))
+        hits_on(self.descriptors, self.delta, hit.descriptor)
     }
+}
+
+/// The hits a call of `delta` counts on a counter attributed to descriptor `at`: that
+/// descriptor's own `hits_addend`, if it sets one, else `delta`.
+pub(crate) fn hits_on(descriptors: &[Descriptor], delta: u64, at: usize) -> u64 {
+    descriptors.get(at).map_or(delta, |d| d.hits_or(delta))
 }
 
 /// A namespace's counters, as listing and resetting ask a store for them.

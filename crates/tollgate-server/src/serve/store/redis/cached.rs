@@ -39,6 +39,7 @@ impl<C: Clock> Store<C> for Cached {
             // Full: decided where the counters live, nothing kept here.
             return Answer::Later(self.redis.decide(call));
         }
+        let clock = call.clock;
         let decide = move || {
             let now = call.clock.now();
             let decided: Vec<_> = match call.action {
@@ -50,14 +51,14 @@ impl<C: Clock> Store<C> for Cached {
                     .collect(),
                 action => self.cache.decide(&counters, action != Action::Check, now),
             };
-            statuses(call.hits, &slots, &decided)
+            statuses(&call, &slots, &decided)
         };
         if missing.is_empty() {
             return Answer::Now(Ok(decide()));
         }
         Answer::Later(Box::pin(async move {
             let store = &self.redis.store;
-            let load = self.cache.load(&store.redis, missing, call.clock.now(), &store.time);
+            let load = self.cache.load(&store.redis, missing, clock.now(), &store.time);
             self.redis.measured(load).await?;
             Ok(decide())
         }))

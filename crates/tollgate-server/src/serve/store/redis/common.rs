@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tollgate::{Clock, Meta};
-use tollgate_policy::{Hit, Limit, LimitId};
+use tollgate_policy::{Limit, LimitId};
 use tollgate_redis::counters::{
     CountersMode, StoredWindow, WindowCounter, WindowKey, decide_windows, delete_windows, scan_windows,
 };
@@ -60,7 +60,7 @@ impl RedisCounters {
         Box::pin(async move {
             let decided =
                 self.measured(decide_windows(&self.store.redis, &counters, mode, &self.store.time)).await?.counters;
-            Ok(statuses(call.hits, &slots, &decided))
+            Ok(statuses(&call, &slots, &decided))
         })
     }
 
@@ -249,12 +249,11 @@ impl RedisCounters {
 }
 
 /// Each hit's status from what its counter (at `slots[i]`) answered.
-pub(super) fn statuses(hits: &[Hit<'_>], slots: &[usize], decided: &[(Meta, bool)]) -> Vec<Status> {
-    hits.iter()
-        .zip(slots)
+pub(super) fn statuses<C: Clock>(call: &Call<'_, C>, slots: &[usize], decided: &[(Meta, bool)]) -> Vec<Status> {
+    (call.hits.iter().zip(slots))
         .map(|(hit, &slot)| {
             let (meta, limited) = decided.get(slot).copied().unwrap_or_default();
-            Status { limit: hit.index, descriptor: hit.descriptor, meta, limited }
+            Status { limit: hit.index, descriptor: hit.descriptor, hits: call.hits_on(hit), meta, limited }
         })
         .collect()
 }

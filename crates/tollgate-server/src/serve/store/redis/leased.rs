@@ -134,7 +134,7 @@ impl<C: Clock> Store<C> for Leased<C> {
         let (counters, slots) = self.redis.windows(&call);
         Answer::Later(Box::pin(async move {
             let decided = self.decide_all(&call, &counters).await?;
-            Ok(statuses(call.hits, &slots, &decided))
+            Ok(statuses(&call, &slots, &decided))
         }))
     }
 
