@@ -67,7 +67,7 @@ impl<C: Clock> Store<C> for Cached {
     fn list<'a>(&'a self, ns: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>> {
         Box::pin(async move {
             Store::<C>::flush(self, ns.clock).await?;
-            self.redis.list_now(ns.loaded, ns.name, max).await
+            self.redis.list_now(ns.loaded, ns.name, max, |_, _| 0).await
         })
     }
 

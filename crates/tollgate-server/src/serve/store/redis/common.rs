@@ -111,12 +111,15 @@ impl RedisCounters {
         merge_repeated(counters)
     }
 
-    /// Up to `max` live counters of `namespace`, at the store's time.
+    /// Up to `max` live counters of `namespace`, at the store's time; `held` says how many hits
+    /// of a counter (by its Redis key and limit) this process holds unspent, which Redis counts
+    /// as used.
     pub(super) async fn list_now(
         &self,
         loaded: Arc<Loaded>,
         namespace: &str,
         max: usize,
+        held: impl Fn(&str, &Limit) -> u64,
     ) -> Result<CounterList, BackendError> {
         let by_id = limits_by_id(&loaded, namespace);
         let calendars = self.calendars(by_id.values().map(|(_, limit)| *limit));
@@ -132,6 +135,7 @@ impl RedisCounters {
                 else {
                     return true;
                 };
+                let remaining = remaining.saturating_add(held(&window.key, limit)).min(limit.max_value());
                 if values.len() != limit.variables().len() || !seen.insert(window.key) {
                     return true;
                 }

@@ -31,7 +31,7 @@ impl<C: Clock> Store<C> for InRedis {
     }
 
     fn list<'a>(&'a self, ns: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>> {
-        Box::pin(self.counters.list_now(ns.loaded, ns.name, max))
+        Box::pin(self.counters.list_now(ns.loaded, ns.name, max, |_, _| 0))
     }
 
     fn reset<'a>(&'a self, ns: Namespace<'a, C>, filter: &'a CounterFilter) -> Later<'a, Result<u64, BackendError>> {

@@ -9,8 +9,10 @@
 //! A call is all-or-nothing by the rule every storage follows ([`AllOrNothing`]): when an
 //! enforcing counter has no room, the later ones are only checked, and what the call took from
 //! the earlier ones goes back to this replica's slices. Listing and resetting
-//! are `--storage redis`'s (the keys are the same); a reset also forgets this replica's slices
-//! of the counters it deleted. On shutdown, what is leased and unspent goes back to Redis.
+//! are `--storage redis`'s (the keys are the same), except that a listed counter's `remaining`
+//! includes what this replica holds unspent (Redis counts leased hits as used; other replicas'
+//! unspent slices still do); a reset also forgets this replica's slices of the counters it
+//! deleted. On shutdown, what is leased and unspent goes back to Redis.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -52,7 +54,7 @@ impl<C: Clock> Leased<C> {
             .entry(quota_key)
             .or_insert_with(|| {
                 let store = &self.redis.store;
-                let quota = Quota::per(counter.window, counter.limit).expect("a loaded limit has a usable quota");
+                let quota = Quota::window(counter.window, counter.limit).expect("a loaded limit has a usable quota");
                 LeasedLimiter::builder(&store.redis, &store.prefix, quota)
                     .whole_keys()
                     .max_key_bytes(self.max_key_bytes)
@@ -139,7 +141,13 @@ impl<C: Clock> Store<C> for Leased<C> {
     }
 
     fn list<'a>(&'a self, ns: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>> {
-        Box::pin(self.redis.list_now(ns.loaded, ns.name, max))
+        // Redis counts what is leased out as used: this replica's unspent slices are added back,
+        // so one replica lists what it admitted; other replicas' unspent slices still count.
+        let held = |key: &str, limit: &tollgate_policy::Limit| {
+            let limiters = self.limiters.read().unwrap_or_else(|e| e.into_inner());
+            limiters.get(&(limit.max_value(), limit.window())).map_or(0, |limiter| limiter.held(key))
+        };
+        Box::pin(self.redis.list_now(ns.loaded, ns.name, max, held))
     }
 
     fn reset<'a>(&'a self, ns: Namespace<'a, C>, filter: &'a CounterFilter) -> Later<'a, Result<u64, BackendError>> {
