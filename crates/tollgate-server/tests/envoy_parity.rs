@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::google::protobuf::UInt64Value;
 use support::{Server, descriptor, server_at, should_rate_limit, temp_dir};
 use tollgate_policy::{Format, Policy};
-use tollgate_server::serve::{ServeConfig, Storage};
+use tollgate_server::serve::{HeaderDraft, ServeConfig, Storage};
 use tollgate_testkit::RedisServer;
 
 const DAY: u64 = 86_400;
@@ -278,5 +278,20 @@ async fn each_rule_has_envoy_ratelimits_statistics_in_a_series_of_its_own() {
     assert_eq!(stat("tollgate_rule_over_limit", trial_rule), 5);
     assert_eq!(stat("tollgate_rule_shadow_mode", trial_rule), 5);
     assert_eq!(stat("shadow_limited_calls", trial_rule.replace("rule=", "limit_name=").as_str()), 1);
+    server.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn rate_limit_headers_describe_limits_not_unlimited_rules() {
+    let server = serve("config", &Storage::Memory, |c| c.rate_limit_headers = Some(HeaderDraft::Draft03)).await;
+    let mut rls = server.rls().await;
+    let unlimited = vec![descriptor(&[("client_id", "health-checker")])];
+    let reply = should_rate_limit(&mut rls, "gateway", unlimited, 1).await;
+    assert!(reply.response_headers_to_add.is_empty(), "{:?}", reply.response_headers_to_add);
+    let both = vec![descriptor(&[("client_id", "health-checker")]), descriptor(&[("remote_address", "192.0.2.1")])];
+    let reply = should_rate_limit(&mut rls, "gateway", both, 1).await;
+    let header = |name: &str| reply.response_headers_to_add.iter().find(|h| h.key == name).map(|h| h.value.clone());
+    assert_eq!(header("x-ratelimit-limit").unwrap(), "10, 10;w=1;name=\"per_address\"");
+    assert_eq!(header("x-ratelimit-remaining").unwrap(), "9");
     server.running.shutdown().await;
 }

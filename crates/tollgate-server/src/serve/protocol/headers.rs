@@ -68,7 +68,8 @@ pub fn response_headers(outcome: &Outcome, draft: Option<HeaderDraft>) -> Vec<(&
 }
 
 fn rate_limit(outcome: &Outcome, draft: HeaderDraft, headers: &mut Vec<(&'static str, String)>) {
-    let mut order: Vec<&Status> = outcome.statuses.iter().collect();
+    // An unlimited rule has no limit to report (envoy/ratelimit sends headers for limits only).
+    let mut order: Vec<&Status> = outcome.statuses.iter().filter(|s| !outcome.limit(s).unlimited()).collect();
     order.sort_by_key(|s| (!s.limited, s.meta.remaining));
     let Some(tightest) = order.first() else { return };
     let limit = outcome.limit(tightest);
