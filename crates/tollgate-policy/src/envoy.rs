@@ -26,10 +26,12 @@
 //! - `name` = the rule's `name`, `id` = envoy/ratelimit's key of the rule
 //!   (`domain.key_value.key`), `shadow: true` for `shadow_mode`, `replaces` as written;
 //! - an `unlimited: true` rule is a limit too, [`Limit::unlimited`]: it applies (so what it
-//!   replaces does not) and counts nothing.
+//!   replaces does not) and counts nothing;
+//! - the node's `metadata` is the limit's [`Limit::metadata`] (on a node without a rule it is
+//!   read and unused, as envoy/ratelimit does).
 //!
 //! What has no equivalent is an error at its place: `quota_mode`, `detailed_metric` and
-//! `value_to_metric` (statistics names), `metadata`, a key twice
+//! `value_to_metric` (statistics names), a key twice
 //! on one path, and a domain in two files unless merged
 //! ([`Policy::parse_envoy_merging_domains`], envoy/ratelimit's `MERGE_DOMAIN_CONFIG`).
 
@@ -43,7 +45,7 @@ use tollgate::{Calendar, CalendarUnit};
 use crate::error::{PolicyError, Position};
 use crate::expr::{Condition, Variable};
 use crate::file::yaml_error;
-use crate::limit::{AlgorithmKind, Enforcement, Limit, LimitId};
+use crate::limit::{AlgorithmKind, Enforcement, Limit, LimitId, Metadata};
 use crate::policy::Policy;
 use crate::source::SourceText;
 
@@ -70,7 +72,7 @@ struct RawDescriptor {
     detailed_metric: Option<Spanned<bool>>,
     value_to_metric: Option<Spanned<bool>>,
     share_threshold: Option<Spanned<bool>>,
-    metadata: Option<Spanned<serde::de::IgnoredAny>>,
+    metadata: Option<Spanned<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -109,6 +111,8 @@ struct Rule {
     name: Option<String>,
     replaces: Vec<String>,
     shadow: bool,
+    /// The node's `metadata`, returned for a request that passed the rule.
+    metadata: Option<Arc<Metadata>>,
 }
 
 /// A descriptor node of the tree, validated.
@@ -313,12 +317,7 @@ fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyEr
         "`value_to_metric: true` has no equivalent: it names envoy/ratelimit's statistics per value; tollgate's \
          metrics are per limit (remove it)",
     )?;
-    if let Some(metadata) = raw.metadata {
-        return Err(err(
-            metadata.referenced.into(),
-            "`metadata` has no equivalent: tollgate does not return a rule's metadata in its responses".into(),
-        ));
-    }
+    let metadata = raw.metadata.map(|m| crate::file::metadata(m, file)).transpose()?;
     let share_threshold = match raw.share_threshold {
         Some(s) if s.value && !matches!(value, Value::Wildcard(_)) => {
             return Err(err(
@@ -331,7 +330,7 @@ fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyEr
     };
     let shadow = raw.shadow_mode.is_some_and(|s| s.value);
     let rule = match raw.rate_limit {
-        Some(rate_limit) => Some(rule(rate_limit, shadow, file)?),
+        Some(rate_limit) => Some(rule(rate_limit, shadow, metadata, file)?),
         None => None,
     };
     let children = nodes(raw.descriptors.unwrap_or_default(), file)?;
@@ -339,7 +338,12 @@ fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyEr
 }
 
 /// A `rate_limit` block.
-fn rule(rate_limit: Spanned<RawRateLimit>, shadow: bool, file: &str) -> Result<Rule, PolicyError> {
+fn rule(
+    rate_limit: Spanned<RawRateLimit>,
+    shadow: bool,
+    metadata: Option<Arc<Metadata>>,
+    file: &str,
+) -> Result<Rule, PolicyError> {
     let at = Position::from(rate_limit.referenced);
     let raw = rate_limit.value;
     let err = |at: Position, message: String| PolicyError::new(file, at, message);
@@ -362,7 +366,7 @@ fn rule(rate_limit: Spanned<RawRateLimit>, shadow: bool, file: &str) -> Result<R
                 "`unit` with `unlimited: true`: an unlimited rule has no unit (envoy/ratelimit refuses it too)".into(),
             ));
         }
-        return Ok(Rule { max_value: u64::MAX, unit: None, name, replaces, shadow });
+        return Ok(Rule { max_value: u64::MAX, unit: None, name, replaces, shadow, metadata });
     }
     let unit = raw.unit.ok_or_else(|| err(at, "this rate_limit has no `unit` (required)".into()))?;
     let unit_at = Position::from(unit.referenced);
@@ -395,7 +399,7 @@ fn rule(rate_limit: Spanned<RawRateLimit>, shadow: bool, file: &str) -> Result<R
             ));
         }
     };
-    Ok(Rule { max_value, unit: Some(unit), name, replaces, shadow })
+    Ok(Rule { max_value, unit: Some(unit), name, replaces, shadow, metadata })
 }
 
 /// Emits a limit for each rule of `nodes` and under them, depth first, in file order; `nodes`
@@ -481,6 +485,7 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
         calendar,
         descriptor_keys: Some(path.iter().map(|(n, _)| n.key.clone()).collect()),
         replaces: rule.replaces.clone(),
+        metadata: rule.metadata.clone(),
         source_name: Arc::clone(file),
         position: node.at,
         id: LimitId(0),

@@ -7,7 +7,7 @@ use serde_saphyr::Spanned;
 
 use crate::error::{PolicyError, Position};
 use crate::expr::{Condition, Variable};
-use crate::limit::{AlgorithmKind, Enforcement, Limit, LimitId};
+use crate::limit::{AlgorithmKind, Enforcement, Limit, LimitId, Metadata};
 
 /// One entry as written. Required fields are `Option` so that a missing one is reported by us,
 /// at the entry's position, rather than by serde without one.
@@ -45,6 +45,8 @@ struct RawLimit {
     /// Ours: applies and counts nothing, in place of `max_value` and `seconds` (envoy/ratelimit's
     /// `unlimited: true`).
     unlimited: Option<Spanned<bool>>,
+    /// Ours: returned to Envoy for the rules a request passed (envoy/ratelimit's rule `metadata`).
+    metadata: Option<Spanned<serde_json::Value>>,
 }
 
 /// `window: {calendar: second | minute | hour | day | week | month | epoch_week | epoch_month | epoch_year,
@@ -197,6 +199,7 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
         calendar,
         descriptor_keys,
         replaces,
+        metadata: raw.metadata.map(|m| metadata(m, source_name)).transpose()?,
         source_name: Arc::clone(source),
         position: at,
         id: LimitId(0),
@@ -216,6 +219,18 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
     }
     limit.id = limit.compute_id();
     Ok(limit)
+}
+
+/// `metadata:`, which must be a mapping (a `google.protobuf.Struct` when it is returned).
+pub(crate) fn metadata(value: Spanned<serde_json::Value>, source_name: &str) -> Result<Arc<Metadata>, PolicyError> {
+    match value.value {
+        serde_json::Value::Object(map) => Ok(Arc::new(map)),
+        other => Err(PolicyError::new(
+            source_name,
+            value.referenced.into(),
+            format!("`metadata` must be a mapping (names to values), got {other}"),
+        )),
+    }
 }
 
 /// `descriptor_keys: [k1, k2]`: at least one key, none empty, none twice (a limit reads an entry

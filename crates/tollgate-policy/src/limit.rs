@@ -60,6 +60,10 @@ impl Enforcement {
     }
 }
 
+/// A limit's [`metadata`](Limit::metadata): a mapping from names to any YAML values, as JSON
+/// values (what `google.protobuf.Struct` carries).
+pub type Metadata = serde_json::Map<String, serde_json::Value>;
+
 /// A limit from the limits file, validated.
 #[derive(Clone, Debug)]
 pub struct Limit {
@@ -78,6 +82,7 @@ pub struct Limit {
     pub(crate) calendar: Option<tollgate::Calendar>,
     pub(crate) descriptor_keys: Option<Vec<String>>,
     pub(crate) replaces: Vec<String>,
+    pub(crate) metadata: Option<Arc<Metadata>>,
     pub(crate) source_name: Arc<str>,
     pub(crate) position: Position,
     pub(crate) id: LimitId,
@@ -174,6 +179,23 @@ impl Limit {
     /// applies to a request, limits of the namespace with one of these names do not.
     pub fn replaces(&self) -> &[String] {
         &self.replaces
+    }
+    /// What the file says about the limit for whoever reads the answers (`metadata`, a mapping:
+    /// envoy/ratelimit's rule `metadata`), if anything. The limit's counting ignores it; the RLS
+    /// server returns it in `dynamic_metadata` for the rules a request passed, with
+    /// `--response-dynamic-metadata`.
+    ///
+    /// ```
+    /// use tollgate_policy::Policy;
+    ///
+    /// let yaml = "- {namespace: a, max_value: 1, seconds: 60, metadata: {service: {name: billing}}}";
+    /// let policy = Policy::parse(yaml, "limits.yaml")?;
+    /// let metadata = policy.limits()[0].metadata().expect("it has some");
+    /// assert_eq!(metadata["service"]["name"], "billing");
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    pub fn metadata(&self) -> Option<&Metadata> {
+        self.metadata.as_deref()
     }
     /// The file (or other source name) the limit was read from.
     pub fn source_name(&self) -> &str {

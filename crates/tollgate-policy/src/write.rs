@@ -94,6 +94,10 @@ fn write_limit(out: &mut String, limit: &Limit) {
     if let Some(at_max) = limit.at_max_counters() {
         let _ = writeln!(out, "  at_max_counters: {}", at_max.name());
     }
+    if let Some(metadata) = limit.metadata() {
+        // JSON is YAML's flow style: it reads back as the same mapping.
+        let _ = writeln!(out, "  metadata: {}", serde_json::Value::Object(metadata.clone()));
+    }
 }
 
 fn list<'a>(items: impl Iterator<Item = &'a str>) -> String {

@@ -298,7 +298,7 @@ fn what_has_no_equivalent_is_an_error_at_its_place() {
         (rule("    quota_mode: true\n"), "config/x.yaml:4:17: `quota_mode: true` has no equivalent"),
         (rule("    detailed_metric: true\n"), "config/x.yaml:4:22: `detailed_metric: true` has no equivalent"),
         (rule("    value_to_metric: true\n"), "config/x.yaml:4:22: `value_to_metric: true` has no equivalent"),
-        (rule("    metadata: {team: a}\n"), "config/x.yaml:4:15: `metadata` has no equivalent"),
+        (rule("    metadata: [team, a]\n"), "config/x.yaml:4:15: `metadata` must be a mapping (names to values), got [\"team\",\"a\"]"),
         (rule("    share_threshold: true\n"), "config/x.yaml:4:22: `share_threshold: true` needs a wildcard value"),
         (rule("    colour: red\n"), "config/x.yaml:4:5: unknown field `colour`"),
         (rule("    rate_limit: {unit: second, requests_per_unit: 1, per: x}\n"), "config/x.yaml:4:54: unknown field `per`"),
@@ -323,6 +323,30 @@ fn what_has_no_equivalent_is_an_error_at_its_place() {
         .map(|(yaml, expected, got)| format!("{yaml}  got: {got}\n want: {expected}..."))
         .collect();
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+/// A node's `metadata` is its rule's, whatever YAML it holds (envoy/ratelimit's
+/// `test/config/metadata.yaml`), and `tollgate convert` keeps it.
+#[test]
+fn a_rules_metadata_is_read_as_written_and_converts() {
+    let yaml = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    metadata: {unused: true}\n    descriptors:\n      - key: subkey1\n        rate_limit: {unit: second, requests_per_unit: 5}\n        metadata:\n          name: service_1\n      - key: subkey1\n        value: subvalue1\n        rate_limit: {unit: second, requests_per_unit: 10}\n  - key: key2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n    metadata:\n      service_with_quota: {name: service_2, weights: [1, 2.5], on: yes, off: ~}\n";
+    let policy = Policy::parse_envoy(&[SourceText::new("config/metadata.yaml", yaml)]).unwrap();
+    let metadata: Vec<Option<String>> = policy
+        .limits()
+        .iter()
+        .map(|l| l.metadata().map(|m| serde_json::Value::Object(m.clone()).to_string()))
+        .collect();
+    assert_eq!(
+        metadata,
+        [
+            Some(r#"{"name":"service_1"}"#.to_string()),
+            None,
+            Some(r#"{"service_with_quota":{"name":"service_2","off":null,"on":true,"weights":[1,2.5]}}"#.to_string()),
+        ]
+    );
+    let back = Policy::parse(&policy.to_yaml(), "converted.yaml").unwrap();
+    let again: Vec<_> = back.limits().iter().map(|l| l.metadata().cloned()).collect();
+    assert_eq!(again, policy.limits().iter().map(|l| l.metadata().cloned()).collect::<Vec<_>>());
 }
 
 #[test]
@@ -382,6 +406,7 @@ fn written_in_limitadors_format_the_limits_read_back_the_same() {
         );
         assert_eq!((a.file_id(), a.enforcement(), a.replaces()), (b.file_id(), b.enforcement(), b.replaces()));
         assert_eq!((a.descriptor_keys(), a.calendar()), (b.descriptor_keys(), b.calendar()));
+        assert_eq!(a.metadata(), b.metadata());
         let sources = |l: &tollgate_policy::Limit| {
             let c: Vec<String> = l.conditions().iter().map(|c| c.source().to_string()).collect();
             let v: Vec<String> = l.variables().iter().map(|v| v.source().to_string()).collect();

@@ -21,7 +21,7 @@ fn structure() {
     assert_eq!(
         error(&format!("{OK}  colour: red\n")),
         "limits.yaml:4:3: unknown field `colour`, expected one of namespace, max_value, seconds, name, id, conditions, \
-         variables, algorithm, max_counters, at_max_counters, shadow, mode, window, descriptor_keys, replaces, unlimited"
+         variables, algorithm, max_counters, at_max_counters, shadow, mode, window, descriptor_keys, replaces, unlimited, metadata"
     );
     assert_eq!(error("namespace: a\n"), "limits.yaml:1:1: expected a list of limits (`- namespace: ...`)");
     assert!(error("- namespace: a\n  max_value: 3\n  seconds: [1\n").starts_with("limits.yaml:3:"));

@@ -8,10 +8,12 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::google::protobuf::UInt64Value;
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+use envoy_types::pb::google::protobuf::{UInt64Value, Value, value::Kind};
 use support::{Server, descriptor, server_at, should_rate_limit, temp_dir};
 use tollgate_policy::{Format, Policy};
 use tollgate_server::serve::{HeaderDraft, ServeConfig, Storage};
@@ -293,5 +295,71 @@ async fn rate_limit_headers_describe_limits_not_unlimited_rules() {
     let header = |name: &str| reply.response_headers_to_add.iter().find(|h| h.key == name).map(|h| h.value.clone());
     assert_eq!(header("x-ratelimit-limit").unwrap(), "10, 10;w=1;name=\"per_address\"");
     assert_eq!(header("x-ratelimit-remaining").unwrap(), "9");
+    server.running.shutdown().await;
+}
+
+/// A protobuf value as JSON, to compare whole structs in one assertion.
+fn json(value: &Value) -> serde_json::Value {
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
+        Some(Kind::BoolValue(b)) => (*b).into(),
+        Some(Kind::NumberValue(n)) => (*n).into(),
+        Some(Kind::StringValue(s)) => s.clone().into(),
+        Some(Kind::ListValue(list)) => list.values.iter().map(json).collect(),
+        Some(Kind::StructValue(s)) => s.fields.iter().map(|(k, v)| (k.clone(), json(v))).collect(),
+    }
+}
+
+fn dynamic_metadata(reply: &RateLimitResponse) -> serde_json::Value {
+    let metadata = reply.dynamic_metadata.clone().expect("the reply has dynamic_metadata");
+    json(&Value { kind: Some(Kind::StructValue(metadata)) })
+}
+
+/// envoy/ratelimit's `RESPONSE_DYNAMIC_METADATA` (`src/service/ratelimit.go`,
+/// `ratelimitToMetadata`; its `test/service/ratelimit_test.go`, `TestMetadataReturned...`).
+#[tokio::test]
+async fn dynamic_metadata_describes_the_request_and_the_rules_it_passed() {
+    let redis = RedisServer::start();
+    for storage in storages(&redis) {
+        let server = serve("config", &storage, |c| c.response_dynamic_metadata = true).await;
+        let mut rls = server.rls().await;
+        let both = || vec![descriptor(&[("service", "service_1")]), descriptor(&[("service", "service_2")])];
+        let first = should_rate_limit(&mut rls, "services", both(), 0).await;
+        assert_eq!(first.overall_code, code(Code::Ok));
+        let described = serde_json::json!({
+            "domain": "services",
+            "descriptors": [{"entries": ["service=service_1"]}, {"entries": ["service=service_2"]}],
+            // Both passed: their metadata merged, in descriptor order.
+            "metadata": {"name": "service_1", "service_with_quota": {"name": "service_2"}, "weight": 2.0},
+        });
+        assert_eq!(dynamic_metadata(&first), described, "{storage:?}");
+
+        // service_1 is out of quota: only service_2's metadata, and the request's hits_addend.
+        let second = should_rate_limit(&mut rls, "services", both(), 1).await;
+        assert_eq!(second.overall_code, code(Code::OverLimit));
+        let mut expected = described.clone();
+        expected["metadata"] = serde_json::json!({"service_with_quota": {"name": "service_2"}, "weight": 2.0});
+        expected["hitsAddend"] = 1.0.into();
+        assert_eq!(dynamic_metadata(&second), expected, "{storage:?}");
+
+        // A descriptor's own hits_addend and limit are described as sent.
+        let mut own = descriptor(&[("service", "service_2")]);
+        own.hits_addend = Some(UInt64Value { value: 0 });
+        own.limit = Some(RateLimitOverride { requests_per_unit: 5, unit: RateLimitUnit::Hour as i32 });
+        let third = should_rate_limit(&mut rls, "services", vec![own], 0).await;
+        let descriptors = &dynamic_metadata(&third)["descriptors"];
+        let sent = serde_json::json!([{
+            "entries": ["service=service_2"],
+            "hitsAddend": 0.0,
+            "limit": "requests_per_unit:5 unit:HOUR",
+        }]);
+        assert_eq!(descriptors, &sent);
+        server.running.shutdown().await;
+    }
+    // Off by default: no description, as envoy/ratelimit's default.
+    let server = serve("config", &Storage::Memory, |_| {}).await;
+    let mut rls = server.rls().await;
+    let reply = should_rate_limit(&mut rls, "services", vec![descriptor(&[("service", "service_1")])], 1).await;
+    assert_eq!(reply.dynamic_metadata, None);
     server.running.shutdown().await;
 }

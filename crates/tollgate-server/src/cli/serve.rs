@@ -133,6 +133,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_enum, value_name = "DRAFT")]
     rate_limit_headers: Option<DraftArg>,
 
+    /// Describe each RLS request in the reply's `dynamic_metadata` (its domain, descriptors and
+    /// hits_addend) with the `metadata` of the rules it passed, as envoy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA=true`. Off by default (the names of exceeded quotas are sent
+    /// either way).
+    #[arg(long)]
+    response_dynamic_metadata: bool,
+
     /// Threads answering requests [default: the cores this process may run on]. With 1, one
     /// thread does everything (no work stealing between threads): the least CPU per decision
     /// when the server has a single core, as a 1-CPU container does.
@@ -292,6 +299,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             max_descriptors: args.max_descriptors.get(),
         },
         rate_limit_headers: args.rate_limit_headers.map(HeaderDraft::from),
+        response_dynamic_metadata: args.response_dynamic_metadata,
         http_read_timeout: Some(args.http_read_timeout).filter(|t| !t.is_zero()),
         grpc_read_timeout: Some(args.grpc_read_timeout).filter(|t| !t.is_zero()),
         storage: match args.storage {

@@ -47,6 +47,10 @@ pub struct ServeConfig {
     pub bounds: RequestBounds,
     /// RateLimit headers in RLS replies (`--rate-limit-headers`); none by default.
     pub rate_limit_headers: Option<HeaderDraft>,
+    /// Describe the request and the `metadata` of the rules it passed in RLS replies'
+    /// `dynamic_metadata` (`--response-dynamic-metadata`, envoy/ratelimit's
+    /// `RESPONSE_DYNAMIC_METADATA`); off by default.
+    pub response_dynamic_metadata: bool,
     /// Links each decision span to the caller's trace from the request's headers (see
     /// [`super::trace`]; `tollgate serve --otlp-endpoint` sets one); none by default.
     pub trace_parent: Option<Arc<dyn TraceParent>>,
@@ -74,7 +78,7 @@ impl ServeConfig {
     /// `tollgate serve --limits FILE` with every other flag at its default: Limitador's format,
     /// RLS on 127.0.0.1:8081, HTTP on 127.0.0.1:8080, accuracy mode, no shadow, the file watched,
     /// counters in memory (10 million per limit at most, new ones rejected past that), no RateLimit
-    /// headers in RLS replies, no trace parent, HTTP connections given 30 s per request, gRPC
+    /// headers nor request description in RLS replies, no trace parent, HTTP connections given 30 s per request, gRPC
     /// connections 30 s to open. Change
     /// fields to taste.
     ///
@@ -99,6 +103,7 @@ impl ServeConfig {
             counters: CounterCap::default(),
             bounds: RequestBounds::default(),
             rate_limit_headers: None,
+            response_dynamic_metadata: false,
             trace_parent: None,
             http_read_timeout: Some(DEFAULT_HTTP_READ_TIMEOUT),
             grpc_read_timeout: Some(DEFAULT_GRPC_READ_TIMEOUT),
@@ -297,6 +302,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let rls = Arc::new(
         Rls::new(engine.clone(), metrics.clone())
             .with_headers(config.rate_limit_headers)
+            .with_dynamic_metadata(config.response_dynamic_metadata)
             .with_trace_parent(config.trace_parent.clone()),
     );
     // The rate-limit calls are answered by `Unary`; tonic's routes serve health.

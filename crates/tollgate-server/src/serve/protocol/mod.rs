@@ -5,5 +5,6 @@
 
 pub mod headers;
 pub mod http;
+pub(crate) mod metadata;
 pub(crate) mod methods;
 pub mod rls;

@@ -16,7 +16,8 @@
 //! the overall code is `OK`; the names of the exceeded quotas are in `dynamic_metadata`
 //! (`quota_exceeded`, a list) and in the `x-tollgate-quota-exceeded` response header. With
 //! `--rate-limit-headers`, `response_headers_to_add` carries the same RateLimit headers as the
-//! HTTP API.
+//! HTTP API. With `--response-dynamic-metadata`, `dynamic_metadata` also describes the request
+//! and the `metadata` of the rules it passed, as envoy/ratelimit's `RESPONSE_DYNAMIC_METADATA`.
 //!
 //! Not honoured: a descriptor's `limit` override (the limits file decides) — and a negative
 //! `hits_addend` (`is_negative_hits`) is refused as `INVALID_ARGUMENT`, not counted wrongly. So is
@@ -31,7 +32,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, ListValue, Struct, Value, value::Kind};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use http::HeaderMap;
 use tollgate::{CalendarUnit, Clock, SystemClock};
 use tollgate_policy::{Descriptor, Enforcement, Limit};
@@ -39,6 +40,7 @@ use tonic::Status as GrpcStatus;
 use tracing::Instrument;
 
 use super::headers::{HeaderDraft, response_headers};
+use super::metadata::{RequestMetadata, quota_exceeded};
 use crate::serve::engine::Engine;
 use crate::serve::model::{Action, CallError, Outcome, Status};
 use crate::serve::ops::metrics::Metrics;
@@ -49,19 +51,28 @@ pub struct Rls<C: Clock = SystemClock> {
     engine: Arc<Engine<C>>,
     metrics: Arc<Metrics>,
     headers: Option<HeaderDraft>,
+    dynamic_metadata: bool,
     trace_parent: Option<Arc<dyn TraceParent>>,
 }
 
 impl<C: Clock + Clone> Rls<C> {
     /// A service deciding with `engine` and recording into `metrics`, without RateLimit headers.
     pub fn new(engine: Arc<Engine<C>>, metrics: Arc<Metrics>) -> Rls<C> {
-        Rls { engine, metrics, headers: None, trace_parent: None }
+        Rls { engine, metrics, headers: None, dynamic_metadata: false, trace_parent: None }
     }
 
     /// Adds the draft's RateLimit headers to every reply (`--rate-limit-headers`).
     #[must_use]
     pub fn with_headers(self, headers: Option<HeaderDraft>) -> Rls<C> {
         Rls { headers, ..self }
+    }
+
+    /// Describes the request and the rules it passed in every reply's `dynamic_metadata`, as
+    /// envoy/ratelimit's `RESPONSE_DYNAMIC_METADATA` (`--response-dynamic-metadata`; see
+    /// `serve::protocol::metadata`).
+    #[must_use]
+    pub fn with_dynamic_metadata(self, dynamic_metadata: bool) -> Rls<C> {
+        Rls { dynamic_metadata, ..self }
     }
 
     /// Sets each decision span's parent from the call's metadata (see [`crate::serve::trace`]).
@@ -120,6 +131,9 @@ impl<C: Clock + Clone> Rls<C> {
             decision.invalid();
             return Err(GrpcStatus::invalid_argument("domain (the namespace) must not be empty"));
         }
+        let described = self
+            .dynamic_metadata
+            .then(|| RequestMetadata::new(&request.domain, &request.descriptors, request.hits_addend));
         let descriptors = descriptors(request.descriptors).inspect_err(|_| decision.invalid())?;
         let outcome = match self.engine.call(&request.domain, &descriptors, delta, action).await {
             Ok(outcome) => outcome,
@@ -146,12 +160,8 @@ impl<C: Clock + Clone> Rls<C> {
             .into_iter()
             .map(|(key, value)| HeaderValue { key: key.to_string(), value, raw_value: Vec::new() })
             .collect();
-        let quotas = outcome.quotas_exceeded();
-        if !quotas.is_empty() {
-            let list = quotas.into_iter().map(|q| Value { kind: Some(Kind::StringValue(q)) }).collect();
-            let value = Value { kind: Some(Kind::ListValue(ListValue { values: list })) };
-            reply.dynamic_metadata = Some(Struct { fields: [("quota_exceeded".to_string(), value)].into() });
-        }
+        reply.dynamic_metadata = described.map(|d| d.finish(&outcome, &reply));
+        quota_exceeded(&outcome, &mut reply.dynamic_metadata);
         Ok(reply)
     }
 }
@@ -266,6 +276,7 @@ impl<C: Clock> std::fmt::Debug for Rls<C> {
         f.debug_struct("Rls")
             .field("engine", &self.engine)
             .field("headers", &self.headers)
+            .field("dynamic_metadata", &self.dynamic_metadata)
             .field("trace_parent", &self.trace_parent)
             .finish_non_exhaustive()
     }
