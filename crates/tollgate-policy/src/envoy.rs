@@ -24,13 +24,15 @@
 //!   rule or not (`unlimited: true`, no `rate_limit`);
 //! - a variable per level without a value (or with a wildcard not `share_threshold`);
 //! - `name` = the rule's `name`, `id` = envoy/ratelimit's key of the rule
-//!   (`domain.key_value.key`), `shadow: true` for `shadow_mode`, `replaces` as written;
+//!   (`domain.key_value.key`), `shadow: true` for `shadow_mode`, `mode: pooled` for
+//!   `quota_mode` ([`Enforcement::Pooled`]; a rule with both is a shadow one), `replaces` as
+//!   written;
 //! - an `unlimited: true` rule is a limit too, [`Limit::unlimited`]: it applies (so what it
 //!   replaces does not) and counts nothing;
 //! - the node's `metadata` is the limit's [`Limit::metadata`] (on a node without a rule it is
 //!   read and unused, as envoy/ratelimit does).
 //!
-//! What has no equivalent is an error at its place: `quota_mode`, `detailed_metric` and
+//! What has no equivalent is an error at its place: `detailed_metric` and
 //! `value_to_metric` (statistics names), a key twice
 //! on one path, and a domain in two files unless merged
 //! ([`Policy::parse_envoy_merging_domains`], envoy/ratelimit's `MERGE_DOMAIN_CONFIG`).
@@ -110,7 +112,8 @@ struct Rule {
     unit: Option<CalendarUnit>,
     name: Option<String>,
     replaces: Vec<String>,
-    shadow: bool,
+    /// `shadow_mode` (shadow), `quota_mode` (pooled), else enforce.
+    enforcement: Enforcement,
     /// The node's `metadata`, returned for a request that passed the rule.
     metadata: Option<Arc<Metadata>>,
 }
@@ -303,11 +306,6 @@ fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyEr
         _ => Ok(()),
     };
     no_equivalent(
-        raw.quota_mode,
-        "`quota_mode: true` has no equivalent: envoy/ratelimit denies when every quota descriptor of a request is \
-         over its limit, and tollgate's `mode: quota` never denies",
-    )?;
-    no_equivalent(
         raw.detailed_metric,
         "`detailed_metric: true` has no equivalent: it names envoy/ratelimit's statistics per value; tollgate's \
          metrics are per limit (remove it)",
@@ -328,9 +326,15 @@ fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyEr
         Some(s) => s.value,
         None => false,
     };
-    let shadow = raw.shadow_mode.is_some_and(|s| s.value);
+    // A shadow rule never reports over, so in quota mode too it only counts (envoy/ratelimit
+    // turns its status OK before it counts quota descriptors).
+    let enforcement = match (raw.shadow_mode.is_some_and(|s| s.value), raw.quota_mode.is_some_and(|q| q.value)) {
+        (true, _) => Enforcement::Shadow,
+        (false, true) => Enforcement::Pooled,
+        (false, false) => Enforcement::Enforce,
+    };
     let rule = match raw.rate_limit {
-        Some(rate_limit) => Some(rule(rate_limit, shadow, metadata, file)?),
+        Some(rate_limit) => Some(rule(rate_limit, enforcement, metadata, file)?),
         None => None,
     };
     let children = nodes(raw.descriptors.unwrap_or_default(), file)?;
@@ -340,7 +344,7 @@ fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyEr
 /// A `rate_limit` block.
 fn rule(
     rate_limit: Spanned<RawRateLimit>,
-    shadow: bool,
+    enforcement: Enforcement,
     metadata: Option<Arc<Metadata>>,
     file: &str,
 ) -> Result<Rule, PolicyError> {
@@ -366,7 +370,7 @@ fn rule(
                 "`unit` with `unlimited: true`: an unlimited rule has no unit (envoy/ratelimit refuses it too)".into(),
             ));
         }
-        return Ok(Rule { max_value: u64::MAX, unit: None, name, replaces, shadow, metadata });
+        return Ok(Rule { max_value: u64::MAX, unit: None, name, replaces, enforcement, metadata });
     }
     let unit = raw.unit.ok_or_else(|| err(at, "this rate_limit has no `unit` (required)".into()))?;
     let unit_at = Position::from(unit.referenced);
@@ -399,7 +403,7 @@ fn rule(
             ));
         }
     };
-    Ok(Rule { max_value, unit: Some(unit), name, replaces, shadow, metadata })
+    Ok(Rule { max_value, unit: Some(unit), name, replaces, enforcement, metadata })
 }
 
 /// Emits a limit for each rule of `nodes` and under them, depth first, in file order; `nodes`
@@ -480,7 +484,7 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
         algorithm: AlgorithmKind::FixedWindow,
         max_counters: None,
         at_max_counters: None,
-        enforcement: if rule.shadow { Enforcement::Shadow } else { Enforcement::Enforce },
+        enforcement: rule.enforcement,
         unlimited: rule.unit.is_none(),
         calendar,
         descriptor_keys: Some(path.iter().map(|(n, _)| n.key.clone()).collect()),

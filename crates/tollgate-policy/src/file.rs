@@ -128,6 +128,13 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
             }
         }
     };
+    let enforcement = enforcement(raw.shadow, raw.mode, source_name)?;
+    if enforcement == Enforcement::Pooled && algorithm != AlgorithmKind::FixedWindow {
+        return Err(err(
+            at,
+            format!("`mode: pooled` counts in fixed windows only (it counts past its limit), not {}", algorithm.name()),
+        ));
+    }
     if calendar.is_some() && !algorithm.support().calendar {
         let known = AlgorithmKind::names_where(|s| s.calendar);
         return Err(err(at, format!("calendar windows count as {known} only, not {}", algorithm.name())));
@@ -154,7 +161,6 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
             })
         })
         .transpose()?;
-    let enforcement = enforcement(raw.shadow, raw.mode, source_name)?;
     let conditions = raw
         .conditions
         .unwrap_or_default()
@@ -294,24 +300,30 @@ fn enforcement(
         None => None,
         Some(m) => match m.value.trim() {
             "enforce" => None,
-            "quota" => Some(m),
+            "quota" => Some((m, Enforcement::Quota)),
+            "pooled" => Some((m, Enforcement::Pooled)),
             other => {
                 return Err(PolicyError::new(
                     source_name,
                     m.referenced.into(),
-                    format!("unknown mode `{other}`: expected enforce (the default) or quota"),
+                    format!("unknown mode `{other}`: expected enforce (the default), quota or pooled"),
                 ));
             }
         },
     };
     match (shadow.filter(|s| s.value), mode) {
-        (Some(s), Some(_)) => Err(PolicyError::new(
+        (Some(s), Some((_, enforcement))) => Err(PolicyError::new(
             source_name,
             s.referenced.into(),
-            "`shadow: true` and `mode: quota` together: a quota limit never denies already; choose one".to_string(),
+            match enforcement {
+                Enforcement::Quota => "`shadow: true` and `mode: quota` together: a quota limit never denies already; \
+                                       choose one"
+                    .to_string(),
+                other => format!("`shadow: true` and `mode: {}` together: choose one", other.name()),
+            },
         )),
         (Some(_), None) => Ok(Enforcement::Shadow),
-        (None, Some(_)) => Ok(Enforcement::Quota),
+        (None, Some((_, enforcement))) => Ok(enforcement),
         (None, None) => Ok(Enforcement::Enforce),
     }
 }

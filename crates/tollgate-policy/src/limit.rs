@@ -42,20 +42,27 @@ pub enum Enforcement {
     /// The request is allowed and the response marked with the quota exceeded (`mode: quota`):
     /// billing-style quotas where going over is charged or reported, not refused.
     Quota,
+    /// One of a request's alternative quotas (`mode: pooled`, envoy/ratelimit's `quota_mode`):
+    /// the request is denied only when *every* pooled limit it touches is over, and a pooled
+    /// limit counts every hit, past its limit and whether the request is allowed or not — so a
+    /// check of 0 hits sees it over once it was charged past its limit (envoy/ratelimit's
+    /// `src/service/ratelimit.go`, `shouldRateLimitWorker`). Fixed windows only.
+    Pooled,
 }
 
 impl Enforcement {
-    /// False when the limit never denies a request (shadow and quota limits).
+    /// False when the limit does not deny a request on its own (shadow, quota and pooled limits).
     pub fn denies(self) -> bool {
         self == Enforcement::Enforce
     }
 
-    /// The name used in limits files and metrics (`enforce`, `shadow`, `quota`).
+    /// The name used in limits files and metrics (`enforce`, `shadow`, `quota`, `pooled`).
     pub fn name(self) -> &'static str {
         match self {
             Enforcement::Enforce => "enforce",
             Enforcement::Shadow => "shadow",
             Enforcement::Quota => "quota",
+            Enforcement::Pooled => "pooled",
         }
     }
 }
@@ -116,7 +123,41 @@ impl Limit {
     /// True for `max_value: 0` (envoy/ratelimit's `requests_per_unit: 0`): the limit denies every
     /// request it applies to, and there is nothing to count.
     pub fn denies_all(&self) -> bool {
-        self.max_value == 0
+        // A pooled limit of 0 counts: a request is over it, a check of 0 hits not until then.
+        self.max_value == 0 && self.enforcement != Enforcement::Pooled
+    }
+    /// What the limit's counters hold: `max_value`, and one more for a [pooled](Enforcement::Pooled)
+    /// limit, whose counters count past the limit: a counter at `max_value + 1` is one that was
+    /// charged past it, and a check of 0 hits finds it over (see [`Limit::reported`]).
+    pub fn capacity(&self) -> u64 {
+        match self.enforcement {
+            Enforcement::Pooled => self.max_value.saturating_add(1),
+            _ => self.max_value,
+        }
+    }
+    /// A counter's state as the limit reports it: as its counters hold it, but for a
+    /// [pooled](Enforcement::Pooled) limit out of `max_value`, the hit past it taken off.
+    ///
+    /// ```
+    /// use tollgate::Meta;
+    /// use tollgate_policy::Policy;
+    ///
+    /// let policy = Policy::parse("- {namespace: a, max_value: 2, seconds: 60, mode: pooled}", "limits.yaml")?;
+    /// let limit = &policy.limits()[0];
+    /// assert_eq!(limit.capacity(), 3);
+    /// let counted = Meta { limit: 3, remaining: 1, reset_ns: 5, retry_ns: None };
+    /// assert_eq!(limit.reported(counted), Meta { limit: 2, remaining: 0, ..counted });
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    pub fn reported(&self, meta: tollgate::Meta) -> tollgate::Meta {
+        match self.enforcement {
+            Enforcement::Pooled => tollgate::Meta {
+                limit: meta.limit.min(self.max_value),
+                remaining: meta.remaining.saturating_sub(1),
+                ..meta
+            },
+            _ => meta,
+        }
     }
     /// The window, in seconds.
     pub fn seconds(&self) -> u64 {
@@ -213,14 +254,14 @@ impl Limit {
     pub fn window(&self) -> Duration {
         Duration::from_secs(self.seconds)
     }
-    /// The quota: `max_value` per `seconds` — as a [`Quota::window`] for a windowed algorithm,
+    /// The quota: [`capacity`](Limit::capacity) (`max_value`) per `seconds` — as a [`Quota::window`] for a windowed algorithm,
     /// so more than one hit per nanosecond is fine there. [`QuotaError::ZeroLimit`] for a limit
     /// that [denies all](Limit::denies_all).
     pub fn quota(&self) -> Result<Quota, QuotaError> {
         if self.algorithm.support().windowed {
-            Quota::window(self.window(), self.max_value)
+            Quota::window(self.window(), self.capacity())
         } else {
-            Quota::per(self.window(), self.max_value)
+            Quota::per(self.window(), self.capacity())
         }
     }
 

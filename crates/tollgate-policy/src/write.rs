@@ -84,6 +84,7 @@ fn write_limit(out: &mut String, limit: &Limit) {
         Enforcement::Enforce => {}
         Enforcement::Shadow => out.push_str("  shadow: true\n"),
         Enforcement::Quota => out.push_str("  mode: quota\n"),
+        Enforcement::Pooled => out.push_str("  mode: pooled\n"),
     }
     if !limit.replaces().is_empty() {
         let _ = writeln!(out, "  replaces: {}", list(limit.replaces().iter().map(String::as_str)));

@@ -159,6 +159,19 @@ fn example_6_shadow_mode_is_a_shadow_limit() {
     assert_eq!(shadow.variables()[0].source(), "descriptors[0]['service']", "one counter per service");
 }
 
+/// `quota_mode` is a pooled limit; with `shadow_mode` too it only counts, as envoy/ratelimit
+/// reports such a rule OK before it counts its quota descriptors.
+#[test]
+fn quota_mode_is_a_pooled_limit() {
+    let yaml = "domain: d\ndescriptors:\n  - key: service\n    value: a\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: service\n    value: b\n    quota_mode: true\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 0}\n";
+    let policy = Policy::parse_envoy(&[SourceText::new("config/quota.yaml", yaml)]).unwrap();
+    let kinds: Vec<_> = policy.limits().iter().map(|l| (l.enforcement(), l.capacity(), l.denies_all())).collect();
+    assert_eq!(kinds, [(Enforcement::Pooled, 2, false), (Enforcement::Shadow, 0, true)]);
+    let back = Policy::parse(&policy.to_yaml(), "converted.yaml").unwrap();
+    assert_eq!(back.limits()[0].enforcement(), Enforcement::Pooled);
+    assert_eq!(back.limits()[0].id(), policy.limits()[0].id());
+}
+
 #[test]
 fn example_7_replaces_takes_the_named_rule_out_when_both_apply() {
     let policy = config();
@@ -295,7 +308,6 @@ fn what_has_no_equivalent_is_an_error_at_its_place() {
         (rule("    rate_limit: {unit: second, requests_per_unit: 4294967296}\n"), "config/x.yaml:4:51: requests_per_unit must be from 0 to 4294967295 (a uint32), got 4294967296"),
         (rule("    rate_limit: {unlimited: true, unit: second}\n"), "config/x.yaml:4:41: `unit` with `unlimited: true`"),
         (rule("    rate_limit: {name: a, unit: second, requests_per_unit: 1, replaces: [{name: a}]}\n"), "config/x.yaml:4:74: the rule `a` replaces itself"),
-        (rule("    quota_mode: true\n"), "config/x.yaml:4:17: `quota_mode: true` has no equivalent"),
         (rule("    detailed_metric: true\n"), "config/x.yaml:4:22: `detailed_metric: true` has no equivalent"),
         (rule("    value_to_metric: true\n"), "config/x.yaml:4:22: `value_to_metric: true` has no equivalent"),
         (rule("    metadata: [team, a]\n"), "config/x.yaml:4:15: `metadata` must be a mapping (names to values), got [\"team\",\"a\"]"),

@@ -179,8 +179,19 @@ fn max_counters_and_what_happens_there_are_checked() {
 fn shadow_and_mode() {
     assert_eq!(
         error(&format!("{OK}  mode: audit\n")),
-        "limits.yaml:4:9: unknown mode `audit`: expected enforce (the default) or quota"
+        "limits.yaml:4:9: unknown mode `audit`: expected enforce (the default), quota or pooled"
     );
+    assert_eq!(
+        error(&format!("{OK}  mode: pooled\n  shadow: true\n")),
+        "limits.yaml:5:11: `shadow: true` and `mode: pooled` together: choose one"
+    );
+    assert_eq!(
+        error(&format!("{OK}  mode: pooled\n  algorithm: token_bucket\n")),
+        "limits.yaml:1:3: `mode: pooled` counts in fixed windows only (it counts past its limit), not token_bucket"
+    );
+    let pooled = Policy::parse(&format!("{OK}  mode: pooled\n"), "limits.yaml").unwrap();
+    assert_eq!(pooled.limits()[0].enforcement(), tollgate_policy::Enforcement::Pooled);
+    assert!(pooled.to_yaml().contains("  mode: pooled\n"), "{}", pooled.to_yaml());
     assert_eq!(
         error(&format!("{OK}  mode: quota\n  shadow: true\n")),
         "limits.yaml:5:11: `shadow: true` and `mode: quota` together: a quota limit never denies already; choose one"

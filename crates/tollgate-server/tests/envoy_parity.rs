@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::{UInt64Value, Value, value::Kind};
 use support::{Server, descriptor, server_at, should_rate_limit, temp_dir};
 use tollgate_policy::{Format, Policy};
-use tollgate_server::serve::{HeaderDraft, ServeConfig, Storage};
+use tollgate_server::serve::{HeaderDraft, ServeConfig, Storage, StorageKind};
 use tollgate_testkit::RedisServer;
 
 const DAY: u64 = 86_400;
@@ -362,4 +362,83 @@ async fn dynamic_metadata_describes_the_request_and_the_rules_it_passed() {
     let reply = should_rate_limit(&mut rls, "services", vec![descriptor(&[("service", "service_1")])], 1).await;
     assert_eq!(reply.dynamic_metadata, None);
     server.running.shutdown().await;
+}
+
+/// `quota_mode`, as envoy/ratelimit's `integration-test/scripts/multiservice-tokenquota.sh` uses
+/// it: check both services with 0 hits, route to the first whose status is OK, charge it 1 on
+/// the response path. Overall OVER_LIMIT only when every quota descriptor is over
+/// (`src/service/ratelimit.go`, `shouldRateLimitWorker`); a quota counts past its limit.
+#[tokio::test]
+async fn quota_mode_refuses_only_when_every_quota_is_over_and_counts_past_the_limit() {
+    let redis = RedisServer::start();
+    for storage in storages(&redis) {
+        let server = serve("config", &storage, |_| {}).await;
+        let mut rls = server.rls().await;
+        let check = || {
+            let mut services = vec![descriptor(&[("service", "service_1")]), descriptor(&[("service", "service_2")])];
+            for d in &mut services {
+                d.hits_addend = Some(UInt64Value { value: 0 });
+            }
+            services
+        };
+        let mut served = Vec::new();
+        for request in 1..=6 {
+            let reply = should_rate_limit(&mut rls, "token-quota", check(), 0).await;
+            if reply.overall_code != code(Code::Ok) {
+                assert!(reply.statuses.iter().all(|s| s.code == code(Code::OverLimit)), "{storage:?}: {reply:?}");
+                served.push(None);
+                continue;
+            }
+            let service = if reply.statuses[0].code == code(Code::Ok) { "service_1" } else { "service_2" };
+            served.push(Some(service));
+            should_rate_limit(&mut rls, "token-quota", vec![descriptor(&[("service", service)])], 1).await;
+            assert!(request < 6, "{storage:?}: request {request} served by {service}");
+        }
+        // Each quota serves one more than its limit: the charge that takes it over is the
+        // response of a request already served (as the script says: 2 for service_1, 3 for 2).
+        let one = Some("service_1");
+        let two = Some("service_2");
+        assert_eq!(served, [one, one, two, two, two, None], "{storage:?}");
+
+        // Over: the status says so, with the rule and 0 remaining.
+        let over = should_rate_limit(&mut rls, "token-quota", check(), 0).await;
+        assert_eq!(summary(&over.statuses[0]), (code(Code::OverLimit), Some((1, Unit::Minute as i32)), 0));
+        assert_eq!(over.statuses[0].current_limit.as_ref().unwrap().name, "service_1_quota");
+
+        // An ordinary rule is all-or-nothing and refuses on its own; a request its quotas refuse
+        // takes nothing from it, while the quota counts the hit.
+        let with_tenant = |service: &str| vec![descriptor(&[("service", service)]), descriptor(&[("tenant", "t1")])];
+        let refused = should_rate_limit(&mut rls, "token-quota", with_tenant("service_2"), 1).await;
+        assert_eq!(refused.overall_code, code(Code::OverLimit), "{storage:?}");
+        server.clock.advance(Duration::from_secs(60));
+        for _ in 0..4 {
+            let fine = should_rate_limit(&mut rls, "token-quota", vec![descriptor(&[("tenant", "t1")])], 1).await;
+            assert_eq!(fine.overall_code, code(Code::Ok), "a new minute: the tenant's 4");
+        }
+        let tenant_over = should_rate_limit(&mut rls, "token-quota", with_tenant("service_2"), 1).await;
+        assert_eq!(tenant_over.overall_code, code(Code::OverLimit), "{storage:?}: the tenant is over");
+        assert_eq!(tenant_over.statuses[0].code, code(Code::Ok), "service_2 had room");
+        // Its quota was charged all the same (envoy/ratelimit counts every quota hit).
+        let left = should_rate_limit(&mut rls, "token-quota", check(), 0).await;
+        assert_eq!(left.statuses[1].limit_remaining, 1, "{storage:?}: {left:?}");
+        server.running.shutdown().await;
+    }
+}
+
+/// redis-cached and redis-leased decide on local copies, which cannot tell whether every pooled
+/// limit of a request is over: they refuse `mode: pooled` at load, naming the limit (and every
+/// envoy/ratelimit rule, a calendar window, already).
+#[test]
+fn the_storages_with_local_copies_refuse_pooled_limits() {
+    let policy =
+        Policy::parse("- {namespace: api, name: quota, max_value: 1, seconds: 60, mode: pooled}", "l.yaml").unwrap();
+    for storage in [StorageKind::RedisCached, StorageKind::RedisLeased] {
+        let error = storage.accepts(&policy).unwrap_err().to_string();
+        let expected = format!(
+            "line 1: `mode: pooled` (envoy/ratelimit's quota_mode) is not available with --storage {storage} (use \
+             memory or redis): limit `quota` of namespace `api`"
+        );
+        assert_eq!(error, expected);
+    }
+    assert!(StorageKind::Redis.accepts(&policy).is_ok() && StorageKind::Memory.accepts(&policy).is_ok());
 }

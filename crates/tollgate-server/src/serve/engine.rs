@@ -6,7 +6,7 @@
 use std::sync::{Arc, RwLock};
 
 use tollgate::{Clock, Meta, SystemClock};
-use tollgate_policy::{Descriptor, Limit, LimitId, Policy};
+use tollgate_policy::{Descriptor, Enforcement, Limit, LimitId, Policy};
 use tollgate_redis::BackendError;
 
 use super::model::{
@@ -202,7 +202,8 @@ impl<C: Clock + Clone> Engine<C> {
     /// `delta` is the number of hits (callers map Envoy's 0 to 1), unless a descriptor sets its own
     /// ([`Descriptor::hits`]) for the counters attributed to it. A request that is limited takes
     /// nothing from any counter; a shadow or quota limit without room takes nothing and does not
-    /// limit it. An error means the request is over the engine's [`RequestBounds`], or the storage
+    /// limit it. Pooled limits (envoy/ratelimit's `quota_mode`) are charged first, past their
+    /// limit and whatever the outcome, and limit the request when every one it touches is over. An error means the request is over the engine's [`RequestBounds`], or the storage
     /// could not answer (Redis down or slow).
     pub async fn call(
         &self,
@@ -221,15 +222,62 @@ impl<C: Clock + Clone> Engine<C> {
             } else {
                 Vec::new()
             };
-            // A limit that denies all denies the call: the store checks the others, taking nothing.
-            let denied = fixed.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies());
+            let pooled = if hits.iter().any(|h| h.limit.enforcement() == Enforcement::Pooled) {
+                let pooled;
+                (pooled, hits) = hits.into_iter().partition(|h| h.limit.enforcement() == Enforcement::Pooled);
+                let call = Call {
+                    loaded: &loaded,
+                    namespace,
+                    hits: &pooled,
+                    descriptors,
+                    delta,
+                    action,
+                    charge: false,
+                    clock: &self.clock,
+                };
+                self.decide_pooled(call).await?
+            } else {
+                Vec::new()
+            };
+            // A limit that denies all denies the call, and so does every pooled limit over: the
+            // store checks the others, taking nothing.
+            let denied = fixed.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies())
+                || (!pooled.is_empty() && pooled.iter().all(|s| s.limited));
             let action = if denied && action == Action::CheckAndReport { Action::Check } else { action };
-            let call = Call { loaded: &loaded, namespace, hits: &hits, descriptors, delta, action, clock: &self.clock };
-            let mut statuses = self.store.decide(call).get().await?;
+            let call = Call {
+                loaded: &loaded,
+                namespace,
+                hits: &hits,
+                descriptors,
+                delta,
+                action,
+                charge: false,
+                clock: &self.clock,
+            };
+            let mut statuses = if hits.is_empty() { Vec::new() } else { self.store.decide(call).get().await? };
             statuses.extend(fixed);
+            statuses.extend(pooled);
             statuses
         };
         Ok(Outcome::new(loaded, statuses, self.shadow))
+    }
+
+    /// Decides a call's [pooled](Enforcement::Pooled) limits, before the others, as
+    /// envoy/ratelimit counts quota descriptors: a call that counts (a report too) charges every
+    /// hit to each (its counter counts past the limit, whatever the call's outcome), a check
+    /// takes nothing; a status is limited when its counter is, or would be, past the limit (a
+    /// report's never is).
+    async fn decide_pooled(&self, call: Call<'_, C>) -> Result<Vec<Status>, CallError> {
+        let action = call.action;
+        let charge = action != Action::Check;
+        let mut statuses = self.store.decide(Call { charge, ..call }).get().await?;
+        for status in &mut statuses {
+            // The counters hold one more than the limit (`Limit::capacity`): a counter full is
+            // one charged past the limit; a check is over when its hits would take the last.
+            let took = if charge { 0 } else { status.hits };
+            status.limited = action != Action::Report && status.meta.remaining <= took;
+        }
+        Ok(statuses)
     }
 
     /// Takes the hits on limits that count nothing out of `hits`, with their statuses: a limit

@@ -56,16 +56,29 @@ pub struct Outcome {
     pub statuses: Vec<Status>,
     /// The answer to give: false means "limited" (HTTP 429, RLS `OVER_LIMIT`).
     pub allowed: bool,
-    /// True when an enforcing limit said no; differs from `!allowed` only in shadow mode
-    /// (`--shadow`). Shadow and quota limits never set it: see [`Outcome::marked`].
+    /// True when an enforcing limit said no, or every pooled limit of the call is over; differs
+    /// from `!allowed` only in shadow mode (`--shadow`). Shadow and quota limits never set it:
+    /// see [`Outcome::marked`].
     pub would_limit: bool,
 }
 
 impl Outcome {
     /// The outcome of a call decided on `loaded` with `statuses`: limited when an enforcing
     /// limit had no room, allowed anyway in shadow mode.
-    pub(crate) fn new(loaded: Arc<Loaded>, statuses: Vec<Status>, shadow: bool) -> Outcome {
-        let would_limit = statuses.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies());
+    /// Pooled limits (envoy/ratelimit's `quota_mode`) limit it when every one it touched is over.
+    /// Each status's state is as its limit reports it ([`Limit::reported`]).
+    pub(crate) fn new(loaded: Arc<Loaded>, mut statuses: Vec<Status>, shadow: bool) -> Outcome {
+        let limits = loaded.policy.limits();
+        let mut pooled = (0, 0);
+        for status in &mut statuses {
+            let limit = &limits[status.limit];
+            if limit.enforcement() == Enforcement::Pooled {
+                pooled = (pooled.0 + 1, pooled.1 + usize::from(status.limited));
+                status.meta = limit.reported(status.meta);
+            }
+        }
+        let enforced = statuses.iter().any(|s| s.limited && limits[s.limit].enforcement().denies());
+        let would_limit = enforced || (pooled.0 > 0 && pooled.0 == pooled.1);
         Outcome { loaded, statuses, allowed: !would_limit || shadow, would_limit }
     }
 
@@ -90,7 +103,7 @@ impl Outcome {
     }
 
     /// The counters without room whose limit did not deny: shadow limits (and every limit under
-    /// `--shadow`) and quota limits, with what each did instead.
+    /// `--shadow`), quota limits and pooled ones, with what each did instead.
     pub fn marked(&self) -> impl Iterator<Item = (&Status, Enforcement)> + '_ {
         self.statuses.iter().filter(|s| s.limited).filter_map(move |s| match self.limit(s).enforcement() {
             Enforcement::Enforce if self.allowed => Some((s, Enforcement::Shadow)),
@@ -99,10 +112,10 @@ impl Outcome {
         })
     }
 
-    /// The names (or ids, for unnamed limits) of the quota limits this call exceeded.
+    /// The names (or ids, for unnamed limits) of the quota and pooled limits this call exceeded.
     pub fn quotas_exceeded(&self) -> Vec<String> {
         self.marked()
-            .filter(|(_, e)| *e == Enforcement::Quota)
+            .filter(|(_, e)| matches!(e, Enforcement::Quota | Enforcement::Pooled))
             .map(|(s, _)| {
                 let limit = self.limit(s);
                 limit.name().map_or_else(|| limit.id().to_string(), str::to_string)

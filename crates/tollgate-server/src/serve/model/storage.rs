@@ -1,6 +1,6 @@
 //! Where counters live ([`StorageKind`]), and which limits each storage can count.
 
-use tollgate_policy::{AlgorithmKind, Policy, Position};
+use tollgate_policy::{AlgorithmKind, Enforcement, Policy, Position};
 
 /// Where an engine keeps its counters, as `--storage` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -53,6 +53,8 @@ impl StorageKind {
                 Some((l, Refused::Algorithm))
             } else if cached && l.calendar().is_some() {
                 Some((l, Refused::Calendar))
+            } else if cached && l.enforcement() == Enforcement::Pooled {
+                Some((l, Refused::Pooled))
             } else if l.max_value() > REDIS_MAX_VALUE {
                 Some((l, Refused::MaxValue))
             } else {
@@ -93,6 +95,9 @@ pub enum Refused {
     Calendar,
     /// Its `max_value` is above [`REDIS_MAX_VALUE`].
     MaxValue,
+    /// It is [pooled](Enforcement::Pooled): whether a request is denied depends on every pooled
+    /// counter it touches, which a replica's local copies cannot tell.
+    Pooled,
 }
 
 /// A limit the engine's storage cannot count: which limit (position, namespace, name), which
@@ -150,6 +155,13 @@ impl StorageError {
                 return format!(
                     "calendar windows are not available with --storage {} (windows opened by the first hit only): \
                      {limit}",
+                    self.storage
+                );
+            }
+            Refused::Pooled => {
+                return format!(
+                    "`mode: pooled` (envoy/ratelimit's quota_mode) is not available with --storage {} (use memory or \
+                     redis): {limit}",
                     self.storage
                 );
             }

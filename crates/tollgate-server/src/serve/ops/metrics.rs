@@ -206,7 +206,7 @@ impl Metrics {
         }
         for (status, enforcement) in outcome.marked() {
             let metric = match enforcement {
-                Enforcement::Quota => "quota_exceeded_calls",
+                Enforcement::Quota | Enforcement::Pooled => "quota_exceeded_calls",
                 _ => "shadow_limited_calls",
             };
             // By rule, so that two unnamed shadow limits are two series.
@@ -463,7 +463,9 @@ fn add_rule_stats(table: &RuleTable, outcome: &Outcome, report: bool) {
         let limit = outcome.limit(status);
         let used = limit.max_value().saturating_sub(status.meta.remaining);
         // What the call took is in `used`: envoy/ratelimit's "before" excludes it.
-        let took = report || (!status.limited && !outcome.would_limit);
+        // A pooled limit is charged whatever the outcome.
+        let pooled = limit.enforcement() == Enforcement::Pooled;
+        let took = report || pooled || (!status.limited && !outcome.would_limit);
         let before = if took { used.saturating_sub(status.hits) } else { used };
         stats.add(limit.max_value(), before, status.hits, limit.enforcement() == Enforcement::Shadow);
     }

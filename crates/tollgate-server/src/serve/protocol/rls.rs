@@ -230,12 +230,12 @@ pub(crate) fn response(outcome: &Outcome, descriptors: usize) -> RateLimitRespon
 
 /// True when a counter is reported over its limit: an enforced limit without room (under
 /// `--shadow` too: envoy/ratelimit's `SHADOW_MODE` forces only the overall code to OK,
-/// `src/service/ratelimit.go`), or a quota the call exceeded (marked, allowed); a shadow limit
+/// `src/service/ratelimit.go`), or a quota or pooled limit the call exceeded; a shadow limit
 /// (`shadow_mode`) reports OK, as envoy/ratelimit's does.
 fn over(outcome: &Outcome, status: &Status) -> bool {
     status.limited
         && match outcome.limit(status).enforcement() {
-            Enforcement::Enforce | Enforcement::Quota => true,
+            Enforcement::Enforce | Enforcement::Quota | Enforcement::Pooled => true,
             Enforcement::Shadow => false,
         }
 }

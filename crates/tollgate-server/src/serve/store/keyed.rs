@@ -53,7 +53,7 @@ pub(crate) fn counters<C: Clock + Clone>(limit: &Limit, clock: &C, cap: CounterC
     // The policy crate validated the quota when it read the file. A limit that denies all is
     // decided by the engine, which never asks its counters: they are kept (empty) for a reload
     // that gives it a quota.
-    let max_value = limit.max_value().max(1);
+    let max_value = limit.capacity().max(1);
     let quota = match limit.quota() {
         Err(tollgate::QuotaError::ZeroLimit) => Quota::window(limit.window(), 1),
         quota => quota,

@@ -47,6 +47,9 @@ impl Memory {
     /// stripes of its counters are held throughout, so no other call sees permits taken and
     /// given back.
     fn decide_now<C: Clock>(&self, call: &Call<'_, C>) -> Vec<Status> {
+        if call.charge {
+            return self.charge_now(call);
+        }
         let (loaded, hits) = (call.loaded, call.hits);
         // A report counts what happened, each counter on its own: a full one stays full, and
         // nothing is limited.
@@ -75,6 +78,24 @@ impl Memory {
             })
             .collect()
     }
+
+    /// Charges each counter its hits, or what is left of its window if less (see
+    /// [`Call::charge`]), under the stripes of the call's counters in accuracy mode.
+    fn charge_now<C: Clock>(&self, call: &Call<'_, C>) -> Vec<Status> {
+        let _held = self.lock(call.hits);
+        (call.hits.iter())
+            .map(|hit| {
+                let (counters, key, hits) = (&*call.loaded.counters[hit.index], &hit.values[..], call.hits_on(hit));
+                let take = |n| counters.decide(key, n).now().unwrap_or_else(|_| unreachable!("in memory, at once"));
+                let meta = match take(hits) {
+                    Ok(lease) => lease.meta(),
+                    Err(full) if full.meta().remaining == 0 => full.meta(),
+                    Err(full) => take(full.meta().remaining).map_or_else(|r| r.meta(), |lease| lease.meta()),
+                };
+                Status { limit: hit.index, descriptor: hit.descriptor, hits, meta, limited: false }
+            })
+            .collect()
+    }
 }
 
 impl<C: Clock> Store<C> for Memory {
@@ -94,9 +115,10 @@ impl<C: Clock> Store<C> for Memory {
     fn list<'a>(&'a self, ns: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>> {
         let (loaded, mut counters, mut truncated) = (ns.loaded, Vec::new(), false);
         for &index in loaded.policy.namespace_indexes(ns.name) {
+            let limit = &loaded.policy.limits()[index];
             loaded.counters[index].for_each(&mut |values, meta| {
                 if counters.len() < max {
-                    counters.push(CounterView { limit: index, values: values.clone(), meta });
+                    counters.push(CounterView { limit: index, values: values.clone(), meta: limit.reported(meta) });
                 } else {
                     truncated = true;
                 }

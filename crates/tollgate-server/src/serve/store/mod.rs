@@ -55,6 +55,11 @@ pub(crate) struct Call<'a, C: Clock> {
     pub(crate) descriptors: &'a [Descriptor],
     pub(crate) delta: u64,
     pub(crate) action: Action,
+    /// The hits are charged, not decided: each counter takes them, or what is left of its
+    /// window if less, and none refuses (how the engine counts pooled limits; `action` is then
+    /// `CheckAndReport`). Only memory and `--storage redis` are asked (the others refuse pooled
+    /// limits at load).
+    pub(crate) charge: bool,
     pub(crate) clock: &'a C,
 }
 

@@ -53,6 +53,7 @@ impl RedisCounters {
     pub(super) fn decide<'a, C: Clock>(&'a self, call: Call<'a, C>) -> Later<'a, Result<Vec<Status>, BackendError>> {
         let (counters, slots) = self.windows(&call);
         let mode = match call.action {
+            _ if call.charge => CountersMode::Flush,
             Action::Check => CountersMode::Check,
             Action::Report => CountersMode::Report,
             Action::CheckAndReport => CountersMode::Take,
@@ -100,7 +101,7 @@ impl RedisCounters {
             .iter()
             .map(|hit| WindowCounter {
                 key: counter_key(&self.keyspace, call.namespace, hit.limit.id(), &hit.values),
-                limit: hit.limit.max_value(),
+                limit: hit.limit.capacity(),
                 window: hit.limit.window(),
                 hits: call.hits_on(hit),
                 enforce: hit.limit.enforcement().denies(),
