@@ -32,8 +32,10 @@
 //! - the node's `metadata` is the limit's [`Limit::metadata`] (on a node without a rule it is
 //!   read and unused, as envoy/ratelimit does).
 //!
-//! What has no equivalent is an error at its place: `detailed_metric` and
-//! `value_to_metric` (statistics names), a key twice
+//! - `detailed_metric` and `value_to_metric` make the rule's statistics per value
+//!   ([`Limit::stats_key`]).
+//!
+//! What has no equivalent is an error at its place: a key twice
 //! on one path, and a domain in two files unless merged
 //! ([`Policy::parse_envoy_merging_domains`], envoy/ratelimit's `MERGE_DOMAIN_CONFIG`).
 
@@ -47,7 +49,7 @@ use tollgate::{Calendar, CalendarUnit};
 use crate::error::{PolicyError, Position};
 use crate::expr::{Condition, Variable};
 use crate::file::yaml_error;
-use crate::limit::{AlgorithmKind, Enforcement, Limit, LimitId, Metadata};
+use crate::limit::{AlgorithmKind, Enforcement, Limit, LimitId, Metadata, StatsPart};
 use crate::policy::Policy;
 use crate::source::SourceText;
 
@@ -123,6 +125,10 @@ struct Node {
     key: String,
     value: Value,
     share_threshold: bool,
+    /// `value_to_metric`: the request's value of this level goes in the statistics key.
+    value_to_metric: bool,
+    /// `detailed_metric` (on the rule's node): every value of the request goes in it.
+    detailed_metric: bool,
     rule: Option<Rule>,
     children: Vec<Node>,
     at: Position,
@@ -301,20 +307,6 @@ fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyEr
         Some(v) if v.contains('*') => Value::Wildcard(v),
         Some(v) => Value::Exact(v),
     };
-    let no_equivalent = |flag: Option<Spanned<bool>>, why: &str| match flag {
-        Some(f) if f.value => Err(err(f.referenced.into(), why.to_string())),
-        _ => Ok(()),
-    };
-    no_equivalent(
-        raw.detailed_metric,
-        "`detailed_metric: true` has no equivalent: it names envoy/ratelimit's statistics per value; tollgate's \
-         metrics are per limit (remove it)",
-    )?;
-    no_equivalent(
-        raw.value_to_metric,
-        "`value_to_metric: true` has no equivalent: it names envoy/ratelimit's statistics per value; tollgate's \
-         metrics are per limit (remove it)",
-    )?;
     let metadata = raw.metadata.map(|m| crate::file::metadata(m, file)).transpose()?;
     let share_threshold = match raw.share_threshold {
         Some(s) if s.value && !matches!(value, Value::Wildcard(_)) => {
@@ -338,7 +330,9 @@ fn node(descriptor: Spanned<RawDescriptor>, file: &str) -> Result<Node, PolicyEr
         None => None,
     };
     let children = nodes(raw.descriptors.unwrap_or_default(), file)?;
-    Ok(Node { key: key.value, value, share_threshold, rule, children, at })
+    let value_to_metric = raw.value_to_metric.is_some_and(|v| v.value);
+    let detailed_metric = raw.detailed_metric.is_some_and(|d| d.value);
+    Ok(Node { key: key.value, value, share_threshold, value_to_metric, detailed_metric, rule, children, at })
 }
 
 /// A `rate_limit` block.
@@ -449,7 +443,9 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
     let mut conditions = Vec::new();
     let mut variables = Vec::new();
     let mut envoy_key = domain.name.clone();
+    let mut stats_key = StatsKey::default();
     for (level, siblings) in path {
+        stats_key.level(level, node.detailed_metric, variables.len());
         let entry = format!("descriptors[0][{}]", cel_string(&level.key));
         level_conditions(level, siblings, &entry, &mut conditions);
         let counted = match &level.value {
@@ -490,12 +486,50 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
         descriptor_keys: Some(path.iter().map(|(n, _)| n.key.clone()).collect()),
         replaces: rule.replaces.clone(),
         metadata: rule.metadata.clone(),
+        stats_key: stats_key.finish(&domain.name),
         source_name: Arc::clone(file),
         position: node.at,
         id: LimitId(0),
     };
     limit.id = limit.compute_id();
     Ok(limit)
+}
+
+/// A rule's statistics key with the request's values in it, as envoy/ratelimit builds it with
+/// `detailed_metric` (every entry's `key_value`, a `share_threshold` wildcard's pattern) or
+/// `value_to_metric` (the value at those levels only, `key` alone when it is empty), from
+/// `src/config/config_impl.go`, `GetLimit`.
+#[derive(Default)]
+struct StatsKey {
+    parts: Vec<StatsPart>,
+    /// True once a part reads a request's value.
+    per_value: bool,
+}
+
+impl StatsKey {
+    /// Adds a level; `variable` is the index its variable has, if it counts per value.
+    fn level(&mut self, level: &Node, detailed: bool, variable: usize) {
+        let text = |s: &mut StatsKey, t: String| s.parts.push(StatsPart::Text(t));
+        text(self, format!(".{}", level.key));
+        let value = match &level.value {
+            Value::Exact(v) => Some(StatsPart::Text(format!("_{v}"))),
+            Value::Wildcard(pattern) if level.share_threshold => Some(StatsPart::Text(format!("_{pattern}"))),
+            Value::Wildcard(_) if detailed => Some(StatsPart::Value(variable)),
+            Value::Wildcard(_) if level.value_to_metric => Some(StatsPart::Value(variable)),
+            Value::Wildcard(pattern) => Some(StatsPart::Text(format!("_{pattern}"))),
+            Value::Any if detailed => Some(StatsPart::Value(variable)),
+            Value::Any if level.value_to_metric => Some(StatsPart::NonEmptyValue(variable)),
+            Value::Any => None,
+        };
+        self.per_value |= matches!(value, Some(StatsPart::Value(_) | StatsPart::NonEmptyValue(_)));
+        self.parts.extend(value);
+    }
+
+    fn finish(self, domain: &str) -> Option<Arc<crate::limit::StatsTemplate>> {
+        let mut parts = vec![StatsPart::Text(domain.to_string())];
+        parts.extend(self.parts);
+        self.per_value.then(|| Arc::new(crate::limit::StatsTemplate { parts }))
+    }
 }
 
 /// The conditions that make a request entry with `node`'s key reach `node` among `siblings`:

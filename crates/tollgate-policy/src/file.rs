@@ -206,6 +206,7 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
         descriptor_keys,
         replaces,
         metadata: raw.metadata.map(|m| metadata(m, source_name)).transpose()?,
+        stats_key: None,
         source_name: Arc::clone(source),
         position: at,
         id: LimitId(0),

@@ -71,6 +71,23 @@ impl Enforcement {
 /// values (what `google.protobuf.Struct` carries).
 pub type Metadata = serde_json::Map<String, serde_json::Value>;
 
+/// How a limit's per-value statistics key is written (see [`Limit::stats_key`]).
+#[derive(Debug)]
+pub(crate) struct StatsTemplate {
+    pub(crate) parts: Vec<StatsPart>,
+}
+
+/// A piece of a [`StatsTemplate`].
+#[derive(Debug)]
+pub(crate) enum StatsPart {
+    /// Written as it is.
+    Text(String),
+    /// `_` and the value of this variable.
+    Value(usize),
+    /// `_` and the value of this variable, nothing when it is empty.
+    NonEmptyValue(usize),
+}
+
 /// A limit from the limits file, validated.
 #[derive(Clone, Debug)]
 pub struct Limit {
@@ -90,6 +107,7 @@ pub struct Limit {
     pub(crate) descriptor_keys: Option<Vec<String>>,
     pub(crate) replaces: Vec<String>,
     pub(crate) metadata: Option<Arc<Metadata>>,
+    pub(crate) stats_key: Option<Arc<StatsTemplate>>,
     pub(crate) source_name: Arc<str>,
     pub(crate) position: Position,
     pub(crate) id: LimitId,
@@ -237,6 +255,45 @@ impl Limit {
     /// ```
     pub fn metadata(&self) -> Option<&Metadata> {
         self.metadata.as_deref()
+    }
+    /// The key of the statistics of the counter with these variable `values`, when the limit
+    /// keeps them per value: envoy/ratelimit's stats key for a rule with `detailed_metric` (every
+    /// entry's `key_value`) or `value_to_metric` levels (those levels' values), e.g.
+    /// `gateway.remote_address_192.0.2.1`; `None` for a limit whose statistics are per limit.
+    ///
+    /// ```
+    /// use tollgate_policy::{Policy, SourceText};
+    ///
+    /// let yaml = "domain: gateway\ndescriptors:\n  - key: remote_address\n    detailed_metric: true\n    \
+    ///             rate_limit: {unit: second, requests_per_unit: 10}\n";
+    /// let policy = Policy::parse_envoy(&[SourceText::new("gateway.yaml", yaml)])?;
+    /// let limit = &policy.limits()[0];
+    /// assert_eq!(limit.stats_key(&["192.0.2.1".to_string()]).as_deref(), Some("gateway.remote_address_192.0.2.1"));
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    pub fn stats_key(&self, values: &[String]) -> Option<String> {
+        let template = self.stats_key.as_ref()?;
+        let value = |i: usize| values.get(i).map_or("", String::as_str);
+        let mut key = String::new();
+        for part in &template.parts {
+            match part {
+                StatsPart::Text(text) => key.push_str(text),
+                StatsPart::Value(i) => {
+                    key.push('_');
+                    key.push_str(value(*i));
+                }
+                StatsPart::NonEmptyValue(i) if value(*i).is_empty() => {}
+                StatsPart::NonEmptyValue(i) => {
+                    key.push('_');
+                    key.push_str(value(*i));
+                }
+            }
+        }
+        Some(key)
+    }
+    /// True when the limit keeps its statistics per value (see [`Limit::stats_key`]).
+    pub fn has_stats_key(&self) -> bool {
+        self.stats_key.is_some()
     }
     /// The file (or other source name) the limit was read from.
     pub fn source_name(&self) -> &str {

@@ -1,5 +1,7 @@
 //! Writing limits back as a limits file in Limitador's format (with Tollgate's optional fields
-//! where a limit uses them), which [`Policy::parse`] reads back to the same limits.
+//! where a limit uses them), which [`Policy::parse`] reads back to the same limits — but for
+//! per-value statistics ([`Limit::stats_key`](crate::Limit::stats_key)), which the format has no
+//! field for: a comment says where they were.
 
 use std::fmt::Write as _;
 
@@ -94,6 +96,12 @@ fn write_limit(out: &mut String, limit: &Limit) {
     }
     if let Some(at_max) = limit.at_max_counters() {
         let _ = writeln!(out, "  at_max_counters: {}", at_max.name());
+    }
+    if limit.has_stats_key() {
+        // Said where it is lost: the limit is the same, its statistics are per limit again.
+        out.push_str(
+            "  # per-value statistics (envoy/ratelimit's detailed_metric, value_to_metric): none in this format\n",
+        );
     }
     if let Some(metadata) = limit.metadata() {
         // JSON is YAML's flow style: it reads back as the same mapping.

@@ -172,6 +172,65 @@ fn quota_mode_is_a_pooled_limit() {
     assert_eq!(back.limits()[0].id(), policy.limits()[0].id());
 }
 
+/// Statistics keys per value, as envoy/ratelimit's `test/config/config_test.go` expects them
+/// (`TestValueToMetric_*`, and `detailed_metric`: every entry's `key_value`).
+#[test]
+fn detailed_metric_and_value_to_metric_make_statistics_keys_per_value() {
+    let rule = "rate_limit: {unit: second, requests_per_unit: 1}";
+    let cases = [
+        (
+            format!(
+                "- key: route\n  value_to_metric: true\n  descriptors:\n    - key: http_method\n      value_to_metric: true\n      descriptors:\n        - key: subject_id\n          {rule}\n"
+            ),
+            vec![("route", "draw"), ("http_method", "GET"), ("subject_id", "123")],
+            Some("d.route_draw.http_method_GET.subject_id"),
+        ),
+        (
+            format!("- key: k1\n  value_to_metric: true\n  descriptors:\n    - key: k2\n      {rule}\n"),
+            vec![("k1", "A"), ("k2", "foo")],
+            Some("d.k1_A.k2"),
+        ),
+        (
+            format!(
+                "- key: k1\n  descriptors:\n    - key: k2\n      value_to_metric: true\n      descriptors:\n        - key: k3\n          {rule}\n"
+            ),
+            vec![("k1", "X"), ("k2", "Y"), ("k3", "Z")],
+            Some("d.k1.k2_Y.k3"),
+        ),
+        (
+            format!(
+                "- key: k1\n  value: X\n  descriptors:\n    - key: k2\n      detailed_metric: true\n      {rule}\n"
+            ),
+            vec![("k1", "X"), ("k2", "foo")],
+            Some("d.k1_X.k2_foo"),
+        ),
+        (
+            format!("- key: path\n  value: '/api/*'\n  detailed_metric: true\n  {rule}\n"),
+            vec![("path", "/api/users")],
+            Some("d.path_/api/users"),
+        ),
+        (
+            format!("- key: path\n  value: '/api/*'\n  share_threshold: true\n  detailed_metric: true\n  {rule}\n"),
+            vec![("path", "/api/users")],
+            None,
+        ),
+        (format!("- key: k1\n  {rule}\n"), vec![("k1", "A")], None),
+    ];
+    for (descriptors, entries, expected) in cases {
+        let yaml =
+            format!("domain: d\ndescriptors:\n{}", descriptors.lines().map(|l| format!("  {l}\n")).collect::<String>());
+        let policy =
+            Policy::parse_envoy(&[SourceText::new("config/d.yaml", &yaml)]).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let hits = policy.hits("d", &[d(&entries)]);
+        assert_eq!(hits.len(), 1, "{yaml}");
+        assert_eq!(hits[0].limit.stats_key(&hits[0].values).as_deref(), expected, "{yaml}");
+        // Converted, the limit is the same and says what it lost.
+        let converted = policy.to_yaml();
+        assert_eq!(converted.contains("# per-value statistics"), expected.is_some(), "{converted}");
+        assert_eq!(Policy::parse(&converted, "converted.yaml").unwrap().limits()[0].id(), hits[0].limit.id());
+    }
+}
+
 #[test]
 fn example_7_replaces_takes_the_named_rule_out_when_both_apply() {
     let policy = config();
@@ -308,8 +367,6 @@ fn what_has_no_equivalent_is_an_error_at_its_place() {
         (rule("    rate_limit: {unit: second, requests_per_unit: 4294967296}\n"), "config/x.yaml:4:51: requests_per_unit must be from 0 to 4294967295 (a uint32), got 4294967296"),
         (rule("    rate_limit: {unlimited: true, unit: second}\n"), "config/x.yaml:4:41: `unit` with `unlimited: true`"),
         (rule("    rate_limit: {name: a, unit: second, requests_per_unit: 1, replaces: [{name: a}]}\n"), "config/x.yaml:4:74: the rule `a` replaces itself"),
-        (rule("    detailed_metric: true\n"), "config/x.yaml:4:22: `detailed_metric: true` has no equivalent"),
-        (rule("    value_to_metric: true\n"), "config/x.yaml:4:22: `value_to_metric: true` has no equivalent"),
         (rule("    metadata: [team, a]\n"), "config/x.yaml:4:15: `metadata` must be a mapping (names to values), got [\"team\",\"a\"]"),
         (rule("    share_threshold: true\n"), "config/x.yaml:4:22: `share_threshold: true` needs a wildcard value"),
         (rule("    colour: red\n"), "config/x.yaml:4:5: unknown field `colour`"),

@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::{UInt64Value, Value, value::Kind};
 use support::{Server, descriptor, server_at, should_rate_limit, temp_dir};
 use tollgate_policy::{Format, Policy};
-use tollgate_server::serve::{HeaderDraft, ServeConfig, Storage, StorageKind};
+use tollgate_server::serve::{HeaderDraft, STATS_KEYS_PER_LIMIT, ServeConfig, Storage, StorageKind};
 use tollgate_testkit::RedisServer;
 
 const DAY: u64 = 86_400;
@@ -441,4 +441,39 @@ fn the_storages_with_local_copies_refuse_pooled_limits() {
         assert_eq!(error, expected);
     }
     assert!(StorageKind::Redis.accepts(&policy).is_ok() && StorageKind::Memory.accepts(&policy).is_ok());
+}
+
+/// `detailed_metric` and `value_to_metric`: envoy/ratelimit's stats key per value
+/// (`src/config/config_impl.go`, `GetLimit`), as the `key` label of the rule's statistics, at
+/// most STATS_KEYS_PER_LIMIT values per rule.
+#[tokio::test]
+async fn per_value_statistics_carry_envoy_ratelimits_key_up_to_a_cap() {
+    let server = serve("config", &Storage::Memory, |_| {}).await;
+    let mut rls = server.rls().await;
+    let call = |entries: &[(&str, &str)]| vec![descriptor(entries)];
+    for _ in 0..6 {
+        should_rate_limit(&mut rls, "api", call(&[("path", "/v1/users"), ("method", "GET")]), 1).await;
+    }
+    should_rate_limit(&mut rls, "api", call(&[("route", "checkout"), ("user", "u1")]), 2).await;
+    for i in 0..STATS_KEYS_PER_LIMIT + 5 {
+        let path = format!("/v1/items/{i}");
+        should_rate_limit(&mut rls, "api", call(&[("path", &path), ("method", "POST")]), 1).await;
+    }
+    let text = server.get("/metrics").await.1;
+    let stat = |name: &str, labels: &str| series(&text, name, labels);
+    let users = r#"limitador_namespace="api",rule="api.path_/v1/*.method",key="api.path_/v1/users.method_GET""#;
+    assert_eq!(stat("tollgate_rule_total_hits", users), 6, "{text}");
+    assert_eq!(stat("tollgate_rule_over_limit", users), 1);
+    let route = r#"limitador_namespace="api",rule="api.route.user",key="api.route_checkout.user""#;
+    assert_eq!(stat("tollgate_rule_within_limit", route), 2);
+    // The first item was the detailed rule's 2nd value: 98 more have a series, 6 share one.
+    let first = r#"limitador_namespace="api",rule="api.path_/v1/*.method",key="api.path_/v1/items/0.method_POST""#;
+    assert_eq!(stat("tollgate_rule_total_hits", first), 1);
+    let other = r#"limitador_namespace="api",rule="api.path_/v1/*.method",key="(other)""#;
+    assert_eq!(stat("tollgate_rule_total_hits", other), 6);
+    let keys =
+        text.lines().filter(|l| l.starts_with("tollgate_rule_total_hits{") && l.contains("rule=\"api.path_")).count();
+    assert_eq!(keys, STATS_KEYS_PER_LIMIT + 1, "the cap, and (other)");
+    assert!(!text.contains(r#"rule="api.path_/v1/*.method"}"#), "no series without its key: {text}");
+    server.running.shutdown().await;
 }

@@ -214,8 +214,12 @@ impl<C: Clock + Clone> Engine<C> {
     ) -> Result<Outcome, CallError> {
         self.bounds.check(namespace, descriptors)?;
         let loaded = self.loaded();
+        let mut stats_keys = Vec::new();
         let statuses = {
             let mut hits = loaded.policy.hits(namespace, descriptors);
+            for hit in &hits {
+                stats_keys.extend(hit.limit.stats_key(&hit.values).map(|key| (hit.index, hit.descriptor, key)));
+            }
             let hits_on = |at: usize| hits_on(descriptors, delta, at);
             let fixed = if hits.iter().any(|h| answered_here(h.limit)) {
                 self.answer_here(&mut hits, hits_on)
@@ -259,7 +263,7 @@ impl<C: Clock + Clone> Engine<C> {
             statuses.extend(pooled);
             statuses
         };
-        Ok(Outcome::new(loaded, statuses, self.shadow))
+        Ok(Outcome::new(loaded, statuses, self.shadow).with_stats_keys(stats_keys))
     }
 
     /// Decides a call's [pooled](Enforcement::Pooled) limits, before the others, as

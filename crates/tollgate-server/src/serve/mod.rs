@@ -29,7 +29,7 @@ pub use model::{
     Action, Bound, CallError, CounterCap, CounterFilter, CounterList, CounterTable, CounterView, Loaded, Mode, Outcome,
     Oversize, REDIS_MAX_VALUE, Refused, RequestBounds, Status, StorageError, StorageKind,
 };
-pub use ops::metrics::{Metrics, UNCONFIGURED_NAMESPACE};
+pub use ops::metrics::{Metrics, STATS_KEYS_PER_LIMIT, UNCONFIGURED_NAMESPACE};
 pub use ops::reload::{Reloaded, Reloader};
 pub use ops::trace;
 pub use protocol::headers::{HeaderDraft, UnknownHeaderDraft};

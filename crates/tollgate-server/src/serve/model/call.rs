@@ -60,6 +60,9 @@ pub struct Outcome {
     /// from `!allowed` only in shadow mode (`--shadow`). Shadow and quota limits never set it:
     /// see [`Outcome::marked`].
     pub would_limit: bool,
+    /// The statistics keys of the counters whose limit keeps statistics per value (limit,
+    /// descriptor, key; see [`Limit::stats_key`]).
+    stats_keys: Vec<(usize, usize, String)>,
 }
 
 impl Outcome {
@@ -79,7 +82,19 @@ impl Outcome {
         }
         let enforced = statuses.iter().any(|s| s.limited && limits[s.limit].enforcement().denies());
         let would_limit = enforced || (pooled.0 > 0 && pooled.0 == pooled.1);
-        Outcome { loaded, statuses, allowed: !would_limit || shadow, would_limit }
+        Outcome { loaded, statuses, allowed: !would_limit || shadow, would_limit, stats_keys: Vec::new() }
+    }
+
+    /// The outcome with the statistics keys of its per-value counters: (limit, descriptor, key).
+    pub(crate) fn with_stats_keys(self, stats_keys: Vec<(usize, usize, String)>) -> Outcome {
+        Outcome { stats_keys, ..self }
+    }
+
+    /// The key of a status's statistics when its limit keeps them per value
+    /// ([`Limit::stats_key`]).
+    pub fn stats_key(&self, status: &Status) -> Option<&str> {
+        let found = self.stats_keys.iter().find(|(l, d, _)| *l == status.limit && *d == status.descriptor);
+        found.map(|(_, _, key)| key.as_str())
     }
 
     /// The limit a status is about.

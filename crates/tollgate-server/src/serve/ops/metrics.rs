@@ -56,14 +56,39 @@ struct RuleStats {
     shadow_mode: Counter,
 }
 
-/// [`RuleStats`] of the limits of one generation, by index (`None` for an unlimited one).
+/// Most per-value series of one limit's statistics (envoy/ratelimit's `detailed_metric` and
+/// `value_to_metric`, see [`tollgate_policy::Limit::stats_key`]): past them the limit's other
+/// values share one series, `key="(other)"`, so that clients sending new values cannot grow
+/// `/metrics` without end.
+pub const STATS_KEYS_PER_LIMIT: usize = 100;
+
+/// [`RuleStats`] of the limits of one generation, by index (`None` for an unlimited one, and
+/// for one whose statistics are per value: those are in `per_value`, made as values come).
 #[derive(Default)]
 struct RuleTable {
     generation: u64,
     stats: Vec<Option<RuleStats>>,
+    per_value: Mutex<HashMap<usize, HashMap<String, RuleStats>>>,
 }
 
+/// The `key` of a limit's statistics past [`STATS_KEYS_PER_LIMIT`] values.
+const OTHER_KEY: &str = "(other)";
+
 impl RuleStats {
+    /// The series of `limit`'s statistics, of one per-value `key` if given; registered with the
+    /// recorder in force.
+    fn new(limit: &tollgate_policy::Limit, key: Option<&str>) -> RuleStats {
+        let mut labels = vec![("limitador_namespace", limit.namespace().to_string()), ("rule", rule_label(limit))];
+        labels.extend(key.map(|key| ("key", key.to_string())));
+        RuleStats {
+            total_hits: counter!("tollgate_rule_total_hits", &labels),
+            over_limit: counter!("tollgate_rule_over_limit", &labels),
+            near_limit: counter!("tollgate_rule_near_limit", &labels),
+            within_limit: counter!("tollgate_rule_within_limit", &labels),
+            shadow_mode: counter!("tollgate_rule_shadow_mode", &labels),
+        }
+    }
+
     /// Adds `hits` on a limit of `limit` that had `before` used, as envoy/ratelimit splits them:
     /// those past the limit `over_limit` (and `shadow_mode` for a shadow limit), those past
     /// [`NEAR_LIMIT_RATIO`] of it `near_limit`, the rest of an admitted call `within_limit`.
@@ -224,33 +249,54 @@ impl Metrics {
         {
             let table = self.rules.read().unwrap_or_else(|e| e.into_inner());
             if fresh(&table) {
-                return add_rule_stats(&table, outcome, report);
+                return self.add_to_rule_table(&table, outcome, report);
             }
         }
         let mut table = self.rules.write().unwrap_or_else(|e| e.into_inner());
         if !fresh(&table) {
             *table = self.rule_table(outcome);
         }
-        add_rule_stats(&table, outcome, report);
+        self.add_to_rule_table(&table, outcome, report);
+    }
+
+    /// Adds each counter's hits of `outcome` to its limit's [`RuleStats`] in `table`.
+    fn add_to_rule_table(&self, table: &RuleTable, outcome: &Outcome, report: bool) {
+        for status in &outcome.statuses {
+            let limit = outcome.limit(status);
+            let used = limit.max_value().saturating_sub(status.meta.remaining);
+            // What the call took is in `used`: envoy/ratelimit's "before" excludes it. A pooled
+            // limit is charged whatever the outcome.
+            let pooled = limit.enforcement() == Enforcement::Pooled;
+            let took = report || pooled || (!status.limited && !outcome.would_limit);
+            let before = if took { used.saturating_sub(status.hits) } else { used };
+            let add = |stats: &RuleStats| {
+                stats.add(limit.max_value(), before, status.hits, limit.enforcement() == Enforcement::Shadow)
+            };
+            if let Some(key) = outcome.stats_key(status) {
+                let mut per_value = table.per_value.lock().unwrap_or_else(|e| e.into_inner());
+                let series = per_value.entry(status.limit).or_default();
+                let key = if series.contains_key(key) || series.len() < STATS_KEYS_PER_LIMIT { key } else { OTHER_KEY };
+                if let Some(stats) = series.get(key) {
+                    add(stats);
+                } else {
+                    let stats = with_local_recorder(&self.recorder, || RuleStats::new(limit, Some(key)));
+                    add(&stats);
+                    series.insert(key.to_string(), stats);
+                }
+            } else if let Some(Some(stats)) = table.stats.get(status.limit) {
+                add(stats);
+            }
+        }
     }
     /// The statistics of the limits `outcome` was decided on.
     fn rule_table(&self, outcome: &Outcome) -> RuleTable {
         let policy = &outcome.loaded().policy;
         let stats = with_local_recorder(&self.recorder, || {
             (policy.limits().iter())
-                .map(|limit| {
-                    let labels = [("limitador_namespace", limit.namespace().to_string()), ("rule", rule_label(limit))];
-                    (!limit.unlimited()).then(|| RuleStats {
-                        total_hits: counter!("tollgate_rule_total_hits", &labels),
-                        over_limit: counter!("tollgate_rule_over_limit", &labels),
-                        near_limit: counter!("tollgate_rule_near_limit", &labels),
-                        within_limit: counter!("tollgate_rule_within_limit", &labels),
-                        shadow_mode: counter!("tollgate_rule_shadow_mode", &labels),
-                    })
-                })
+                .map(|limit| (!limit.unlimited() && !limit.has_stats_key()).then(|| RuleStats::new(limit, None)))
                 .collect()
         });
-        RuleTable { generation: outcome.generation(), stats }
+        RuleTable { generation: outcome.generation(), stats, per_value: Mutex::default() }
     }
 
     /// Records a call refused for its size: over `bound`.
@@ -453,20 +499,5 @@ fn escape(value: &str) -> String {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
-    }
-}
-
-/// Adds each counter's hits of `outcome` to its limit's [`RuleStats`] in `table`.
-fn add_rule_stats(table: &RuleTable, outcome: &Outcome, report: bool) {
-    for status in &outcome.statuses {
-        let Some(Some(stats)) = table.stats.get(status.limit) else { continue };
-        let limit = outcome.limit(status);
-        let used = limit.max_value().saturating_sub(status.meta.remaining);
-        // What the call took is in `used`: envoy/ratelimit's "before" excludes it.
-        // A pooled limit is charged whatever the outcome.
-        let pooled = limit.enforcement() == Enforcement::Pooled;
-        let took = report || pooled || (!status.limited && !outcome.would_limit);
-        let before = if took { used.saturating_sub(status.hits) } else { used };
-        stats.add(limit.max_value(), before, status.hits, limit.enforcement() == Enforcement::Shadow);
     }
 }
