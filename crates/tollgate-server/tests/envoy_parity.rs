@@ -12,12 +12,14 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::{UInt64Value, Value, value::Kind};
 use support::{Server, descriptor, server_at, should_rate_limit, temp_dir};
 use tollgate_policy::{Format, Policy};
 use tollgate_server::serve::{HeaderDraft, STATS_KEYS_PER_LIMIT, ServeConfig, Storage, StorageKind};
 use tollgate_testkit::RedisServer;
+use tonic::transport::Channel;
 
 const DAY: u64 = 86_400;
 
@@ -28,6 +30,21 @@ fn examples(dir: &str) -> PathBuf {
 /// The storages a behaviour runs on: memory, and Redis (a server of its own).
 fn storages(redis: &RedisServer) -> [Storage; 2] {
     [Storage::Memory, Storage::Redis { url: redis.url(), prefix: format!("p{}:", std::process::id()) }]
+}
+
+/// Runs `body` on a server of `examples/envoy/config` on each storage (see [`storages`]),
+/// configured by `edit`, with an RLS client; stops each server after.
+async fn on_each_storage(
+    edit: impl Fn(&mut ServeConfig),
+    body: impl AsyncFn(&Server, &mut RateLimitServiceClient<Channel>, &Storage),
+) {
+    let redis = RedisServer::start();
+    for storage in storages(&redis) {
+        let server = serve("config", &storage, &edit).await;
+        let mut rls = server.rls().await;
+        body(&server, &mut rls, &storage).await;
+        server.running.shutdown().await;
+    }
 }
 
 async fn serve(dir: &str, storage: &Storage, edit: impl FnOnce(&mut ServeConfig)) -> Server {
@@ -57,110 +74,110 @@ fn reset_s(reply: &RateLimitResponse, i: usize) -> i64 {
 
 #[tokio::test]
 async fn requests_per_unit_0_is_over_limit_always_and_takes_nothing_from_the_others() {
-    let redis = RedisServer::start();
-    for storage in storages(&redis) {
-        let server = serve("config", &storage, |_| {}).await;
-        let mut rls = server.rls().await;
-        let banned = || vec![descriptor(&[("remote_address", "203.0.113.7")]), descriptor(&[("client_id", "app")])];
-        for _ in 0..3 {
-            let reply = should_rate_limit(&mut rls, "gateway", banned(), 1).await;
-            assert_eq!(reply.overall_code, code(Code::OverLimit), "{storage:?}: {reply:?}");
-            // As envoy/ratelimit's `GetResponseDescriptorStatus`: OVER_LIMIT, the rule, 0 left.
-            let ban = &reply.statuses[0];
-            assert_eq!(summary(ban), (code(Code::OverLimit), Some((0, Unit::Second as i32)), 0), "{storage:?}");
-            assert_eq!(ban.current_limit.as_ref().unwrap().name, "", "the rule has no name");
-            assert_eq!(reset_s(&reply, 0), 1, "a second, from the epoch");
-            // All-or-nothing (tollgate's default, documented): a denied call counts on no counter,
-            // where envoy/ratelimit would have counted the client's.
-            assert_eq!(reply.statuses[1].limit_remaining, 100, "{storage:?}");
-        }
-        let alone = should_rate_limit(&mut rls, "gateway", vec![descriptor(&[("client_id", "app")])], 1).await;
-        assert_eq!(summary(&alone.statuses[0]), (code(Code::Ok), Some((100, Unit::Minute as i32)), 99));
-        server.running.shutdown().await;
-    }
+    on_each_storage(
+        |_| {},
+        async |_, rls, storage| {
+            let banned = || vec![descriptor(&[("remote_address", "203.0.113.7")]), descriptor(&[("client_id", "app")])];
+            for _ in 0..3 {
+                let reply = should_rate_limit(rls, "gateway", banned(), 1).await;
+                assert_eq!(reply.overall_code, code(Code::OverLimit), "{storage:?}: {reply:?}");
+                // As envoy/ratelimit's `GetResponseDescriptorStatus`: OVER_LIMIT, the rule, 0 left.
+                let ban = &reply.statuses[0];
+                assert_eq!(summary(ban), (code(Code::OverLimit), Some((0, Unit::Second as i32)), 0), "{storage:?}");
+                assert_eq!(ban.current_limit.as_ref().unwrap().name, "", "the rule has no name");
+                assert_eq!(reset_s(&reply, 0), 1, "a second, from the epoch");
+                // All-or-nothing (tollgate's default, documented): a denied call counts on no counter,
+                // where envoy/ratelimit would have counted the client's.
+                assert_eq!(reply.statuses[1].limit_remaining, 100, "{storage:?}");
+            }
+            let alone = should_rate_limit(rls, "gateway", vec![descriptor(&[("client_id", "app")])], 1).await;
+            assert_eq!(summary(&alone.statuses[0]), (code(Code::Ok), Some((100, Unit::Minute as i32)), 99));
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn statuses_carry_envoy_ratelimits_remaining_and_rule_names() {
-    let redis = RedisServer::start();
-    for storage in storages(&redis) {
-        let server = serve("config", &storage, |_| {}).await;
-        let mut rls = server.rls().await;
-        let address = || vec![descriptor(&[("remote_address", "198.51.100.1")])];
-        let eight = should_rate_limit(&mut rls, "gateway", address(), 8).await;
-        assert_eq!(summary(&eight.statuses[0]), (code(Code::Ok), Some((10, Unit::Second as i32)), 2));
-        assert_eq!(eight.statuses[0].current_limit.as_ref().unwrap().name, "per_address", "the rule's name");
-        // Over: 0 remaining, though 2 are left for a smaller request.
-        let five = should_rate_limit(&mut rls, "gateway", address(), 5).await;
-        assert_eq!(summary(&five.statuses[0]), (code(Code::OverLimit), Some((10, Unit::Second as i32)), 0));
-        assert_eq!(should_rate_limit(&mut rls, "gateway", address(), 2).await.overall_code, code(Code::Ok));
+    on_each_storage(
+        |_| {},
+        async |_, rls, storage| {
+            let address = || vec![descriptor(&[("remote_address", "198.51.100.1")])];
+            let eight = should_rate_limit(rls, "gateway", address(), 8).await;
+            assert_eq!(summary(&eight.statuses[0]), (code(Code::Ok), Some((10, Unit::Second as i32)), 2));
+            assert_eq!(eight.statuses[0].current_limit.as_ref().unwrap().name, "per_address", "the rule's name");
+            // Over: 0 remaining, though 2 are left for a smaller request.
+            let five = should_rate_limit(rls, "gateway", address(), 5).await;
+            assert_eq!(summary(&five.statuses[0]), (code(Code::OverLimit), Some((10, Unit::Second as i32)), 0));
+            assert_eq!(should_rate_limit(rls, "gateway", address(), 2).await.overall_code, code(Code::Ok));
 
-        // An unlimited rule: OK, no limit, 4294967295 remaining (`ratelimit.go`, `isUnlimited`),
-        // and its `replaces` takes `per_client` out for the whole request.
-        let request = vec![descriptor(&[("client_id", "health-checker")]), descriptor(&[("client_id", "app")])];
-        for _ in 0..3 {
-            let reply = should_rate_limit(&mut rls, "gateway", request.clone(), 1).await;
-            assert_eq!(reply.overall_code, code(Code::Ok));
-            assert_eq!(summary(&reply.statuses[0]), (code(Code::Ok), None, u32::MAX), "{storage:?}");
-            assert_eq!(reply.statuses[0].duration_until_reset, None);
-            assert_eq!(summary(&reply.statuses[1]), (code(Code::Ok), None, 0), "per_client replaced: no rule");
-        }
-        let app = should_rate_limit(&mut rls, "gateway", vec![descriptor(&[("client_id", "app")])], 1).await;
-        assert_eq!(app.statuses[0].limit_remaining, 99, "the replaced rule counted none of them");
-        server.running.shutdown().await;
-    }
+            // An unlimited rule: OK, no limit, 4294967295 remaining (`ratelimit.go`, `isUnlimited`),
+            // and its `replaces` takes `per_client` out for the whole request.
+            let request = vec![descriptor(&[("client_id", "health-checker")]), descriptor(&[("client_id", "app")])];
+            for _ in 0..3 {
+                let reply = should_rate_limit(rls, "gateway", request.clone(), 1).await;
+                assert_eq!(reply.overall_code, code(Code::Ok));
+                assert_eq!(summary(&reply.statuses[0]), (code(Code::Ok), None, u32::MAX), "{storage:?}");
+                assert_eq!(reply.statuses[0].duration_until_reset, None);
+                assert_eq!(summary(&reply.statuses[1]), (code(Code::Ok), None, 0), "per_client replaced: no rule");
+            }
+            let app = should_rate_limit(rls, "gateway", vec![descriptor(&[("client_id", "app")])], 1).await;
+            assert_eq!(app.statuses[0].limit_remaining, 99, "the replaced rule counted none of them");
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn week_month_and_year_are_7_30_and_365_days_from_the_epoch() {
-    let redis = RedisServer::start();
-    for storage in storages(&redis) {
-        let server = serve("config", &storage, |_| {}).await;
-        let mut rls = server.rls().await;
-        // The manual clock starts at 1970-01-01T00:00Z, a Thursday; 3 days on is a Sunday, a day
-        // before an ISO week's end and 4 days before envoy/ratelimit's.
-        server.clock.advance(Duration::from_secs(3 * DAY));
-        let plan = |plan: &str| vec![descriptor(&[("plan", plan), ("account", "a1")])];
-        let cases = [
-            ("weekly", 1000, Unit::Week, 4 * DAY),
-            ("monthly", 4000, Unit::Month, 27 * DAY),
-            ("yearly", 50_000, Unit::Year, 362 * DAY),
-        ];
-        for (name, max, unit, reset) in cases {
-            let reply = should_rate_limit(&mut rls, "billing", plan(name), 1).await;
-            assert_eq!(summary(&reply.statuses[0]), (code(Code::Ok), Some((max, unit as i32)), max - 1), "{name}");
-            assert_eq!(reset_s(&reply, 0) as u64, reset, "{name} on {storage:?}");
-        }
-        let week = should_rate_limit(&mut rls, "billing", plan("weekly"), 999).await;
-        assert_eq!(week.overall_code, code(Code::Ok));
-        assert_eq!(should_rate_limit(&mut rls, "billing", plan("weekly"), 1).await.overall_code, code(Code::OverLimit));
-        server.clock.advance(Duration::from_secs(4 * DAY - 1));
-        assert_eq!(should_rate_limit(&mut rls, "billing", plan("weekly"), 1).await.overall_code, code(Code::OverLimit));
-        server.clock.advance(Duration::from_secs(1));
-        let next = should_rate_limit(&mut rls, "billing", plan("weekly"), 1).await;
-        assert_eq!(next.overall_code, code(Code::Ok), "a new week on day 7, a Thursday");
-        assert_eq!(reset_s(&next, 0) as u64, 7 * DAY);
-        server.running.shutdown().await;
-    }
+    on_each_storage(
+        |_| {},
+        async |server, rls, storage| {
+            // The manual clock starts at 1970-01-01T00:00Z, a Thursday; 3 days on is a Sunday, a day
+            // before an ISO week's end and 4 days before envoy/ratelimit's.
+            server.clock.advance(Duration::from_secs(3 * DAY));
+            let plan = |plan: &str| vec![descriptor(&[("plan", plan), ("account", "a1")])];
+            let cases = [
+                ("weekly", 1000, Unit::Week, 4 * DAY),
+                ("monthly", 4000, Unit::Month, 27 * DAY),
+                ("yearly", 50_000, Unit::Year, 362 * DAY),
+            ];
+            for (name, max, unit, reset) in cases {
+                let reply = should_rate_limit(rls, "billing", plan(name), 1).await;
+                assert_eq!(summary(&reply.statuses[0]), (code(Code::Ok), Some((max, unit as i32)), max - 1), "{name}");
+                assert_eq!(reset_s(&reply, 0) as u64, reset, "{name} on {storage:?}");
+            }
+            let week = should_rate_limit(rls, "billing", plan("weekly"), 999).await;
+            assert_eq!(week.overall_code, code(Code::Ok));
+            assert_eq!(should_rate_limit(rls, "billing", plan("weekly"), 1).await.overall_code, code(Code::OverLimit));
+            server.clock.advance(Duration::from_secs(4 * DAY - 1));
+            assert_eq!(should_rate_limit(rls, "billing", plan("weekly"), 1).await.overall_code, code(Code::OverLimit));
+            server.clock.advance(Duration::from_secs(1));
+            let next = should_rate_limit(rls, "billing", plan("weekly"), 1).await;
+            assert_eq!(next.overall_code, code(Code::Ok), "a new week on day 7, a Thursday");
+            assert_eq!(reset_s(&next, 0) as u64, 7 * DAY);
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn global_shadow_mode_forces_only_the_overall_code() {
-    let redis = RedisServer::start();
-    for storage in storages(&redis) {
-        let server = serve("config", &storage, |c| c.shadow = true).await;
-        let mut rls = server.rls().await;
-        // envoy/ratelimit's SHADOW_MODE (`ratelimit.go`: `finalCode = OK` after the statuses).
-        let banned = vec![descriptor(&[("remote_address", "203.0.113.7")])];
-        let reply = should_rate_limit(&mut rls, "gateway", banned, 1).await;
-        assert_eq!(reply.overall_code, code(Code::Ok), "{storage:?}");
-        assert_eq!(summary(&reply.statuses[0]), (code(Code::OverLimit), Some((0, Unit::Second as i32)), 0));
-        let address = || vec![descriptor(&[("remote_address", "198.51.100.2")])];
-        should_rate_limit(&mut rls, "gateway", address(), 10).await;
-        let over = should_rate_limit(&mut rls, "gateway", address(), 1).await;
-        assert_eq!((over.overall_code, over.statuses[0].code), (code(Code::Ok), code(Code::OverLimit)));
-        server.running.shutdown().await;
-    }
+    on_each_storage(
+        |c| c.shadow = true,
+        async |_, rls, storage| {
+            // envoy/ratelimit's SHADOW_MODE (`ratelimit.go`: `finalCode = OK` after the statuses).
+            let banned = vec![descriptor(&[("remote_address", "203.0.113.7")])];
+            let reply = should_rate_limit(rls, "gateway", banned, 1).await;
+            assert_eq!(reply.overall_code, code(Code::Ok), "{storage:?}");
+            assert_eq!(summary(&reply.statuses[0]), (code(Code::OverLimit), Some((0, Unit::Second as i32)), 0));
+            let address = || vec![descriptor(&[("remote_address", "198.51.100.2")])];
+            should_rate_limit(rls, "gateway", address(), 10).await;
+            let over = should_rate_limit(rls, "gateway", address(), 1).await;
+            assert_eq!((over.overall_code, over.statuses[0].code), (code(Code::Ok), code(Code::OverLimit)));
+        },
+    )
+    .await;
     // A rule's own `shadow_mode` reports its descriptor OK, with 0 remaining once over
     // (`base_limiter.go`: the code is set to OK after the OVER_LIMIT status is built).
     let server = serve("config", &Storage::Memory, |_| {}).await;
@@ -319,43 +336,43 @@ fn dynamic_metadata(reply: &RateLimitResponse) -> serde_json::Value {
 /// `ratelimitToMetadata`; its `test/service/ratelimit_test.go`, `TestMetadataReturned...`).
 #[tokio::test]
 async fn dynamic_metadata_describes_the_request_and_the_rules_it_passed() {
-    let redis = RedisServer::start();
-    for storage in storages(&redis) {
-        let server = serve("config", &storage, |c| c.response_dynamic_metadata = true).await;
-        let mut rls = server.rls().await;
-        let both = || vec![descriptor(&[("service", "service_1")]), descriptor(&[("service", "service_2")])];
-        let first = should_rate_limit(&mut rls, "services", both(), 0).await;
-        assert_eq!(first.overall_code, code(Code::Ok));
-        let described = serde_json::json!({
-            "domain": "services",
-            "descriptors": [{"entries": ["service=service_1"]}, {"entries": ["service=service_2"]}],
-            // Both passed: their metadata merged, in descriptor order.
-            "metadata": {"name": "service_1", "service_with_quota": {"name": "service_2"}, "weight": 2.0},
-        });
-        assert_eq!(dynamic_metadata(&first), described, "{storage:?}");
+    on_each_storage(
+        |c| c.response_dynamic_metadata = true,
+        async |_, rls, storage| {
+            let both = || vec![descriptor(&[("service", "service_1")]), descriptor(&[("service", "service_2")])];
+            let first = should_rate_limit(rls, "services", both(), 0).await;
+            assert_eq!(first.overall_code, code(Code::Ok));
+            let described = serde_json::json!({
+                "domain": "services",
+                "descriptors": [{"entries": ["service=service_1"]}, {"entries": ["service=service_2"]}],
+                // Both passed: their metadata merged, in descriptor order.
+                "metadata": {"name": "service_1", "service_with_quota": {"name": "service_2"}, "weight": 2.0},
+            });
+            assert_eq!(dynamic_metadata(&first), described, "{storage:?}");
 
-        // service_1 is out of quota: only service_2's metadata, and the request's hits_addend.
-        let second = should_rate_limit(&mut rls, "services", both(), 1).await;
-        assert_eq!(second.overall_code, code(Code::OverLimit));
-        let mut expected = described.clone();
-        expected["metadata"] = serde_json::json!({"service_with_quota": {"name": "service_2"}, "weight": 2.0});
-        expected["hitsAddend"] = 1.0.into();
-        assert_eq!(dynamic_metadata(&second), expected, "{storage:?}");
+            // service_1 is out of quota: only service_2's metadata, and the request's hits_addend.
+            let second = should_rate_limit(rls, "services", both(), 1).await;
+            assert_eq!(second.overall_code, code(Code::OverLimit));
+            let mut expected = described.clone();
+            expected["metadata"] = serde_json::json!({"service_with_quota": {"name": "service_2"}, "weight": 2.0});
+            expected["hitsAddend"] = 1.0.into();
+            assert_eq!(dynamic_metadata(&second), expected, "{storage:?}");
 
-        // A descriptor's own hits_addend and limit are described as sent.
-        let mut own = descriptor(&[("service", "service_2")]);
-        own.hits_addend = Some(UInt64Value { value: 0 });
-        own.limit = Some(RateLimitOverride { requests_per_unit: 5, unit: RateLimitUnit::Hour as i32 });
-        let third = should_rate_limit(&mut rls, "services", vec![own], 0).await;
-        let descriptors = &dynamic_metadata(&third)["descriptors"];
-        let sent = serde_json::json!([{
-            "entries": ["service=service_2"],
-            "hitsAddend": 0.0,
-            "limit": "requests_per_unit:5 unit:HOUR",
-        }]);
-        assert_eq!(descriptors, &sent);
-        server.running.shutdown().await;
-    }
+            // A descriptor's own hits_addend and limit are described as sent.
+            let mut own = descriptor(&[("service", "service_2")]);
+            own.hits_addend = Some(UInt64Value { value: 0 });
+            own.limit = Some(RateLimitOverride { requests_per_unit: 5, unit: RateLimitUnit::Hour as i32 });
+            let third = should_rate_limit(rls, "services", vec![own], 0).await;
+            let descriptors = &dynamic_metadata(&third)["descriptors"];
+            let sent = serde_json::json!([{
+                "entries": ["service=service_2"],
+                "hitsAddend": 0.0,
+                "limit": "requests_per_unit:5 unit:HOUR",
+            }]);
+            assert_eq!(descriptors, &sent);
+        },
+    )
+    .await;
     // Off by default: no description, as envoy/ratelimit's default.
     let server = serve("config", &Storage::Memory, |_| {}).await;
     let mut rls = server.rls().await;
@@ -370,59 +387,61 @@ async fn dynamic_metadata_describes_the_request_and_the_rules_it_passed() {
 /// (`src/service/ratelimit.go`, `shouldRateLimitWorker`); a quota counts past its limit.
 #[tokio::test]
 async fn quota_mode_refuses_only_when_every_quota_is_over_and_counts_past_the_limit() {
-    let redis = RedisServer::start();
-    for storage in storages(&redis) {
-        let server = serve("config", &storage, |_| {}).await;
-        let mut rls = server.rls().await;
-        let check = || {
-            let mut services = vec![descriptor(&[("service", "service_1")]), descriptor(&[("service", "service_2")])];
-            for d in &mut services {
-                d.hits_addend = Some(UInt64Value { value: 0 });
+    on_each_storage(
+        |_| {},
+        async |server, rls, storage| {
+            let check = || {
+                let mut services =
+                    vec![descriptor(&[("service", "service_1")]), descriptor(&[("service", "service_2")])];
+                for d in &mut services {
+                    d.hits_addend = Some(UInt64Value { value: 0 });
+                }
+                services
+            };
+            let mut served = Vec::new();
+            for request in 1..=6 {
+                let reply = should_rate_limit(rls, "token-quota", check(), 0).await;
+                if reply.overall_code != code(Code::Ok) {
+                    assert!(reply.statuses.iter().all(|s| s.code == code(Code::OverLimit)), "{storage:?}: {reply:?}");
+                    served.push(None);
+                    continue;
+                }
+                let service = if reply.statuses[0].code == code(Code::Ok) { "service_1" } else { "service_2" };
+                served.push(Some(service));
+                should_rate_limit(rls, "token-quota", vec![descriptor(&[("service", service)])], 1).await;
+                assert!(request < 6, "{storage:?}: request {request} served by {service}");
             }
-            services
-        };
-        let mut served = Vec::new();
-        for request in 1..=6 {
-            let reply = should_rate_limit(&mut rls, "token-quota", check(), 0).await;
-            if reply.overall_code != code(Code::Ok) {
-                assert!(reply.statuses.iter().all(|s| s.code == code(Code::OverLimit)), "{storage:?}: {reply:?}");
-                served.push(None);
-                continue;
+            // Each quota serves one more than its limit: the charge that takes it over is the
+            // response of a request already served (as the script says: 2 for service_1, 3 for 2).
+            let one = Some("service_1");
+            let two = Some("service_2");
+            assert_eq!(served, [one, one, two, two, two, None], "{storage:?}");
+
+            // Over: the status says so, with the rule and 0 remaining.
+            let over = should_rate_limit(rls, "token-quota", check(), 0).await;
+            assert_eq!(summary(&over.statuses[0]), (code(Code::OverLimit), Some((1, Unit::Minute as i32)), 0));
+            assert_eq!(over.statuses[0].current_limit.as_ref().unwrap().name, "service_1_quota");
+
+            // An ordinary rule is all-or-nothing and refuses on its own; a request its quotas refuse
+            // takes nothing from it, while the quota counts the hit.
+            let with_tenant =
+                |service: &str| vec![descriptor(&[("service", service)]), descriptor(&[("tenant", "t1")])];
+            let refused = should_rate_limit(rls, "token-quota", with_tenant("service_2"), 1).await;
+            assert_eq!(refused.overall_code, code(Code::OverLimit), "{storage:?}");
+            server.clock.advance(Duration::from_secs(60));
+            for _ in 0..4 {
+                let fine = should_rate_limit(rls, "token-quota", vec![descriptor(&[("tenant", "t1")])], 1).await;
+                assert_eq!(fine.overall_code, code(Code::Ok), "a new minute: the tenant's 4");
             }
-            let service = if reply.statuses[0].code == code(Code::Ok) { "service_1" } else { "service_2" };
-            served.push(Some(service));
-            should_rate_limit(&mut rls, "token-quota", vec![descriptor(&[("service", service)])], 1).await;
-            assert!(request < 6, "{storage:?}: request {request} served by {service}");
-        }
-        // Each quota serves one more than its limit: the charge that takes it over is the
-        // response of a request already served (as the script says: 2 for service_1, 3 for 2).
-        let one = Some("service_1");
-        let two = Some("service_2");
-        assert_eq!(served, [one, one, two, two, two, None], "{storage:?}");
-
-        // Over: the status says so, with the rule and 0 remaining.
-        let over = should_rate_limit(&mut rls, "token-quota", check(), 0).await;
-        assert_eq!(summary(&over.statuses[0]), (code(Code::OverLimit), Some((1, Unit::Minute as i32)), 0));
-        assert_eq!(over.statuses[0].current_limit.as_ref().unwrap().name, "service_1_quota");
-
-        // An ordinary rule is all-or-nothing and refuses on its own; a request its quotas refuse
-        // takes nothing from it, while the quota counts the hit.
-        let with_tenant = |service: &str| vec![descriptor(&[("service", service)]), descriptor(&[("tenant", "t1")])];
-        let refused = should_rate_limit(&mut rls, "token-quota", with_tenant("service_2"), 1).await;
-        assert_eq!(refused.overall_code, code(Code::OverLimit), "{storage:?}");
-        server.clock.advance(Duration::from_secs(60));
-        for _ in 0..4 {
-            let fine = should_rate_limit(&mut rls, "token-quota", vec![descriptor(&[("tenant", "t1")])], 1).await;
-            assert_eq!(fine.overall_code, code(Code::Ok), "a new minute: the tenant's 4");
-        }
-        let tenant_over = should_rate_limit(&mut rls, "token-quota", with_tenant("service_2"), 1).await;
-        assert_eq!(tenant_over.overall_code, code(Code::OverLimit), "{storage:?}: the tenant is over");
-        assert_eq!(tenant_over.statuses[0].code, code(Code::Ok), "service_2 had room");
-        // Its quota was charged all the same (envoy/ratelimit counts every quota hit).
-        let left = should_rate_limit(&mut rls, "token-quota", check(), 0).await;
-        assert_eq!(left.statuses[1].limit_remaining, 1, "{storage:?}: {left:?}");
-        server.running.shutdown().await;
-    }
+            let tenant_over = should_rate_limit(rls, "token-quota", with_tenant("service_2"), 1).await;
+            assert_eq!(tenant_over.overall_code, code(Code::OverLimit), "{storage:?}: the tenant is over");
+            assert_eq!(tenant_over.statuses[0].code, code(Code::Ok), "service_2 had room");
+            // Its quota was charged all the same (envoy/ratelimit counts every quota hit).
+            let left = should_rate_limit(rls, "token-quota", check(), 0).await;
+            assert_eq!(left.statuses[1].limit_remaining, 1, "{storage:?}: {left:?}");
+        },
+    )
+    .await;
 }
 
 /// redis-cached and redis-leased decide on local copies, which cannot tell whether every pooled
