@@ -67,6 +67,10 @@ impl Enforcement {
     }
 }
 
+/// What the counters of a limit that counts past its limit ([`Enforcement::Pooled`]) hold at
+/// most: 2<sup>53</sup>, the largest whole number Redis's Lua holds exactly.
+pub const COUNT_PAST_CAPACITY: u64 = 1 << 53;
+
 /// A limit's [`metadata`](Limit::metadata): a mapping from names to any YAML values, as JSON
 /// values (what `google.protobuf.Struct` carries).
 pub type Metadata = serde_json::Map<String, serde_json::Value>;
@@ -144,17 +148,23 @@ impl Limit {
         // A pooled limit of 0 counts: a request is over it, a check of 0 hits not until then.
         self.max_value == 0 && self.enforcement != Enforcement::Pooled
     }
-    /// What the limit's counters hold: `max_value`, and one more for a [pooled](Enforcement::Pooled)
-    /// limit, whose counters count past the limit: a counter at `max_value + 1` is one that was
-    /// charged past it, and a check of 0 hits finds it over (see [`Limit::reported`]).
+    /// What the limit's counters hold: `max_value`, or for a [pooled](Enforcement::Pooled)
+    /// limit, whose counters count every hit past the limit, [`COUNT_PAST_CAPACITY`] (the limit is
+    /// then applied to [`Limit::count`] by whoever decides, and a new `max_value` applies to the
+    /// counts kept).
     pub fn capacity(&self) -> u64 {
         match self.enforcement {
-            Enforcement::Pooled => self.max_value.saturating_add(1),
+            Enforcement::Pooled => COUNT_PAST_CAPACITY.max(self.max_value),
             _ => self.max_value,
         }
     }
+    /// The hits a counter of this limit holds, from its state as the counter reports it (its
+    /// limit is the [`capacity`](Limit::capacity)).
+    pub fn count(&self, counted: tollgate::Meta) -> u64 {
+        counted.limit.saturating_sub(counted.remaining)
+    }
     /// A counter's state as the limit reports it: as its counters hold it, but for a
-    /// [pooled](Enforcement::Pooled) limit out of `max_value`, the hit past it taken off.
+    /// [pooled](Enforcement::Pooled) limit what is left of `max_value` (0 past it).
     ///
     /// ```
     /// use tollgate::Meta;
@@ -162,16 +172,19 @@ impl Limit {
     ///
     /// let policy = Policy::parse("- {namespace: a, max_value: 2, seconds: 60, mode: pooled}", "limits.yaml")?;
     /// let limit = &policy.limits()[0];
-    /// assert_eq!(limit.capacity(), 3);
-    /// let counted = Meta { limit: 3, remaining: 1, reset_ns: 5, retry_ns: None };
-    /// assert_eq!(limit.reported(counted), Meta { limit: 2, remaining: 0, ..counted });
+    /// assert_eq!(limit.capacity(), 1 << 53);
+    /// let counted = Meta { limit: 1 << 53, remaining: (1 << 53) - 1, reset_ns: 5, retry_ns: None };
+    /// assert_eq!(limit.count(counted), 1);
+    /// assert_eq!(limit.reported(counted), Meta { limit: 2, remaining: 1, ..counted });
+    /// let past = Meta { remaining: (1 << 53) - 5, ..counted };
+    /// assert_eq!(limit.reported(past), Meta { limit: 2, remaining: 0, ..counted });
     /// # Ok::<(), tollgate_policy::PolicyError>(())
     /// ```
     pub fn reported(&self, meta: tollgate::Meta) -> tollgate::Meta {
         match self.enforcement {
             Enforcement::Pooled => tollgate::Meta {
-                limit: meta.limit.min(self.max_value),
-                remaining: meta.remaining.saturating_sub(1),
+                limit: self.max_value,
+                remaining: self.max_value.saturating_sub(self.count(meta)),
                 ..meta
             },
             _ => meta,

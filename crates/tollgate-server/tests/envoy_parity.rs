@@ -416,6 +416,16 @@ async fn quota_mode_refuses_only_when_every_quota_is_over_and_counts_past_the_li
             let one = Some("service_1");
             let two = Some("service_2");
             assert_eq!(served, [one, one, two, two, two, None], "{storage:?}");
+            // Counted as envoy/ratelimit counts them: service_1's second charge is past its limit.
+            let text = server.get("/metrics").await.1;
+            let service_1 = r#"limitador_namespace="token-quota",rule="service_1_quota""#;
+            let stat = |name: &str| series(&text, name, service_1);
+            let counted = [
+                stat("tollgate_rule_total_hits"),
+                stat("tollgate_rule_within_limit"),
+                stat("tollgate_rule_over_limit"),
+            ];
+            assert_eq!(counted, [2, 1, 1], "{storage:?}: {text}");
 
             // Over: the status says so, with the rule and 0 remaining.
             let over = should_rate_limit(rls, "token-quota", check(), 0).await;

@@ -275,11 +275,13 @@ impl<C: Clock + Clone> Engine<C> {
         let action = call.action;
         let charge = action != Action::Check;
         let mut statuses = self.store.decide(Call { charge, ..call }).get().await?;
+        let limits = call.loaded.policy.limits();
         for status in &mut statuses {
-            // The counters hold one more than the limit (`Limit::capacity`): a counter full is
-            // one charged past the limit; a check is over when its hits would take the last.
-            let took = if charge { 0 } else { status.hits };
-            status.limited = action != Action::Report && status.meta.remaining <= took;
+            // The counters count past the limit (`Limit::capacity`); a check is over when its
+            // hits would take the count past it.
+            let count = limits[status.limit].count(status.meta);
+            let asked = if charge { 0 } else { status.hits };
+            status.limited = action != Action::Report && count.saturating_add(asked) > limits[status.limit].max_value();
         }
         Ok(statuses)
     }
@@ -306,7 +308,7 @@ impl<C: Clock + Clone> Engine<C> {
             };
             let limited = !hit.limit.unlimited();
             let hits = hits_on(hit.descriptor);
-            statuses.push(Status { limit: hit.index, descriptor: hit.descriptor, hits, meta, limited });
+            statuses.push(Status { limit: hit.index, descriptor: hit.descriptor, hits, meta, limited, past: 0 });
             false
         });
         statuses

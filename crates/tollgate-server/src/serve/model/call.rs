@@ -47,6 +47,9 @@ pub struct Status {
     pub meta: Meta,
     /// True when this counter (alone) did not have room for the request.
     pub limited: bool,
+    /// The hits the counter holds past its limit: a [pooled](Enforcement::Pooled) limit counts
+    /// every hit (`meta` says 0 remaining then); 0 for the others.
+    pub past: u64,
 }
 
 /// The result of one call.
@@ -77,6 +80,7 @@ impl Outcome {
             let limit = &limits[status.limit];
             if limit.enforcement() == Enforcement::Pooled {
                 pooled = (pooled.0 + 1, pooled.1 + usize::from(status.limited));
+                status.past = limit.count(status.meta).saturating_sub(limit.max_value());
                 status.meta = limit.reported(status.meta);
             }
         }

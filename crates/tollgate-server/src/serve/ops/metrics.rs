@@ -263,7 +263,8 @@ impl Metrics {
     fn add_to_rule_table(&self, table: &RuleTable, outcome: &Outcome, report: bool) {
         for status in &outcome.statuses {
             let limit = outcome.limit(status);
-            let used = limit.max_value().saturating_sub(status.meta.remaining);
+            // A pooled limit's counter holds what is past the limit too.
+            let used = limit.max_value().saturating_sub(status.meta.remaining).saturating_add(status.past);
             // What the call took is in `used`: envoy/ratelimit's "before" excludes it. A pooled
             // limit is charged whatever the outcome.
             let pooled = limit.enforcement() == Enforcement::Pooled;

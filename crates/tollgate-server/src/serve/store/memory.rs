@@ -75,6 +75,7 @@ impl Memory {
                 hits: call.hits_on(hit),
                 meta: part.meta(),
                 limited: !reports && part.is_limited(),
+                past: 0,
             })
             .collect()
     }
@@ -92,7 +93,7 @@ impl Memory {
                     Err(full) if full.meta().remaining == 0 => full.meta(),
                     Err(full) => take(full.meta().remaining).map_or_else(|r| r.meta(), |lease| lease.meta()),
                 };
-                Status { limit: hit.index, descriptor: hit.descriptor, hits, meta, limited: false }
+                Status { limit: hit.index, descriptor: hit.descriptor, hits, meta, limited: false, past: 0 }
             })
             .collect()
     }

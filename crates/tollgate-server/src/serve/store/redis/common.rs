@@ -258,7 +258,7 @@ pub(super) fn statuses<C: Clock>(call: &Call<'_, C>, slots: &[usize], decided: &
     (call.hits.iter().zip(slots))
         .map(|(hit, &slot)| {
             let (meta, limited) = decided.get(slot).copied().unwrap_or_default();
-            Status { limit: hit.index, descriptor: hit.descriptor, hits: call.hits_on(hit), meta, limited }
+            Status { limit: hit.index, descriptor: hit.descriptor, hits: call.hits_on(hit), meta, limited, past: 0 }
         })
         .collect()
 }
