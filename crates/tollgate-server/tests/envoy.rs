@@ -277,6 +277,25 @@ fn convert_prints_limits_that_check_config_and_the_policy_read_back_the_same() {
     assert!(out.contains("each descriptor with keys [message_type, to_number]"), "{out}");
 }
 
+/// check-config says what each rule does beyond counting: unlimited, shadow, quota mode (pooled),
+/// metadata, per-value statistics.
+#[test]
+fn check_config_describes_what_each_rule_does() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/envoy/config");
+    let out = tollgate(&["check-config", "--format", "envoy", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = text(&out.stdout);
+    for line in [
+        "gateway.yaml:20: gateway: unlimited (counts nothing), id ",
+        "      shadow: counts and reports, never denies",
+        "      mode pooled: denies when every pooled limit of the request is over",
+        "      metadata {\"service_with_quota\":{\"name\":\"service_2\"},\"weight\":2}",
+        "      statistics per value (detailed_metric, value_to_metric)",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+}
+
 #[test]
 fn convert_and_check_config_exit_2_with_the_file_and_line_of_a_bad_directory() {
     let dir = config_dir("envoy-convert-bad", &[("edge.yaml", EDGE), ("z_blacklist.yaml", BLACKLIST)]);

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use tollgate_policy::Enforcement;
 
 use super::LimitsFormat;
 
@@ -43,13 +44,11 @@ pub(crate) fn main(args: CheckArgs) -> ExitCode {
             Some(calendar) => format!("calendar {} in {}", calendar.unit().name(), calendar.zone()),
             None => format!("{}s", limit.seconds()),
         };
-        println!(
-            "  {place}: {}{name}: {} per {window} ({}), id {}",
-            limit.namespace(),
-            limit.max_value(),
-            limit.algorithm().name(),
-            limit.id()
-        );
+        let rate = match limit.unlimited() {
+            true => "unlimited (counts nothing)".to_string(),
+            false => format!("{} per {window} ({})", limit.max_value(), limit.algorithm().name()),
+        };
+        println!("  {place}: {}{name}: {rate}, id {}", limit.namespace(), limit.id());
         if let Some(keys) = limit.descriptor_keys() {
             println!("      each descriptor with keys [{}]", keys.join(", "));
         }
@@ -61,6 +60,18 @@ pub(crate) fn main(args: CheckArgs) -> ExitCode {
         }
         if !limit.replaces().is_empty() {
             println!("      replaces {}", limit.replaces().join(", "));
+        }
+        match limit.enforcement() {
+            Enforcement::Enforce => {}
+            Enforcement::Shadow => println!("      shadow: counts and reports, never denies"),
+            Enforcement::Quota => println!("      mode quota: allows, and marks the answer when over"),
+            Enforcement::Pooled => println!("      mode pooled: denies when every pooled limit of the request is over"),
+        }
+        if let Some(metadata) = limit.metadata() {
+            println!("      metadata {}", serde_json::Value::Object(metadata.clone()));
+        }
+        if limit.has_stats_key() {
+            println!("      statistics per value (detailed_metric, value_to_metric)");
         }
     }
     ExitCode::SUCCESS
