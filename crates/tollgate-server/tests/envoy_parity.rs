@@ -427,6 +427,14 @@ async fn quota_mode_refuses_only_when_every_quota_is_over_and_counts_past_the_li
             ];
             assert_eq!(counted, [2, 1, 1], "{storage:?}: {text}");
 
+            // An unlimited quota descriptor is not one of the request's quotas (envoy/ratelimit's
+            // `isUnlimited` skips it): service_1 and service_2 are over, so the request is.
+            let mut with_internal = check();
+            with_internal.push(descriptor(&[("service", "internal")]));
+            let internal = should_rate_limit(rls, "token-quota", with_internal, 0).await;
+            assert_eq!(internal.overall_code, code(Code::OverLimit), "{storage:?}: {internal:?}");
+            assert_eq!(summary(&internal.statuses[2]), (code(Code::Ok), None, u32::MAX));
+
             // Over: the status says so, with the rule and 0 remaining.
             let over = should_rate_limit(rls, "token-quota", check(), 0).await;
             assert_eq!(summary(&over.statuses[0]), (code(Code::OverLimit), Some((1, Unit::Minute as i32)), 0));

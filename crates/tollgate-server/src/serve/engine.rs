@@ -203,8 +203,9 @@ impl<C: Clock + Clone> Engine<C> {
     /// ([`Descriptor::hits`]) for the counters attributed to it. A request that is limited takes
     /// nothing from any counter; a shadow or quota limit without room takes nothing and does not
     /// limit it. Pooled limits (envoy/ratelimit's `quota_mode`) are charged first, past their
-    /// limit and whatever the outcome, and limit the request when every one it touches is over. An error means the request is over the engine's [`RequestBounds`], or the storage
-    /// could not answer (Redis down or slow).
+    /// limit and whatever the outcome, and limit the request when every one it touches is over.
+    /// An error means the request is over the engine's [`RequestBounds`], or the storage could
+    /// not answer (Redis down or slow).
     pub async fn call(
         &self,
         namespace: &str,

@@ -71,14 +71,15 @@ pub struct Outcome {
 impl Outcome {
     /// The outcome of a call decided on `loaded` with `statuses`: limited when an enforcing
     /// limit had no room, allowed anyway in shadow mode.
-    /// Pooled limits (envoy/ratelimit's `quota_mode`) limit it when every one it touched is over.
-    /// Each status's state is as its limit reports it ([`Limit::reported`]).
+    /// Pooled limits (envoy/ratelimit's `quota_mode`) limit it when every one it touched is over
+    /// (an unlimited one is not counted, as envoy/ratelimit skips it). Each status's state is as
+    /// its limit reports it ([`Limit::reported`]).
     pub(crate) fn new(loaded: Arc<Loaded>, mut statuses: Vec<Status>, shadow: bool) -> Outcome {
         let limits = loaded.policy.limits();
         let mut pooled = (0, 0);
         for status in &mut statuses {
             let limit = &limits[status.limit];
-            if limit.enforcement() == Enforcement::Pooled {
+            if limit.enforcement() == Enforcement::Pooled && !limit.unlimited() {
                 pooled = (pooled.0 + 1, pooled.1 + usize::from(status.limited));
                 status.past = limit.count(status.meta).saturating_sub(limit.max_value());
                 status.meta = limit.reported(status.meta);
