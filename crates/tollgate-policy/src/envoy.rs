@@ -486,7 +486,8 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
         descriptor_keys: Some(path.iter().map(|(n, _)| n.key.clone()).collect()),
         replaces: rule.replaces.clone(),
         metadata: rule.metadata.clone(),
-        stats_key: stats_key.finish(&domain.name),
+        // An unlimited rule keeps no statistics, per value or not.
+        stats_key: stats_key.finish(&domain.name).filter(|_| rule.unit.is_some()),
         source_name: Arc::clone(file),
         position: node.at,
         id: LimitId(0),

@@ -215,6 +215,8 @@ fn detailed_metric_and_value_to_metric_make_statistics_keys_per_value() {
             None,
         ),
         (format!("- key: k1\n  {rule}\n"), vec![("k1", "A")], None),
+        // An unlimited rule keeps no statistics.
+        ("- key: k1\n  detailed_metric: true\n  rate_limit: {unlimited: true}\n".to_string(), vec![("k1", "A")], None),
     ];
     for (descriptors, entries, expected) in cases {
         let yaml =
