@@ -105,7 +105,7 @@ fn write_limit(out: &mut String, limit: &Limit) {
     }
     if let Some(metadata) = limit.metadata() {
         // JSON is YAML's flow style: it reads back as the same mapping.
-        let _ = writeln!(out, "  metadata: {}", serde_json::Value::Object(metadata.clone()));
+        let _ = writeln!(out, "  metadata: {}", serde_json::to_string(metadata).expect("a JSON map serialises"));
     }
 }
 

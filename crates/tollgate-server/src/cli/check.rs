@@ -68,7 +68,7 @@ pub(crate) fn main(args: CheckArgs) -> ExitCode {
             Enforcement::Pooled => println!("      mode pooled: denies when every pooled limit of the request is over"),
         }
         if let Some(metadata) = limit.metadata() {
-            println!("      metadata {}", serde_json::Value::Object(metadata.clone()));
+            println!("      metadata {}", serde_json::to_string(metadata).expect("a JSON map serialises"));
         }
         if limit.has_stats_key() {
             println!("      statistics per value (detailed_metric, value_to_metric)");
