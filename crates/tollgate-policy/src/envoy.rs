@@ -35,6 +35,10 @@
 //! - `detailed_metric` and `value_to_metric` make the rule's statistics per value
 //!   ([`Limit::stats_key`]).
 //!
+//! Each domain also has a limit per unit for the request descriptors that carry their own limit
+//! ([`LimitOverride`](crate::LimitOverride), [`Limit::set_by_request`]): such a descriptor is
+//! counted against it and no rule.
+//!
 //! What has no equivalent is an error at its place: a key twice
 //! on one path, and a domain in two files unless merged
 //! ([`Policy::parse_envoy_merging_domains`], envoy/ratelimit's `MERGE_DOMAIN_CONFIG`).
@@ -250,7 +254,54 @@ fn envoy_policy(sources: &[SourceText], merge: bool) -> Result<Policy, PolicyErr
             emit(domain, std::slice::from_ref(node), &domain.nodes, &mut path, &files[i], &mut limits)?;
         }
     }
+    for (domain, file, _) in &domains {
+        limits.extend(REQUEST_UNITS.iter().map(|&unit| set_by_request(domain, unit, file)));
+    }
     Policy::checked(limits)
+}
+
+/// The units a descriptor's own limit can ask for: envoy/ratelimit's (`UnitToDivider`).
+const REQUEST_UNITS: [CalendarUnit; 7] = [
+    CalendarUnit::Second,
+    CalendarUnit::Minute,
+    CalendarUnit::Hour,
+    CalendarUnit::Day,
+    CalendarUnit::EpochWeek,
+    CalendarUnit::EpochMonth,
+    CalendarUnit::EpochYear,
+];
+
+/// The limit that `domain`'s descriptors with their own limit in `unit` count against
+/// ([`Limit::set_by_request`]): its windows are a rule's in that unit; its counters count up to
+/// [`COUNT_PAST_CAPACITY`](crate::COUNT_PAST_CAPACITY), each request's own limit applied to
+/// them by whoever decides.
+fn set_by_request(domain: &Domain, unit: CalendarUnit, file: &Arc<str>) -> Limit {
+    let calendar = Calendar::new(unit, "UTC").expect("UTC is a known zone");
+    let mut limit = Limit {
+        namespace: domain.name.clone(),
+        max_value: crate::COUNT_PAST_CAPACITY,
+        seconds: calendar.nominal().as_secs(),
+        name: None,
+        file_id: Some(format!("{}.(descriptor limit per {})", domain.name, unit.name())),
+        conditions: Vec::new(),
+        variables: Vec::new(),
+        algorithm: AlgorithmKind::FixedWindow,
+        max_counters: None,
+        at_max_counters: None,
+        enforcement: Enforcement::Enforce,
+        unlimited: false,
+        calendar: Some(calendar),
+        descriptor_keys: None,
+        replaces: Vec::new(),
+        metadata: None,
+        stats_key: None,
+        source_name: Arc::clone(file),
+        position: domain.at,
+        set_by_request: true,
+        id: LimitId(0),
+    };
+    limit.id = limit.compute_id();
+    limit
 }
 
 fn parse_file(text: &str, file: &str) -> Result<Domain, PolicyError> {
@@ -490,6 +541,7 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
         stats_key: stats_key.finish(&domain.name).filter(|_| rule.unit.is_some()),
         source_name: Arc::clone(file),
         position: node.at,
+        set_by_request: false,
         id: LimitId(0),
     };
     limit.id = limit.compute_id();

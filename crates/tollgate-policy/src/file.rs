@@ -209,6 +209,7 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
         stats_key: None,
         source_name: Arc::clone(source),
         position: at,
+        set_by_request: false,
         id: LimitId(0),
     };
     let quota = match limit.quota() {

@@ -75,5 +75,5 @@ pub use error::{PolicyError, Position};
 pub use expr::{Condition, ExprError, Variable};
 pub use limit::{AlgorithmKind, COUNT_PAST_CAPACITY, Enforcement, Limit, LimitId, Metadata, SLIDING_SEGMENTS};
 pub use policy::{Hit, Policy};
-pub use request::Descriptor;
+pub use request::{Descriptor, LimitOverride};
 pub use source::{Format, SourceText};

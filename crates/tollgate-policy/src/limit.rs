@@ -114,6 +114,7 @@ pub struct Limit {
     pub(crate) stats_key: Option<Arc<StatsTemplate>>,
     pub(crate) source_name: Arc<str>,
     pub(crate) position: Position,
+    pub(crate) set_by_request: bool,
     pub(crate) id: LimitId,
 }
 
@@ -189,6 +190,14 @@ impl Limit {
             },
             _ => meta,
         }
+    }
+    /// True for a limit whose hits allowed per window each request's descriptor sets
+    /// ([`Descriptor::limit`](crate::Descriptor::limit), see [`LimitOverride`](crate::LimitOverride)):
+    /// one per domain and unit of a policy read from envoy/ratelimit's format, not written in
+    /// the file (not among [`Policy::rules`](crate::Policy::rules)). Its `max_value` is what its
+    /// counters hold at most, [`COUNT_PAST_CAPACITY`]; the request's is [`Hit::max_value`](crate::Hit::max_value).
+    pub fn set_by_request(&self) -> bool {
+        self.set_by_request
     }
     /// The window, in seconds.
     pub fn seconds(&self) -> u64 {
@@ -352,6 +361,7 @@ impl Limit {
             calendar,
             descriptor_keys: self.descriptor_keys.clone(),
             unlimited: self.unlimited,
+            set_by_request: self.set_by_request,
         }
     }
 
@@ -366,6 +376,7 @@ impl Limit {
             calendar,
             descriptor_keys,
             unlimited,
+            set_by_request,
         } = self.shape();
         let mut h = Fnv::default();
         h.write(namespace.as_bytes());
@@ -394,6 +405,9 @@ impl Limit {
         if unlimited {
             h.write(b"unlimited");
         }
+        if set_by_request {
+            h.write(b"set_by_request");
+        }
         LimitId(h.0)
     }
 }
@@ -410,6 +424,7 @@ pub(crate) struct Shape {
     pub(crate) calendar: String,
     pub(crate) descriptor_keys: Option<Vec<String>>,
     pub(crate) unlimited: bool,
+    pub(crate) set_by_request: bool,
 }
 
 /// FNV-1a: stable across processes and Rust versions, unlike `DefaultHasher`.

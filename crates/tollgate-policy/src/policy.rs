@@ -13,6 +13,8 @@ use crate::source::SourceText;
 #[derive(Clone, Debug, Default)]
 pub struct Policy {
     limits: Vec<Limit>,
+    /// How many of `limits` are the file's rules: the limits [set by requests](Limit::set_by_request) follow them.
+    rules: usize,
     namespaces: HashMap<String, Namespace>,
 }
 
@@ -22,6 +24,9 @@ pub struct Policy {
 struct Namespace {
     indexes: Vec<usize>,
     replaces: bool,
+    /// The limits that descriptors with their own limit count against, one per unit (see
+    /// [`Limit::set_by_request`]).
+    by_request: Vec<usize>,
 }
 
 /// One counter a request touches: a limit that applies to it and the values of the limit's
@@ -37,6 +42,9 @@ pub struct Hit<'p> {
     /// The descriptor the counter is attributed to (for per-descriptor statuses): the first one
     /// a condition or variable of the limit read, else 0.
     pub descriptor: usize,
+    /// The hits the counter allows per window: the limit's `max_value`, or, for a limit
+    /// [set by the request](Limit::set_by_request), the descriptor's own.
+    pub max_value: u64,
 }
 
 impl PartialEq for Limit {
@@ -123,19 +131,44 @@ impl Policy {
         })
     }
 
+    /// The policy of `limits`: the file's rules, then the limits [set by
+    /// requests](Limit::set_by_request).
     pub(crate) fn from_limits(limits: Vec<Limit>) -> Policy {
         let mut namespaces: HashMap<String, Namespace> = HashMap::new();
+        let rules = limits.iter().take_while(|l| !l.set_by_request).count();
+        assert!(limits[rules..].iter().all(|l| l.set_by_request), "the limits set by requests come last");
         for (i, limit) in limits.iter().enumerate() {
             let namespace = namespaces.entry(limit.namespace.clone()).or_default();
+            if limit.set_by_request {
+                namespace.by_request.push(i);
+                continue;
+            }
             namespace.indexes.push(i);
             namespace.replaces |= !limit.replaces.is_empty();
         }
-        Policy { limits, namespaces }
+        Policy { limits, rules, namespaces }
     }
 
-    /// Every limit, in file order.
+    /// Every limit a request can count against, by index ([`Hit::index`]): the file's
+    /// [rules](Policy::rules), in file order, then those [set by
+    /// requests](Limit::set_by_request).
     pub fn limits(&self) -> &[Limit] {
         &self.limits
+    }
+
+    /// The limits the file wrote, in file order: [`Policy::limits`] without those [set by
+    /// requests](Limit::set_by_request), which have no rule to show.
+    ///
+    /// ```
+    /// use tollgate_policy::{Policy, SourceText};
+    /// let yaml = "domain: api\ndescriptors:\n  - {key: tenant, rate_limit: {unit: minute, requests_per_unit: 100}}\n";
+    /// let policy = Policy::parse_envoy(&[SourceText::new("api.yaml", yaml)])?;
+    /// assert_eq!(policy.rules().len(), 1);
+    /// assert!(policy.limits().len() > 1, "and one limit per unit for descriptors with their own");
+    /// # Ok::<(), tollgate_policy::PolicyError>(())
+    /// ```
+    pub fn rules(&self) -> &[Limit] {
+        &self.limits[..self.rules]
     }
 
     /// The limits of one namespace, in file order (empty for an unknown namespace).
@@ -143,7 +176,8 @@ impl Policy {
         self.namespace_indexes(namespace).iter().map(|&i| &self.limits[i])
     }
 
-    /// The indexes in [`Policy::limits`] of one namespace's limits.
+    /// The indexes in [`Policy::limits`] of one namespace's rules (not the limits [set by
+    /// requests](Limit::set_by_request)).
     pub fn namespace_indexes(&self, namespace: &str) -> &[usize] {
         self.namespaces.get(namespace).map(|n| n.indexes.as_slice()).unwrap_or_default()
     }
@@ -156,8 +190,11 @@ impl Policy {
     /// The counters a request in `namespace` with these descriptors touches: every limit of the
     /// namespace whose conditions all hold and whose variables all have a value — once for the
     /// request, or, for a limit with [`Limit::descriptor_keys`], once for each descriptor with
-    /// those keys — less the limits that an applying limit [replaces](Limit::replaces). Costs one
-    /// pass over that namespace's limits, never over the others.
+    /// those keys — less the limits that an applying limit [replaces](Limit::replaces). A
+    /// descriptor with its own limit ([`Descriptor::limit`]) is counted against that alone when
+    /// the namespace has limits [set by requests](Limit::set_by_request) (envoy/ratelimit's
+    /// format), per its entries. Costs one pass over that namespace's limits, never over the
+    /// others.
     ///
     /// ```
     /// use tollgate_policy::{Descriptor, Policy};
@@ -179,18 +216,25 @@ impl Policy {
             let limit = &self.limits[index];
             let Some(keys) = &limit.descriptor_keys else {
                 if let Some((values, descriptor)) = applies(limit, &facts) {
-                    hits.push(Hit { limit, index, values, descriptor: descriptor.unwrap_or(0) });
+                    let max_value = limit.max_value;
+                    hits.push(Hit { limit, index, values, descriptor: descriptor.unwrap_or(0), max_value });
                 }
                 continue;
             };
             for (at, d) in descriptors.iter().enumerate() {
-                if d.entries.len() != keys.len() || !d.entries.iter().zip(keys).all(|((k, _), key)| k == key) {
+                if d.entries.len() != keys.len()
+                    || !d.entries.iter().zip(keys).all(|((k, _), key)| k == key)
+                    || (d.limit.is_some() && !ns.by_request.is_empty())
+                {
                     continue;
                 }
                 if let Some((values, _)) = applies(limit, &Facts::new(std::slice::from_ref(d))) {
-                    hits.push(Hit { limit, index, values, descriptor: at });
+                    hits.push(Hit { limit, index, values, descriptor: at, max_value: limit.max_value });
                 }
             }
+        }
+        if !ns.by_request.is_empty() {
+            self.hits_set_by_request(&ns.by_request, descriptors, &mut hits);
         }
         if ns.replaces {
             let replaced: Vec<&str> = hits.iter().flat_map(|h| h.limit.replaces.iter().map(String::as_str)).collect();
@@ -201,14 +245,28 @@ impl Policy {
         hits
     }
 
-    /// Number of limits.
-    pub fn len(&self) -> usize {
-        self.limits.len()
+    /// The hits of the descriptors with their own limit, on the limit of its unit among
+    /// `by_request`: one counter per descriptor entries (keys and values).
+    fn hits_set_by_request<'p>(&'p self, by_request: &[usize], descriptors: &[Descriptor], hits: &mut Vec<Hit<'p>>) {
+        for (at, d) in descriptors.iter().enumerate() {
+            let Some(asked) = d.limit else { continue };
+            let unit =
+                |i: &&usize| self.limits[**i].calendar.as_ref().map(tollgate::Calendar::unit) == Some(asked.unit);
+            let Some(&index) = by_request.iter().find(unit) else { continue };
+            let values = d.entries.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect();
+            let limit = &self.limits[index];
+            hits.push(Hit { limit, index, values, descriptor: at, max_value: asked.requests_per_unit });
+        }
     }
 
-    /// True when there are no limits.
+    /// Number of [rules](Policy::rules).
+    pub fn len(&self) -> usize {
+        self.rules
+    }
+
+    /// True when there are no [rules](Policy::rules).
     pub fn is_empty(&self) -> bool {
-        self.limits.is_empty()
+        self.rules == 0
     }
 }
 

@@ -21,6 +21,39 @@ pub struct Descriptor {
     /// per-descriptor `hits_addend`, which Kuadrant sets to count LLM tokens); `None` takes the
     /// request's. `Some(0)` counts nothing for them: a probe.
     pub hits: Option<u64>,
+    /// The limit this descriptor asks to be counted against instead of the configured rules
+    /// (Envoy's descriptor `limit`): see [`LimitOverride`].
+    pub limit: Option<LimitOverride>,
+}
+
+/// A descriptor's own limit (Envoy's `RateLimitDescriptor.limit`, set by Envoy's
+/// `limit.dynamic_metadata` and by Envoy Gateway to apply one policy across tenants): in a
+/// policy read from envoy/ratelimit's format, the descriptor is counted against it and no
+/// configured rule, as envoy/ratelimit's `GetLimit` does (`src/config/config_impl.go`): a
+/// counter per domain, unit and the descriptor's entries, in the unit's window (the same
+/// windows as a rule's), enforced, neither shadow nor quota, without a name. Limitador's format
+/// has no such counters: there the override is not read, as Limitador does not.
+///
+/// ```
+/// use tollgate::CalendarUnit;
+/// use tollgate_policy::{Descriptor, LimitOverride, Policy, SourceText};
+///
+/// let yaml = "domain: api\ndescriptors:\n  - {key: tenant, rate_limit: {unit: minute, requests_per_unit: 100}}\n";
+/// let policy = Policy::parse_envoy(&[SourceText::new("api.yaml", yaml)])?;
+/// let asked = LimitOverride { requests_per_unit: 5, unit: CalendarUnit::Second };
+/// let hits = policy.hits("api", &[Descriptor::from([("tenant", "acme")]).with_limit(asked)]);
+/// assert_eq!(hits.len(), 1);
+/// assert!(hits[0].limit.set_by_request());
+/// assert_eq!((hits[0].max_value, hits[0].values.clone()), (5, vec!["tenant".to_string(), "acme".into()]));
+/// # Ok::<(), tollgate_policy::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitOverride {
+    /// Hits allowed per window; 0 refuses every request that counts a hit.
+    pub requests_per_unit: u64,
+    /// The window: envoy/ratelimit's units are `Second` to `Day` and its 7, 30 and 365 days
+    /// from the epoch (`EpochWeek`, `EpochMonth`, `EpochYear`).
+    pub unit: tollgate::CalendarUnit,
 }
 
 impl Descriptor {
@@ -35,6 +68,12 @@ impl Descriptor {
     #[must_use]
     pub fn with_hits(self, hits: u64) -> Descriptor {
         Descriptor { hits: Some(hits), ..self }
+    }
+
+    /// The same descriptor counted against its own limit (see [`LimitOverride`]).
+    #[must_use]
+    pub fn with_limit(self, limit: LimitOverride) -> Descriptor {
+        Descriptor { limit: Some(limit), ..self }
     }
 
     /// This descriptor's hits, or the request's `delta` when it sets none.
@@ -56,7 +95,7 @@ impl<K: Into<String>, V: Into<String>, const N: usize> From<[(K, V); N]> for Des
 
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Descriptor {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Descriptor {
-        Descriptor { entries: iter.into_iter().map(|(k, v)| (k.into(), v.into())).collect(), hits: None }
+        Descriptor { entries: iter.into_iter().map(|(k, v)| (k.into(), v.into())).collect(), hits: None, limit: None }
     }
 }
 
@@ -65,7 +104,7 @@ impl From<HashMap<String, String>> for Descriptor {
         let mut entries: Vec<_> = map.into_iter().collect();
         // A map has no order; sorting makes evaluation (and which entry wins) deterministic.
         entries.sort();
-        Descriptor { entries, hits: None }
+        Descriptor { entries, hits: None, limit: None }
     }
 }
 

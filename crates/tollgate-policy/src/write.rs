@@ -41,7 +41,7 @@ impl Policy {
             return "[]\n".to_string();
         }
         let mut out = String::new();
-        for limit in self.limits() {
+        for limit in self.rules() {
             write_limit(&mut out, limit);
         }
         out

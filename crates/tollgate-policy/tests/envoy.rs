@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use tollgate::CalendarUnit;
-use tollgate_policy::{Descriptor, Enforcement, Format, Policy, SourceText};
+use tollgate_policy::{Descriptor, Enforcement, Format, LimitOverride, Policy, SourceText};
 
 fn fixtures(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/envoy").join(dir)
@@ -75,7 +75,7 @@ fn the_readme_examples_load_from_one_directory() {
         ],
         "one limit per rule, `unlimited: true` too"
     );
-    for limit in policy.limits() {
+    for limit in policy.rules() {
         assert!(limit.source_name().ends_with(".yaml") || limit.source_name().ends_with(".yml"));
         assert!(limit.descriptor_keys().is_some(), "every envoy limit matches descriptors one by one");
         match limit.calendar() {
@@ -165,11 +165,11 @@ fn example_6_shadow_mode_is_a_shadow_limit() {
 fn quota_mode_is_a_pooled_limit() {
     let yaml = "domain: d\ndescriptors:\n  - key: service\n    value: a\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: service\n    value: b\n    quota_mode: true\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 0}\n";
     let policy = Policy::parse_envoy(&[SourceText::new("config/quota.yaml", yaml)]).unwrap();
-    let kinds: Vec<_> = policy.limits().iter().map(|l| (l.enforcement(), l.capacity(), l.denies_all())).collect();
+    let kinds: Vec<_> = policy.rules().iter().map(|l| (l.enforcement(), l.capacity(), l.denies_all())).collect();
     assert_eq!(kinds, [(Enforcement::Pooled, 1 << 53, false), (Enforcement::Shadow, 0, true)]);
     let back = Policy::parse(&policy.to_yaml(), "converted.yaml").unwrap();
     assert_eq!(back.limits()[0].enforcement(), Enforcement::Pooled);
-    assert_eq!(back.limits()[0].id(), policy.limits()[0].id());
+    assert_eq!(back.limits()[0].id(), policy.rules()[0].id());
 }
 
 /// Statistics keys per value, as envoy/ratelimit's `test/config/config_test.go` expects them
@@ -342,7 +342,7 @@ fn units_are_clock_windows_in_utc_and_case_does_not_matter() {
         let yaml =
             format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {unit}, requests_per_unit: 7}}\n");
         let policy = Policy::parse_envoy(&[SourceText::new("u.yaml", yaml)]).unwrap();
-        let limit = &policy.limits()[0];
+        let limit = &policy.rules()[0];
         assert_eq!((limit.calendar().unwrap().unit(), limit.seconds(), limit.max_value()), (calendar, seconds, 7));
     }
 }
@@ -402,11 +402,8 @@ fn what_has_no_equivalent_is_an_error_at_its_place() {
 fn a_rules_metadata_is_read_as_written_and_converts() {
     let yaml = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    metadata: {unused: true}\n    descriptors:\n      - key: subkey1\n        rate_limit: {unit: second, requests_per_unit: 5}\n        metadata:\n          name: service_1\n      - key: subkey1\n        value: subvalue1\n        rate_limit: {unit: second, requests_per_unit: 10}\n  - key: key2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n    metadata:\n      service_with_quota: {name: service_2, weights: [1, 2.5], on: yes, off: ~}\n";
     let policy = Policy::parse_envoy(&[SourceText::new("config/metadata.yaml", yaml)]).unwrap();
-    let metadata: Vec<Option<String>> = policy
-        .limits()
-        .iter()
-        .map(|l| l.metadata().map(|m| serde_json::Value::Object(m.clone()).to_string()))
-        .collect();
+    let metadata: Vec<Option<String>> =
+        policy.rules().iter().map(|l| l.metadata().map(|m| serde_json::Value::Object(m.clone()).to_string())).collect();
     assert_eq!(
         metadata,
         [
@@ -417,7 +414,7 @@ fn a_rules_metadata_is_read_as_written_and_converts() {
     );
     let back = Policy::parse(&policy.to_yaml(), "converted.yaml").unwrap();
     let again: Vec<_> = back.limits().iter().map(|l| l.metadata().cloned()).collect();
-    assert_eq!(again, policy.limits().iter().map(|l| l.metadata().cloned()).collect::<Vec<_>>());
+    assert_eq!(again, policy.rules().iter().map(|l| l.metadata().cloned()).collect::<Vec<_>>());
 }
 
 #[test]
@@ -469,7 +466,7 @@ fn written_in_limitadors_format_the_limits_read_back_the_same() {
     let yaml = policy.to_yaml();
     let back = Policy::parse(&yaml, "converted.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     assert_eq!(back.len(), policy.len());
-    for (a, b) in policy.limits().iter().zip(back.limits()) {
+    for (a, b) in policy.rules().iter().zip(back.limits()) {
         assert_eq!(a.id(), b.id(), "{yaml}");
         assert_eq!(
             (a.namespace(), a.max_value(), a.seconds(), a.name()),
@@ -506,7 +503,7 @@ fn written_in_limitadors_format_the_limits_read_back_the_same() {
     let request = [d(&[("we'ird\\key", "a\"b'c-and-more")])];
     assert_eq!(hits(&policy, "q'd", &request), [(2, 0, values(&["a\"b'c-and-more"]))]);
     assert_eq!(hits(&back, "q'd", &request), hits(&policy, "q'd", &request));
-    assert_eq!(back.limits()[0].id(), policy.limits()[0].id());
+    assert_eq!(back.limits()[0].id(), policy.rules()[0].id());
 }
 
 /// A reference model of envoy/ratelimit's lookup (`GetLimit` in its `config_impl.go`): a tree of
@@ -656,4 +653,38 @@ mod against_a_model {
             }
         }
     }
+}
+
+/// A descriptor's own limit (envoy/ratelimit's `GetLimit`): counted against its domain's limit of
+/// that unit instead of any rule, one counter per entries; the other descriptors as before; not
+/// in Limitador's format, which has no such limits; and not among the rules a policy writes.
+#[test]
+fn a_descriptors_own_limit_takes_the_place_of_the_rules() {
+    let policy = config();
+    let own = |unit| LimitOverride { requests_per_unit: 7, unit };
+    let users = || d(&[("database", "users")]);
+    let request = [users().with_limit(own(CalendarUnit::Hour)), users()];
+    let found = policy.hits("mongo_cps", &request);
+    let counted: Vec<_> = found.iter().map(|h| (h.limit.set_by_request(), h.max_value, h.descriptor)).collect();
+    assert_eq!(counted, [(false, 500, 1), (true, 7, 0)], "the rule counts the second descriptor only");
+    let own_hit = &found[1];
+    assert_eq!(own_hit.values, values(&["database", "users"]));
+    assert_eq!(own_hit.limit.calendar().map(|c| c.unit()), Some(CalendarUnit::Hour));
+    assert_eq!(own_hit.limit.name(), None);
+    // Each unit is a limit of its own; an unknown domain has none.
+    let day = [users().with_limit(own(CalendarUnit::EpochMonth))];
+    assert_ne!(policy.hits("mongo_cps", &day)[0].limit.id(), own_hit.limit.id());
+    assert!(policy.hits("nowhere", &day).is_empty());
+    // Not a rule: not written back, not counted by len().
+    assert!(policy.rules().iter().all(|l| !l.set_by_request()));
+    assert!(policy.limits().len() > policy.len());
+    let back = Policy::parse(&policy.to_yaml(), "back.yaml").unwrap();
+    assert_eq!(back.len(), policy.len());
+    // Limitador's format reads no descriptor's own limit: the limits file decides.
+    let limitador =
+        Policy::parse("- {namespace: a, max_value: 1, seconds: 60, variables: ['descriptors[0].k']}", "l.yaml")
+            .unwrap();
+    let asked = [d(&[("k", "v")]).with_limit(own(CalendarUnit::Second))];
+    let only = limitador.hits("a", &asked);
+    assert_eq!((only.len(), only[0].max_value, only[0].limit.set_by_request()), (1, 1, false));
 }

@@ -267,7 +267,7 @@ fn convert_prints_limits_that_check_config_and_the_policy_read_back_the_same() {
     assert!(text(&checked.stdout).contains(": 5 limits, valid"), "{}", text(&checked.stdout));
     let envoy = Format::Envoy.load(&dir).unwrap();
     let back = Policy::parse(&yaml, "converted.yaml").unwrap();
-    let ids = |p: &Policy| p.limits().iter().map(|l| (l.id(), l.max_value())).collect::<Vec<_>>();
+    let ids = |p: &Policy| p.rules().iter().map(|l| (l.id(), l.max_value())).collect::<Vec<_>>();
     assert_eq!(ids(&back), ids(&envoy), "the same limits: counters carry over between the two files");
 
     let direct = tollgate(&["check-config", "--format", "envoy", path]);

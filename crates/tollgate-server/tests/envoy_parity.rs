@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::{UInt64Value, Value, value::Kind};
 use support::{Server, descriptor, server_at, should_rate_limit, temp_dir};
@@ -257,7 +257,7 @@ fn every_config_in_examples_envoy_loads_and_converts_to_the_same_limits() {
     for policy in [config, merged] {
         let back = Policy::parse(&policy.to_yaml(), "converted.yaml").unwrap();
         let shape = |p: &Policy| {
-            let limits = p.limits().iter();
+            let limits = p.rules().iter();
             limits.map(|l| (l.id(), l.max_value(), l.unlimited(), l.calendar().cloned())).collect::<Vec<_>>()
         };
         assert_eq!(shape(&back), shape(&policy), "tollgate convert keeps every field");
@@ -457,6 +457,78 @@ async fn quota_mode_refuses_only_when_every_quota_is_over_and_counts_past_the_li
             // Its quota was charged all the same (envoy/ratelimit counts every quota hit).
             let left = should_rate_limit(rls, "token-quota", check(), 0).await;
             assert_eq!(left.statuses[1].limit_remaining, 1, "{storage:?}: {left:?}");
+        },
+    )
+    .await;
+}
+
+/// A descriptor's own limit, as envoy/ratelimit's `GetLimit` uses it (`src/config/config_impl.go`):
+/// instead of the configured rule, for any descriptor of a known domain, enforced, unnamed, one
+/// counter per domain, unit and entries (tollgate's is not the rule's: a request without its own
+/// limit counts on the rule's counter alone). All-or-nothing holds across it.
+#[tokio::test]
+async fn a_descriptors_own_limit_is_counted_instead_of_the_rules() {
+    on_each_storage(
+        |_| {},
+        async |server, rls, storage| {
+            let own = |entries: &[(&str, &str)], requests_per_unit, unit: RateLimitUnit| {
+                let mut d = descriptor(entries);
+                d.limit = Some(RateLimitOverride { requests_per_unit, unit: unit as i32 });
+                d
+            };
+            let acme = || own(&[("tenant", "acme")], 2, RateLimitUnit::Minute);
+            for remaining in [1, 0] {
+                let reply = should_rate_limit(rls, "tenants", vec![acme()], 1).await;
+                assert_eq!(summary(&reply.statuses[0]), (code(Code::Ok), Some((2, Unit::Minute as i32)), remaining));
+                assert_eq!(reply.statuses[0].current_limit.as_ref().unwrap().name, "", "{storage:?}");
+                assert_eq!(reset_s(&reply, 0), 60, "a minute, from the epoch");
+            }
+            let over = should_rate_limit(rls, "tenants", vec![acme()], 1).await;
+            assert_eq!(over.overall_code, code(Code::OverLimit), "{storage:?}");
+            assert_eq!(summary(&over.statuses[0]), (code(Code::OverLimit), Some((2, Unit::Minute as i32)), 0));
+
+            // Without its own limit, the rule: a counter of its own.
+            let beta = || descriptor(&[("tenant", "beta")]);
+            let rule = should_rate_limit(rls, "tenants", vec![descriptor(&[("tenant", "acme")]), beta()], 1).await;
+            let counted: Vec<_> = rule.statuses.iter().map(summary).collect();
+            let per_minute = Some((100, Unit::Minute as i32));
+            assert_eq!(counted, [(code(Code::Ok), per_minute, 99), (code(Code::Ok), per_minute, 99)], "{storage:?}");
+            // Another unit is another counter.
+            let per_second =
+                should_rate_limit(rls, "tenants", vec![own(&[("tenant", "acme")], 1, RateLimitUnit::Second)], 1).await;
+            assert_eq!(summary(&per_second.statuses[0]), (code(Code::Ok), Some((1, Unit::Second as i32)), 0));
+
+            // All-or-nothing: acme is over, so beta's counter takes nothing.
+            let both = should_rate_limit(rls, "tenants", vec![acme(), beta()], 1).await;
+            assert_eq!(both.overall_code, code(Code::OverLimit));
+            assert_eq!(summary(&both.statuses[1]), (code(Code::Ok), per_minute, 99), "{storage:?}");
+
+            // A descriptor no rule matches, and 0 per unit: always over.
+            let any = || own(&[("path", "/upload"), ("method", "PUT")], 1, RateLimitUnit::Hour);
+            assert_eq!(should_rate_limit(rls, "tenants", vec![any()], 1).await.overall_code, code(Code::Ok));
+            let again = should_rate_limit(rls, "tenants", vec![any()], 1).await;
+            assert_eq!(summary(&again.statuses[0]), (code(Code::OverLimit), Some((1, Unit::Hour as i32)), 0));
+            let banned =
+                should_rate_limit(rls, "tenants", vec![own(&[("tenant", "x")], 0, RateLimitUnit::Day)], 1).await;
+            assert_eq!(banned.overall_code, code(Code::OverLimit));
+            // A domain without rules has no limits, its own or not.
+            assert_eq!(should_rate_limit(rls, "nowhere", vec![any()], 1).await.overall_code, code(Code::Ok));
+
+            // The next minute, acme starts again.
+            server.clock.advance(Duration::from_secs(60));
+            let next = should_rate_limit(rls, "tenants", vec![acme()], 1).await;
+            assert_eq!(summary(&next.statuses[0]), (code(Code::Ok), Some((2, Unit::Minute as i32)), 1), "{storage:?}");
+
+            // A unit envoy/ratelimit does not know is refused, naming the descriptor.
+            let mut unknown = descriptor(&[("tenant", "acme")]);
+            unknown.limit = Some(RateLimitOverride { requests_per_unit: 1, unit: 0 });
+            let request = RateLimitRequest { domain: "tenants".into(), descriptors: vec![unknown], hits_addend: 1 };
+            let refused = rls.should_rate_limit(request).await.unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+            assert!(
+                refused.message().starts_with("descriptor 0: its limit's unit 0 is not one of SECOND"),
+                "{refused}"
+            );
         },
     )
     .await;

@@ -33,8 +33,8 @@ pub(crate) fn main(args: CheckArgs) -> ExitCode {
             }
         };
     println!("{}: {} limits, valid", args.file.display(), policy.len());
-    let one_file = policy.limits().windows(2).all(|w| w[0].source_name() == w[1].source_name());
-    for limit in policy.limits() {
+    let one_file = policy.rules().windows(2).all(|w| w[0].source_name() == w[1].source_name());
+    for limit in policy.rules() {
         let name = limit.name().map(|n| format!(" \"{n}\"")).unwrap_or_default();
         let place = match one_file {
             true => format!("line {}", limit.position().line),

@@ -107,6 +107,14 @@ impl Outcome {
         &self.loaded.policy.limits()[status.limit]
     }
 
+    /// The hits a status's counter allows per window: its limit's `max_value`, or the request's
+    /// own for a limit [set by requests](Limit::set_by_request) (the stores report its counters
+    /// against it).
+    pub fn max_value(&self, status: &Status) -> u64 {
+        let limit = self.limit(status);
+        if limit.set_by_request() { status.meta.limit } else { limit.max_value() }
+    }
+
     /// The limits that decided.
     pub fn loaded(&self) -> &Loaded {
         &self.loaded

@@ -30,7 +30,9 @@ impl StorageKind {
     /// counts every algorithm the limits file takes; Redis those whose
     /// [`support`](tollgate::AlgorithmKind::support) says `redis_counters`; `redis-cached` and
     /// `redis-leased` no calendar windows besides (their local copies count windows that open at a
-    /// first hit); and Redis no `max_value` above [`REDIS_MAX_VALUE`].
+    /// first hit); and Redis no `max_value` above [`REDIS_MAX_VALUE`]. So only memory and `redis`
+    /// count envoy/ratelimit's rules, and the limits [set by
+    /// requests](tollgate_policy::Limit::set_by_request) that come with them (calendar windows).
     ///
     /// ```
     /// use tollgate_policy::Policy;

@@ -262,16 +262,16 @@ impl Metrics {
     /// Adds each counter's hits of `outcome` to its limit's [`RuleStats`] in `table`.
     fn add_to_rule_table(&self, table: &RuleTable, outcome: &Outcome, report: bool) {
         for status in &outcome.statuses {
-            let limit = outcome.limit(status);
+            let (limit, max_value) = (outcome.limit(status), outcome.max_value(status));
             // A pooled limit's counter holds what is past the limit too.
-            let used = limit.max_value().saturating_sub(status.meta.remaining).saturating_add(status.past);
+            let used = max_value.saturating_sub(status.meta.remaining).saturating_add(status.past);
             // What the call took is in `used`: envoy/ratelimit's "before" excludes it. A pooled
             // limit is charged whatever the outcome.
             let pooled = limit.enforcement() == Enforcement::Pooled;
             let took = report || pooled || (!status.limited && !outcome.would_limit);
             let before = if took { used.saturating_sub(status.hits) } else { used };
             let add = |stats: &RuleStats| {
-                stats.add(limit.max_value(), before, status.hits, limit.enforcement() == Enforcement::Shadow)
+                stats.add(max_value, before, status.hits, limit.enforcement() == Enforcement::Shadow)
             };
             if let Some(key) = outcome.stats_key(status) {
                 let mut per_value = table.per_value.lock().unwrap_or_else(|e| e.into_inner());
@@ -294,7 +294,12 @@ impl Metrics {
         let policy = &outcome.loaded().policy;
         let stats = with_local_recorder(&self.recorder, || {
             (policy.limits().iter())
-                .map(|limit| (!limit.unlimited() && !limit.has_stats_key()).then(|| RuleStats::new(limit, None)))
+                // A limit set by requests has no rule to keep statistics for (envoy/ratelimit's
+                // are per descriptor value then: unbounded).
+                .map(|limit| {
+                    (!limit.unlimited() && !limit.has_stats_key() && !limit.set_by_request())
+                        .then(|| RuleStats::new(limit, None))
+                })
                 .collect()
         });
         RuleTable { generation: outcome.generation(), stats, per_value: Mutex::default() }
@@ -377,7 +382,7 @@ impl Metrics {
         let (loaded, fill) = engine.fill();
         let _ = writeln!(out, "# HELP tollgate_limit_max_value Configured max_value of each limit");
         let _ = writeln!(out, "# TYPE tollgate_limit_max_value gauge");
-        for limit in loaded.policy.limits() {
+        for limit in loaded.policy.rules() {
             let _ = writeln!(out, "tollgate_limit_max_value{{{}}} {}", labels(limit), limit.max_value());
         }
         let _ = writeln!(
@@ -385,7 +390,7 @@ impl Metrics {
             "# HELP tollgate_limit_fill Use of max_value by each limit's fullest in-memory counter (0 to 1)"
         );
         let _ = writeln!(out, "# TYPE tollgate_limit_fill gauge");
-        for (limit, fill) in loaded.policy.limits().iter().zip(fill) {
+        for (limit, fill) in loaded.policy.rules().iter().zip(fill) {
             let _ = writeln!(out, "tollgate_limit_fill{{{}}} {fill}", labels(limit));
         }
         self.render_counter_tables(&mut out, engine);

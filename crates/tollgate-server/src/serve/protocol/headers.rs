@@ -76,15 +76,15 @@ fn rate_limit(outcome: &Outcome, draft: HeaderDraft, headers: &mut Vec<(&'static
     let reset = tightest.meta.reset_ns.div_ceil(1_000_000_000);
     match draft {
         HeaderDraft::Draft10 => {
-            let policy = format!("\"{}\";q={};w={}", limit.id(), limit.max_value(), limit.seconds());
+            let policy = format!("\"{}\";q={};w={}", limit.id(), outcome.max_value(tightest), limit.seconds());
             headers.push(("ratelimit-policy", policy));
             headers.push(("ratelimit", format!("\"{}\";r={};t={reset}", limit.id(), tightest.meta.remaining)));
         }
         HeaderDraft::Draft03 => {
-            let mut value = limit.max_value().to_string();
+            let mut value = outcome.max_value(tightest).to_string();
             for status in &order {
                 let l = outcome.limit(status);
-                let _ = write!(value, ", {};w={}", l.max_value(), l.seconds());
+                let _ = write!(value, ", {};w={}", outcome.max_value(status), l.seconds());
                 if let Some(name) = l.name() {
                     let _ = write!(value, ";name=\"{}\"", name.replace('"', "'"));
                 }

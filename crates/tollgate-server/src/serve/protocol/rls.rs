@@ -19,23 +19,29 @@
 //! HTTP API. With `--response-dynamic-metadata`, `dynamic_metadata` also describes the request
 //! and the `metadata` of the rules it passed, as envoy/ratelimit's `RESPONSE_DYNAMIC_METADATA`.
 //!
-//! Not honoured: a descriptor's `limit` override (the limits file decides) — and a negative
-//! `hits_addend` (`is_negative_hits`) is refused as `INVALID_ARGUMENT`, not counted wrongly. So is
-//! a request over the engine's [`RequestBounds`](crate::serve::RequestBounds) (the message names
-//! the bound).
+//! A descriptor's own `limit` is counted against instead of the configured rules when the limits
+//! are in envoy/ratelimit's format ([`tollgate_policy::LimitOverride`]; Limitador's format has no
+//! such counters and the limits file decides, as Limitador does); its status's `current_limit` is
+//! that limit, without a name; a unit envoy/ratelimit does not know is refused as
+//! `INVALID_ARGUMENT`.
+//!
+//! A negative `hits_addend` (`is_negative_hits`) is refused as `INVALID_ARGUMENT`, not counted
+//! wrongly. So is a request over the engine's [`RequestBounds`](crate::serve::RequestBounds) (the
+//! message names the bound).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use http::HeaderMap;
 use tollgate::{CalendarUnit, Clock, SystemClock};
-use tollgate_policy::{Descriptor, Enforcement, Limit};
+use tollgate_policy::{Descriptor, Enforcement, Limit, LimitOverride};
 use tonic::Status as GrpcStatus;
 use tracing::Instrument;
 
@@ -179,9 +185,32 @@ fn descriptors(descriptors: Vec<RateLimitDescriptor>) -> Result<Vec<Descriptor>,
             }
             let mut descriptor: Descriptor = d.entries.into_iter().map(|e| (e.key, e.value)).collect();
             descriptor.hits = d.hits_addend.map(|h| h.value);
+            descriptor.limit = d.limit.map(|own| own_limit(i, own)).transpose()?;
             Ok(descriptor)
         })
         .collect()
+}
+
+/// Descriptor `i`'s own limit. envoy/ratelimit reads its unit as its response's `Unit`
+/// (`src/config/config_impl.go`, `GetLimit`): `WEEK` is 7 there, and 7, 30 and 365 days are its
+/// week, month and year (`UnitToDivider`, which panics on any other; refused here).
+fn own_limit(i: usize, own: RateLimitOverride) -> Result<LimitOverride, GrpcStatus> {
+    let unit = match Unit::try_from(own.unit) {
+        Ok(Unit::Second) => CalendarUnit::Second,
+        Ok(Unit::Minute) => CalendarUnit::Minute,
+        Ok(Unit::Hour) => CalendarUnit::Hour,
+        Ok(Unit::Day) => CalendarUnit::Day,
+        Ok(Unit::Week) => CalendarUnit::EpochWeek,
+        Ok(Unit::Month) => CalendarUnit::EpochMonth,
+        Ok(Unit::Year) => CalendarUnit::EpochYear,
+        Ok(Unit::Unknown) | Err(_) => {
+            return Err(GrpcStatus::invalid_argument(format!(
+                "descriptor {i}: its limit's unit {} is not one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR",
+                own.unit
+            )));
+        }
+    };
+    Ok(LimitOverride { requests_per_unit: u64::from(own.requests_per_unit), unit })
 }
 
 /// The RLS response for an outcome over `descriptors` descriptors.
@@ -213,7 +242,7 @@ pub(crate) fn response(outcome: &Outcome, descriptors: usize) -> RateLimitRespon
                 let remaining = if status.limited { 0 } else { status.meta.remaining };
                 DescriptorStatus {
                     code: if not_over { Code::Ok } else { Code::OverLimit } as i32,
-                    current_limit: Some(rate_limit(outcome.limit(status))),
+                    current_limit: Some(rate_limit(outcome.limit(status), outcome.max_value(status))),
                     limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
                     duration_until_reset: Some(duration(status.meta.reset_ns)),
                     quota: None,
@@ -243,8 +272,9 @@ fn over(outcome: &Outcome, status: &Status) -> bool {
 /// Envoy's `RateLimit` counts per one unit; a calendar window is its unit (second to year); a
 /// window that is not exactly one unit is given per second (rounded down, at least 1), and the
 /// exact figure is in `name` when the limit has none. Otherwise `name` is the limit's name, empty
-/// without one, as envoy/ratelimit's rule name.
-fn rate_limit(limit: &Limit) -> RateLimit {
+/// without one, as envoy/ratelimit's rule name. `max_value` is the status's
+/// ([`Outcome::max_value`]: the request's own for a limit it sets).
+fn rate_limit(limit: &Limit, max_value: u64) -> RateLimit {
     let units = [(1, Unit::Second), (60, Unit::Minute), (3600, Unit::Hour), (86_400, Unit::Day), (604_800, Unit::Week)];
     let calendar = limit.calendar().map(|c| match c.unit() {
         CalendarUnit::Second => Unit::Second,
@@ -256,13 +286,13 @@ fn rate_limit(limit: &Limit) -> RateLimit {
         CalendarUnit::EpochYear => Unit::Year,
     });
     let (per_unit, unit, exact) = match (calendar, units.iter().find(|(s, _)| *s == limit.seconds())) {
-        (Some(unit), _) | (None, Some(&(_, unit))) => (limit.max_value(), unit, true),
-        (None, None) => ((limit.max_value() / limit.seconds()).max(1), Unit::Second, false),
+        (Some(unit), _) | (None, Some(&(_, unit))) => (max_value, unit, true),
+        (None, None) => ((max_value / limit.seconds()).max(1), Unit::Second, false),
     };
     let name = match limit.name() {
         Some(name) => name.to_string(),
         None if exact => String::new(),
-        None => format!("{} per {}s", limit.max_value(), limit.seconds()),
+        None => format!("{max_value} per {}s", limit.seconds()),
     };
     RateLimit { name, requests_per_unit: u32::try_from(per_unit).unwrap_or(u32::MAX), unit: unit as i32 }
 }

@@ -8,6 +8,7 @@ use tollgate::{AllOrNothing, Clock};
 use tollgate_policy::Hit;
 use tollgate_redis::BackendError;
 
+use super::own_limit::OwnLimit;
 use super::{Answer, Call, Later, Namespace, Store};
 use crate::serve::model::{Action, CounterFilter, CounterList, CounterView, Mode, Pick, Status, StorageKind};
 
@@ -62,7 +63,13 @@ impl Memory {
         let _held = (call.action == Action::CheckAndReport).then(|| self.lock(hits));
         while let Some(step) = decided.step() {
             let hit = &hits[step.part()];
-            match step.run(&*loaded.counters[hit.index], &hit.values[..], call.hits_on(hit)).now() {
+            let counters = &*loaded.counters[hit.index];
+            let answer = if hit.limit.set_by_request() {
+                step.run(&OwnLimit { counters, max: hit.max_value }, &hit.values[..], call.hits_on(hit))
+            } else {
+                step.run(counters, &hit.values[..], call.hits_on(hit))
+            };
+            match answer.now() {
                 Ok(reply) => decided.reply(reply),
                 Err(_) => unreachable!("in-memory counters answer at once"),
             }

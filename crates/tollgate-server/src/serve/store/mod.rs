@@ -13,6 +13,7 @@
 
 pub(crate) mod keyed;
 mod memory;
+mod own_limit;
 pub(crate) mod redis;
 
 use std::future::Future;

@@ -101,7 +101,8 @@ impl RedisCounters {
             .iter()
             .map(|hit| WindowCounter {
                 key: counter_key(&self.keyspace, call.namespace, hit.limit.id(), &hit.values),
-                limit: hit.limit.capacity(),
+                // A limit set by the request is its own: Redis applies it like any other.
+                limit: if hit.limit.set_by_request() { hit.max_value } else { hit.limit.capacity() },
                 window: hit.limit.window(),
                 hits: call.hits_on(hit),
                 enforce: hit.limit.enforcement().denies(),

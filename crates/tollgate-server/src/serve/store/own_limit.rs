@@ -1,0 +1,116 @@
+//! A limit a request sets for its counter (a descriptor's own `limit`, see
+//! [`tollgate_policy::LimitOverride`]), applied to in-memory counters that hold more.
+//!
+//! The counters of a limit [set by requests](tollgate_policy::Limit::set_by_request) count up to
+//! [`COUNT_PAST_CAPACITY`](tollgate_policy::COUNT_PAST_CAPACITY), whatever each request asks:
+//! [`OwnLimit`] is those counters seen through one request's limit, so the call's
+//! all-or-nothing ([`tollgate::AllOrNothing`]) decides on it as on any counter. A take that
+//! goes past the request's limit is given back at once and rejected: in accuracy mode no other
+//! call sees it (the counter's stripe is held); in throughput mode one that looks meanwhile may
+//! see the counter briefly high and be refused (never admitted past the limit).
+
+use std::time::Duration;
+
+use tollgate::{Answer, Check, Decision, Lease, Meta, RateLimiter, Reason, Refund, Rejected};
+
+use crate::serve::model::Counters;
+
+/// A limit's in-memory `counters` with `max` hits per window, the request's.
+pub(crate) struct OwnLimit<'a> {
+    pub(crate) counters: &'a dyn Counters,
+    pub(crate) max: u64,
+}
+
+impl OwnLimit<'_> {
+    /// A counter's state, from what it holds, against `max`.
+    fn meta(&self, counted: Meta) -> Meta {
+        Meta { limit: self.max, remaining: self.max.saturating_sub(count(counted)), ..counted }
+    }
+
+    /// `n` hits refused on a counter holding `counted`: retry when its window ends.
+    fn refuse(&self, counted: Meta, n: u64) -> Rejected {
+        Rejected::new(Meta { retry_ns: Some(counted.reset_ns), ..self.meta(counted) }, n, Reason::Exhausted)
+    }
+}
+
+/// The hits a counter holds (its limit is what it can hold).
+fn count(counted: Meta) -> u64 {
+    counted.limit.saturating_sub(counted.remaining)
+}
+
+/// In-memory counters answer at once.
+fn now<T: Send + 'static>(answer: Answer<T>) -> T {
+    answer.now().unwrap_or_else(|_| unreachable!("in-memory counters answer at once"))
+}
+
+impl RateLimiter<[String]> for OwnLimit<'_> {
+    fn decide(&self, key: &[String], n: u64) -> Decision {
+        Answer::Ready(match now(self.counters.decide(key, n)) {
+            Ok(lease) if count(lease.meta()) <= self.max => {
+                // The counter gives back by permits and time granted: the same lease, seen here.
+                Ok(Lease::new(self.meta(lease.meta()), lease.permits(), lease.granted_at()))
+            }
+            Ok(lease) => {
+                let took = lease.meta();
+                now(self.counters.give_back(key, lease));
+                Err(self.refuse(Meta { remaining: took.remaining.saturating_add(n), ..took }, n))
+            }
+            Err(full) => Err(self.refuse(full.meta(), n)),
+        })
+    }
+
+    fn check(&self, key: &[String], n: u64) -> Check {
+        Answer::Ready(match now(self.counters.check(key, n)) {
+            Ok(counted) if count(counted).saturating_add(n) <= self.max => Ok(self.meta(counted)),
+            Ok(counted) => Err(self.refuse(counted, n)),
+            Err(full) => Err(self.refuse(full.meta(), n)),
+        })
+    }
+
+    fn give_back(&self, key: &[String], lease: Lease) -> Refund {
+        self.counters.give_back(key, lease)
+    }
+
+    fn capacity(&self) -> u64 {
+        self.max
+    }
+
+    fn window(&self) -> Option<Duration> {
+        self.counters.window()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate::ManualClock;
+    use tollgate_policy::{COUNT_PAST_CAPACITY, Descriptor, LimitOverride, Policy, SourceText};
+
+    use super::*;
+    use crate::serve::model::CounterCap;
+    use crate::serve::store::keyed::counters;
+
+    #[test]
+    fn the_requests_limit_is_applied_and_a_take_past_it_is_given_back() {
+        let yaml = "domain: api\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 9}}\n";
+        let policy = Policy::parse_envoy(&[SourceText::new("api.yaml", yaml)]).unwrap();
+        let asked = LimitOverride { requests_per_unit: 3, unit: tollgate::CalendarUnit::Minute };
+        let hits = policy.hits("api", &[Descriptor::from([("k", "v")]).with_limit(asked)]);
+        let clock = ManualClock::new();
+        let counted = counters(hits[0].limit, &clock, CounterCap::default());
+        assert_eq!(counted.capacity(), COUNT_PAST_CAPACITY);
+        let own = OwnLimit { counters: &*counted, max: hits[0].max_value };
+        let key = &hits[0].values[..];
+
+        let two = now(own.decide(key, 2)).unwrap();
+        assert_eq!((two.limit(), two.remaining()), (3, 1));
+        let refused = now(own.decide(key, 2)).unwrap_err();
+        assert_eq!((refused.limit(), refused.remaining(), refused.permits()), (3, 1, 2), "nothing taken");
+        assert_eq!(refused.retry_after(), Some(Duration::from_secs(60)));
+        assert_eq!(now(own.check(key, 1)).unwrap().remaining, 1);
+        assert!(now(own.check(key, 2)).is_err());
+        now(own.give_back(key, two));
+        assert_eq!(now(own.check(key, 3)).unwrap().remaining, 3, "the lease went back to the counter");
+        let zero = OwnLimit { counters: &*counted, max: 0 };
+        assert!(now(zero.decide(key, 1)).is_err() && now(zero.check(key, 0)).is_ok(), "0 refuses hits, not probes");
+    }
+}
