@@ -35,9 +35,10 @@ pub enum Enforcement {
     /// The request is denied (Limitador's only behaviour; `mode: enforce`, the default).
     #[default]
     Enforce,
-    /// The limit counts and reports as if it enforced, and never denies (`shadow: true`): a new
-    /// limit tried on real traffic before it is enforced (envoy/ratelimit's `shadow_mode`).
-    /// Metrics label what it would have limited.
+    /// The limit counts and reports, and never denies (`shadow: true`): a new limit tried on
+    /// real traffic before it is enforced (envoy/ratelimit's `shadow_mode`). Metrics label what
+    /// it would have limited. A fixed window counts every hit of every request it applies to,
+    /// past its limit, allowed or not, as envoy/ratelimit's (see [`Limit::counts_past`]).
     Shadow,
     /// The request is allowed and the response marked with the quota exceeded (`mode: quota`):
     /// billing-style quotas where going over is charged or reported, not refused.
@@ -149,23 +150,33 @@ impl Limit {
         // A pooled limit of 0 counts: a request is over it, a check of 0 hits not until then.
         self.max_value == 0 && self.enforcement != Enforcement::Pooled
     }
-    /// What the limit's counters hold: `max_value`, or for a [pooled](Enforcement::Pooled)
-    /// limit, whose counters count every hit past the limit, [`COUNT_PAST_CAPACITY`] (the limit is
-    /// then applied to [`Limit::count`] by whoever decides, and a new `max_value` applies to the
-    /// counts kept).
-    pub fn capacity(&self) -> u64 {
+    /// True for a limit whose counters count every hit of every request it applies to, past the
+    /// limit and whatever the request's outcome, as envoy/ratelimit's counters do
+    /// (`src/limiter/base_limiter.go`, `GetResponseDescriptorStatus`, which increments before it
+    /// compares): [pooled](Enforcement::Pooled) limits, and [shadow](Enforcement::Shadow) fixed
+    /// windows (envoy/ratelimit's `shadow_mode`) where the storage charges them (memory and
+    /// `--storage redis`; the storages with local copies count a shadow limit's admitted hits, up
+    /// to the limit).
+    pub fn counts_past(&self) -> bool {
         match self.enforcement {
-            Enforcement::Pooled => COUNT_PAST_CAPACITY.max(self.max_value),
-            _ => self.max_value,
+            Enforcement::Pooled => true,
+            Enforcement::Shadow => self.algorithm == AlgorithmKind::FixedWindow,
+            Enforcement::Enforce | Enforcement::Quota => false,
         }
+    }
+    /// What the limit's counters hold: `max_value`, or for a limit that [counts
+    /// past](Limit::counts_past) it [`COUNT_PAST_CAPACITY`] (the limit is then applied to
+    /// [`Limit::count`] by whoever decides, and a new `max_value` applies to the counts kept).
+    pub fn capacity(&self) -> u64 {
+        if self.counts_past() { COUNT_PAST_CAPACITY.max(self.max_value) } else { self.max_value }
     }
     /// The hits a counter of this limit holds, from its state as the counter reports it (its
     /// limit is the [`capacity`](Limit::capacity)).
     pub fn count(&self, counted: tollgate::Meta) -> u64 {
         counted.limit.saturating_sub(counted.remaining)
     }
-    /// A counter's state as the limit reports it: as its counters hold it, but for a
-    /// [pooled](Enforcement::Pooled) limit what is left of `max_value` (0 past it).
+    /// A counter's state as the limit reports it: as its counters hold it, but for a limit that
+    /// [counts past](Limit::counts_past) it what is left of `max_value` (0 past it).
     ///
     /// ```
     /// use tollgate::Meta;
@@ -182,14 +193,10 @@ impl Limit {
     /// # Ok::<(), tollgate_policy::PolicyError>(())
     /// ```
     pub fn reported(&self, meta: tollgate::Meta) -> tollgate::Meta {
-        match self.enforcement {
-            Enforcement::Pooled => tollgate::Meta {
-                limit: self.max_value,
-                remaining: self.max_value.saturating_sub(self.count(meta)),
-                ..meta
-            },
-            _ => meta,
+        if !self.counts_past() {
+            return meta;
         }
+        tollgate::Meta { limit: self.max_value, remaining: self.max_value.saturating_sub(self.count(meta)), ..meta }
     }
     /// True for a limit whose hits allowed per window each request's descriptor sets
     /// ([`Descriptor::limit`](crate::Descriptor::limit), see [`LimitOverride`](crate::LimitOverride)):

@@ -166,7 +166,7 @@ fn quota_mode_is_a_pooled_limit() {
     let yaml = "domain: d\ndescriptors:\n  - key: service\n    value: a\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: service\n    value: b\n    quota_mode: true\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 0}\n";
     let policy = Policy::parse_envoy(&[SourceText::new("config/quota.yaml", yaml)]).unwrap();
     let kinds: Vec<_> = policy.rules().iter().map(|l| (l.enforcement(), l.capacity(), l.denies_all())).collect();
-    assert_eq!(kinds, [(Enforcement::Pooled, 1 << 53, false), (Enforcement::Shadow, 0, true)]);
+    assert_eq!(kinds, [(Enforcement::Pooled, 1 << 53, false), (Enforcement::Shadow, 1 << 53, true)]);
     let back = Policy::parse(&policy.to_yaml(), "converted.yaml").unwrap();
     assert_eq!(back.limits()[0].enforcement(), Enforcement::Pooled);
     assert_eq!(back.limits()[0].id(), policy.rules()[0].id());

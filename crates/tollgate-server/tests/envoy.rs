@@ -287,7 +287,7 @@ fn check_config_describes_what_each_rule_does() {
     let out = text(&out.stdout);
     for line in [
         "gateway.yaml:20: gateway: unlimited (counts nothing), id ",
-        "      shadow: counts and reports, never denies",
+        "      shadow: counts every hit, allowed or not (memory, redis), and reports; never denies",
         "      mode pooled: denies when every pooled limit of the request is over",
         "      metadata {\"service_with_quota\":{\"name\":\"service_2\"},\"weight\":2}",
         "      statistics per value (detailed_metric, value_to_metric)",

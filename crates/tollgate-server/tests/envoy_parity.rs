@@ -191,6 +191,53 @@ async fn global_shadow_mode_forces_only_the_overall_code() {
     server.running.shutdown().await;
 }
 
+/// A `shadow_mode` rule counts every hit of every request it applies to, as envoy/ratelimit's
+/// counters do (`base_limiter.go` increments before it compares): those of a request another
+/// descriptor refuses, and those past its limit; its statistics split them as envoy/ratelimit's.
+#[tokio::test]
+async fn shadow_rules_count_every_hit_of_allowed_and_refused_requests() {
+    on_each_storage(
+        |_| {},
+        async |server, rls, storage| {
+            let with_hits = |entries: &[(&str, &str)], hits| {
+                let mut d = descriptor(entries);
+                d.hits_addend = Some(UInt64Value { value: hits });
+                d
+            };
+            let trial = |hits| with_hits(&[("plan", "trial")], hits);
+            let weekly = |hits| with_hits(&[("plan", "weekly"), ("account", "a")], hits);
+            let refused = should_rate_limit(rls, "billing", vec![trial(5), weekly(1001)], 1).await;
+            assert_eq!(refused.overall_code, code(Code::OverLimit), "{storage:?}");
+            let hour = Some((20, Unit::Hour as i32));
+            assert_eq!(
+                summary(&refused.statuses[0]),
+                (code(Code::Ok), hour, 15),
+                "counted though refused: {storage:?}"
+            );
+            assert_eq!(summary(&refused.statuses[1]).2, 0);
+            let weekly_left = should_rate_limit(rls, "billing", vec![weekly(0)], 1).await;
+            assert_eq!(weekly_left.statuses[0].limit_remaining, 1000, "the refused request took no enforced hit");
+
+            let past = should_rate_limit(rls, "billing", vec![trial(20)], 1).await;
+            assert_eq!(past.overall_code, code(Code::Ok));
+            assert_eq!(summary(&past.statuses[0]), (code(Code::Ok), hour, 0), "{storage:?}");
+            // 25 counted of 20: a check of 0 hits sees it over, as a check of 1 does.
+            let request =
+                |hits| RateLimitRequest { domain: "billing".into(), descriptors: vec![trial(hits)], hits_addend: 1 };
+            let probe = rls.should_rate_limit(request(0)).await.unwrap().into_inner();
+            assert_eq!(summary(&probe.statuses[0]), (code(Code::Ok), hour, 0), "{storage:?}");
+
+            let text = server.get("/metrics").await.1;
+            let trial_rule = r#"limitador_namespace="billing",rule="billing.plan_trial""#;
+            let stat = |name: &str| series(&text, name, trial_rule);
+            assert_eq!(stat("tollgate_rule_total_hits"), 25, "{storage:?}: {text}");
+            assert_eq!(stat("tollgate_rule_within_limit"), 5, "the refused call's hits counted too");
+            assert_eq!((stat("tollgate_rule_over_limit"), stat("tollgate_rule_shadow_mode")), (5, 5), "{storage:?}");
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn merge_domains_reads_one_domain_from_several_files() {
     let Err(error) = server_at(examples("merged"), |c| c.format = Format::Envoy).await else {

@@ -63,6 +63,9 @@ pub(crate) fn main(args: CheckArgs) -> ExitCode {
         }
         match limit.enforcement() {
             Enforcement::Enforce => {}
+            Enforcement::Shadow if limit.counts_past() => {
+                println!("      shadow: counts every hit, allowed or not (memory, redis), and reports; never denies")
+            }
             Enforcement::Shadow => println!("      shadow: counts and reports, never denies"),
             Enforcement::Quota => println!("      mode quota: allows, and marks the answer when over"),
             Enforcement::Pooled => println!("      mode pooled: denies when every pooled limit of the request is over"),

@@ -201,9 +201,10 @@ impl<C: Clock + Clone> Engine<C> {
     /// Decides one call with the engine's storage: in memory at once, in Redis in one round trip.
     /// `delta` is the number of hits (callers map Envoy's 0 to 1), unless a descriptor sets its own
     /// ([`Descriptor::hits`]) for the counters attributed to it. A request that is limited takes
-    /// nothing from any counter; a shadow or quota limit without room takes nothing and does not
-    /// limit it. Pooled limits (envoy/ratelimit's `quota_mode`) are charged first, past their
-    /// limit and whatever the outcome, and limit the request when every one it touches is over.
+    /// nothing from the other counters; a shadow or quota limit without room does not limit it
+    /// (and a quota limit takes nothing then). Pooled limits (envoy/ratelimit's `quota_mode`) and shadow fixed windows are
+    /// charged first, past their limit and whatever the outcome (on memory and Redis: see
+    /// [`Limit::counts_past`]); pooled ones limit the request when every one it touches is over.
     /// An error means the request is over the engine's [`RequestBounds`], or the storage could
     /// not answer (Redis down or slow).
     pub async fn call(
@@ -227,27 +228,34 @@ impl<C: Clock + Clone> Engine<C> {
             } else {
                 Vec::new()
             };
-            let pooled = if hits.iter().any(|h| h.limit.enforcement() == Enforcement::Pooled) {
-                let pooled;
-                (pooled, hits) = hits.into_iter().partition(|h| h.limit.enforcement() == Enforcement::Pooled);
+            let counts_past = self.storage().counts_past();
+            let first = |h: &tollgate_policy::Hit<'_>| counts_past && h.limit.counts_past();
+            let charged = if hits.iter().any(first) {
+                let charged;
+                (charged, hits) = hits.into_iter().partition(first);
                 let call = Call {
                     loaded: &loaded,
                     namespace,
-                    hits: &pooled,
+                    hits: &charged,
                     descriptors,
                     delta,
                     action,
                     charge: false,
                     clock: &self.clock,
                 };
-                self.decide_pooled(call).await?
+                self.charge_first(call).await?
             } else {
                 Vec::new()
             };
             // A limit that denies all denies the call, and so does every pooled limit over: the
             // store checks the others, taking nothing.
-            let denied = fixed.iter().any(|s| s.limited && loaded.policy.limits()[s.limit].enforcement().denies())
-                || (!pooled.is_empty() && pooled.iter().all(|s| s.limited));
+            let limits = loaded.policy.limits();
+            let (pooled, pooled_over) = charged
+                .iter()
+                .filter(|s| limits[s.limit].enforcement() == Enforcement::Pooled)
+                .fold((0, 0), |(n, over), s| (n + 1, over + usize::from(s.limited)));
+            let denied = fixed.iter().any(|s| s.limited && limits[s.limit].enforcement().denies())
+                || (pooled > 0 && pooled == pooled_over);
             let action = if denied && action == Action::CheckAndReport { Action::Check } else { action };
             let call = Call {
                 loaded: &loaded,
@@ -261,23 +269,24 @@ impl<C: Clock + Clone> Engine<C> {
             };
             let mut statuses = if hits.is_empty() { Vec::new() } else { self.store.decide(call).get().await? };
             statuses.extend(fixed);
-            statuses.extend(pooled);
+            statuses.extend(charged);
             statuses
         };
         Ok(Outcome::new(loaded, statuses, self.shadow).with_stats_keys(stats_keys))
     }
 
-    /// Decides a call's [pooled](Enforcement::Pooled) limits, before the others, as
-    /// envoy/ratelimit counts quota descriptors: a call that counts (a report too) charges every
-    /// hit to each (its counter counts past the limit, whatever the call's outcome), a check
-    /// takes nothing; a status is limited when its counter is, or would be, past the limit (a
-    /// report's never is).
-    async fn decide_pooled(&self, call: Call<'_, C>) -> Result<Vec<Status>, CallError> {
+    /// Decides a call's limits that [count past](Limit::counts_past) their limit (pooled ones,
+    /// shadow fixed windows), before the others, as envoy/ratelimit counts every descriptor: a
+    /// call that counts (a report too) charges every hit to each (its counter counts past the
+    /// limit, whatever the call's outcome), a check takes nothing; a status is limited when its
+    /// counter is, or would be, past the limit (a report's never is).
+    async fn charge_first(&self, call: Call<'_, C>) -> Result<Vec<Status>, CallError> {
         let action = call.action;
         let charge = action != Action::Check;
         let mut statuses = self.store.decide(Call { charge, ..call }).get().await?;
         let limits = call.loaded.policy.limits();
         for status in &mut statuses {
+            status.charged = charge;
             // The counters count past the limit (`Limit::capacity`); a check is over when its
             // hits would take the count past it.
             let count = limits[status.limit].count(status.meta);
@@ -309,7 +318,15 @@ impl<C: Clock + Clone> Engine<C> {
             };
             let limited = !hit.limit.unlimited();
             let hits = hits_on(hit.descriptor);
-            statuses.push(Status { limit: hit.index, descriptor: hit.descriptor, hits, meta, limited, past: 0 });
+            statuses.push(Status {
+                limit: hit.index,
+                descriptor: hit.descriptor,
+                hits,
+                meta,
+                limited,
+                past: 0,
+                charged: false,
+            });
             false
         });
         statuses

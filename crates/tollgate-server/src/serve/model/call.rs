@@ -47,9 +47,13 @@ pub struct Status {
     pub meta: Meta,
     /// True when this counter (alone) did not have room for the request.
     pub limited: bool,
-    /// The hits the counter holds past its limit: a [pooled](Enforcement::Pooled) limit counts
-    /// every hit (`meta` says 0 remaining then); 0 for the others.
+    /// The hits the counter holds past its limit: a limit that [counts
+    /// past](Limit::counts_past) it counts every hit (`meta` says 0 remaining then); 0 for the
+    /// others.
     pub past: u64,
+    /// True when the hits were charged whatever the call's outcome (a limit that counts past
+    /// its limit, on a storage that [charges it](super::StorageKind::counts_past)).
+    pub charged: bool,
 }
 
 /// The result of one call.
@@ -73,16 +77,18 @@ impl Outcome {
     /// limit had no room, allowed anyway in shadow mode.
     /// Pooled limits (envoy/ratelimit's `quota_mode`) limit it when every one it touched is over
     /// (an unlimited one is not counted, as envoy/ratelimit skips it). Each status's state is as
-    /// its limit reports it ([`Limit::reported`]).
+    /// its limit reports it ([`Limit::reported`]), what it holds past the limit in `past`.
     pub(crate) fn new(loaded: Arc<Loaded>, mut statuses: Vec<Status>, shadow: bool) -> Outcome {
         let limits = loaded.policy.limits();
         let mut pooled = (0, 0);
         for status in &mut statuses {
             let limit = &limits[status.limit];
-            if limit.enforcement() == Enforcement::Pooled && !limit.unlimited() {
-                pooled = (pooled.0 + 1, pooled.1 + usize::from(status.limited));
+            if limit.counts_past() && !limit.unlimited() {
                 status.past = limit.count(status.meta).saturating_sub(limit.max_value());
                 status.meta = limit.reported(status.meta);
+            }
+            if limit.enforcement() == Enforcement::Pooled && !limit.unlimited() {
+                pooled = (pooled.0 + 1, pooled.1 + usize::from(status.limited));
             }
         }
         let enforced = statuses.iter().any(|s| s.limited && limits[s.limit].enforcement().denies());

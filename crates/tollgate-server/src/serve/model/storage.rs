@@ -26,6 +26,13 @@ impl StorageKind {
         }
     }
 
+    /// True when the storage charges the limits that [count past](tollgate_policy::Limit::counts_past)
+    /// their limit, whatever a request's outcome (memory and `redis`): the storages with local
+    /// copies refuse pooled limits and count a shadow limit's admitted hits, up to its limit.
+    pub fn counts_past(self) -> bool {
+        matches!(self, StorageKind::Memory | StorageKind::Redis)
+    }
+
     /// The first limit of `policy` this storage cannot count, as the error that names it. Memory
     /// counts every algorithm the limits file takes; Redis those whose
     /// [`support`](tollgate::AlgorithmKind::support) says `redis_counters`; `redis-cached` and

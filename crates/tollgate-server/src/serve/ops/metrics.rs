@@ -265,10 +265,9 @@ impl Metrics {
             let (limit, max_value) = (outcome.limit(status), outcome.max_value(status));
             // A pooled limit's counter holds what is past the limit too.
             let used = max_value.saturating_sub(status.meta.remaining).saturating_add(status.past);
-            // What the call took is in `used`: envoy/ratelimit's "before" excludes it. A pooled
-            // limit is charged whatever the outcome.
-            let pooled = limit.enforcement() == Enforcement::Pooled;
-            let took = report || pooled || (!status.limited && !outcome.would_limit);
+            // What the call took is in `used`: envoy/ratelimit's "before" excludes it. A limit
+            // that counts past its limit is charged whatever the outcome.
+            let took = report || status.charged || (!status.limited && !outcome.would_limit);
             let before = if took { used.saturating_sub(status.hits) } else { used };
             let add = |stats: &RuleStats| {
                 stats.add(max_value, before, status.hits, limit.enforcement() == Enforcement::Shadow)

@@ -83,6 +83,7 @@ impl Memory {
                 meta: part.meta(),
                 limited: !reports && part.is_limited(),
                 past: 0,
+                charged: false,
             })
             .collect()
     }
@@ -100,7 +101,15 @@ impl Memory {
                     Err(full) if full.meta().remaining == 0 => full.meta(),
                     Err(full) => take(full.meta().remaining).map_or_else(|r| r.meta(), |lease| lease.meta()),
                 };
-                Status { limit: hit.index, descriptor: hit.descriptor, hits, meta, limited: false, past: 0 }
+                Status {
+                    limit: hit.index,
+                    descriptor: hit.descriptor,
+                    hits,
+                    meta,
+                    limited: false,
+                    past: 0,
+                    charged: false,
+                }
             })
             .collect()
     }

@@ -23,7 +23,7 @@ pub(super) struct Cached {
 impl Cached {
     /// Counters in `store`, cached here up to `max_bytes` (see [`super::cache`]).
     pub(super) fn new(store: RedisStore, max_bytes: usize) -> Cached {
-        Cached { redis: RedisCounters::new(store), cache: Cache::new(max_bytes) }
+        Cached { redis: RedisCounters::new(store, StorageKind::RedisCached), cache: Cache::new(max_bytes) }
     }
 }
 

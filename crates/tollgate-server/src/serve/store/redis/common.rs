@@ -23,7 +23,9 @@ use tollgate_redis::counters::{
 use tollgate_redis::{BackendError, Keyspace, RedisMetrics, RedisTime};
 
 use super::RedisStore;
-use crate::serve::model::{Action, CounterFilter, CounterList, CounterView, Loaded, Pick, Status, limits_by_id};
+use crate::serve::model::{
+    Action, CounterFilter, CounterList, CounterView, Loaded, Pick, Status, StorageKind, limits_by_id,
+};
 use crate::serve::store::{Call, Later};
 
 /// Keys of the keyspace one SCAN step looks at (not how many it returns).
@@ -39,13 +41,18 @@ pub(super) struct RedisCounters {
     keyspace: Keyspace,
     /// `tollgate_redis_*{prefix}`: what a `RedisLimiter` on the same prefix would record.
     pub(super) metrics: RedisMetrics,
+    /// True when the store charges the limits that count past their limit
+    /// ([`StorageKind::counts_past`](crate::serve::StorageKind::counts_past)): their counters
+    /// then hold up to their capacity, else up to `max_value`.
+    counts_past: bool,
 }
 
 impl RedisCounters {
-    /// The store, with its metrics registered with the recorder in force now.
-    pub(super) fn new(store: RedisStore) -> RedisCounters {
+    /// The store (of `kind`), with its metrics registered with the recorder in force now.
+    pub(super) fn new(store: RedisStore, kind: StorageKind) -> RedisCounters {
         let metrics = RedisMetrics::new(&store.prefix);
-        RedisCounters { keyspace: Keyspace::new(store.prefix.as_str()), store, metrics }
+        let counts_past = kind.counts_past();
+        RedisCounters { keyspace: Keyspace::new(store.prefix.as_str()), store, metrics, counts_past }
     }
 
     /// Decides a call in one script run on Redis: each counter's status, in the order of
@@ -102,7 +109,11 @@ impl RedisCounters {
             .map(|hit| WindowCounter {
                 key: counter_key(&self.keyspace, call.namespace, hit.limit.id(), &hit.values),
                 // A limit set by the request is its own: Redis applies it like any other.
-                limit: if hit.limit.set_by_request() { hit.max_value } else { hit.limit.capacity() },
+                limit: match hit.limit {
+                    limit if limit.set_by_request() => hit.max_value,
+                    limit if self.counts_past => limit.capacity(),
+                    limit => limit.max_value(),
+                },
                 window: hit.limit.window(),
                 hits: call.hits_on(hit),
                 enforce: hit.limit.enforcement().denies(),
@@ -259,7 +270,15 @@ pub(super) fn statuses<C: Clock>(call: &Call<'_, C>, slots: &[usize], decided: &
     (call.hits.iter().zip(slots))
         .map(|(hit, &slot)| {
             let (meta, limited) = decided.get(slot).copied().unwrap_or_default();
-            Status { limit: hit.index, descriptor: hit.descriptor, hits: call.hits_on(hit), meta, limited, past: 0 }
+            Status {
+                limit: hit.index,
+                descriptor: hit.descriptor,
+                hits: call.hits_on(hit),
+                meta,
+                limited,
+                past: 0,
+                charged: false,
+            }
         })
         .collect()
 }

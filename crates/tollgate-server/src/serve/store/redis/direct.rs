@@ -17,7 +17,7 @@ pub(super) struct InRedis {
 impl InRedis {
     /// The store, with its metrics registered with the recorder in force now.
     pub(super) fn new(store: RedisStore) -> InRedis {
-        InRedis { counters: RedisCounters::new(store) }
+        InRedis { counters: RedisCounters::new(store, StorageKind::Redis) }
     }
 }
 

@@ -40,7 +40,11 @@ pub(super) struct Leased<C: Clock> {
 impl<C: Clock> Leased<C> {
     /// Counters in `store`, with at most `max_key_bytes` of per-key state per quota here.
     pub(super) fn new(store: RedisStore, max_key_bytes: usize) -> Leased<C> {
-        Leased { redis: RedisCounters::new(store), limiters: RwLock::default(), max_key_bytes }
+        Leased {
+            redis: RedisCounters::new(store, StorageKind::RedisLeased),
+            limiters: RwLock::default(),
+            max_key_bytes,
+        }
     }
 
     /// The limiter of `counter`'s quota, built on first use.
