@@ -14,7 +14,10 @@
 -- ARGV[4 + 7(i-1)]  counter i: limit (max_value).
 -- ARGV[5 + 7(i-1)]  counter i: window in microseconds.
 -- ARGV[6 + 7(i-1)]  counter i: hits (0 = probe).
--- ARGV[7 + 7(i-1)]  counter i: 1 = enforcing, 0 = never denies (a shadow or quota limit).
+-- ARGV[7 + 7(i-1)]  counter i: 1 = enforcing, 0 = never denies (a shadow or quota limit),
+--                   2 = charged: never denies, and mode 1 takes its hits (or what is left of
+--                   its limit if less) whatever the call's outcome (a limit that counts every
+--                   hit past itself; its limit is then what it can hold).
 -- ARGV[8 + 7(i-1)]  counter i: a calendar window's start in microseconds on the same clock as
 --                   now (0 for a window opened by the first hit).
 -- ARGV[9 + 7(i-1)]  counter i: that calendar window's end; 0 for a window opened by the first
@@ -38,7 +41,7 @@ local min_ttl = tonumber(ARGV[3])
 local windows, admitted, limiting = read_parts(function(i, key)
   local at = 4 + 7 * (i - 1)
   local lim, period = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-  local hits, enforce = tonumber(ARGV[at + 2]), ARGV[at + 3] == '1'
+  local hits, enforce, charge = tonumber(ARGV[at + 2]), ARGV[at + 3] == '1', ARGV[at + 3] == '2'
   local astart, aend = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
   local ago = math.min(tonumber(ARGV[at + 6]), period - 1)
   local stored = redis.call('HMGET', key, 's', 'c')
@@ -50,7 +53,8 @@ local windows, admitted, limiting = read_parts(function(i, key)
     start, count = math.max(now - ago, 0), 0
   end
   local fits = mode == 3 or count + hits <= lim
-  return {start = start, count = count, lim = lim, period = period, hits = hits, fits = fits, enforce = enforce}
+  return {start = start, count = count, lim = lim, period = period, hits = hits, fits = fits, enforce = enforce,
+          charge = charge}
 end)
 local function take(i, key)
   local w = windows[i]
@@ -61,7 +65,7 @@ end
 
 for i, key in ipairs(KEYS) do
   local w = windows[i]
-  if w.hits > 0 and ((mode == 1 and admitted == 1 and w.fits) or (mode == 2 and w.fits) or mode == 3) then
+  if w.hits > 0 and ((mode == 1 and ((admitted == 1 and w.fits) or w.charge)) or (mode == 2 and w.fits) or mode == 3) then
     take(i, key)
   end
 end

@@ -31,6 +31,10 @@ pub struct WindowCounter {
     /// False for a counter that never denies (a shadow or quota limit): it is reported as limited
     /// when it has no room, takes nothing then, and does not make the call rejected.
     pub enforce: bool,
+    /// True for a counter charged whatever the call's outcome (a limit that counts every hit,
+    /// past its limit: `limit` is then what it can hold): a [`CountersMode::Take`] takes its hits
+    /// (or what is left if less) even when the call is denied; it never denies (`enforce` false).
+    pub charge: bool,
     /// A calendar window's start and end, in microseconds on the clock the call runs on (see
     /// [`RedisTime::window_us`]): every counter stored for another start is from an older
     /// window. `None`: the window opens at the first hit, for `window`.
@@ -57,6 +61,7 @@ impl WindowCounter {
     ///     window: Duration::from_secs(1),
     ///     hits: 2,
     ///     enforce: true,
+    ///     charge: false,
     ///     calendar: None,
     ///     opened_ago: Duration::ZERO,
     /// };
@@ -117,6 +122,7 @@ pub struct CountersAnswer {
 ///     window: Duration::from_secs(60),
 ///     hits: 1,
 ///     enforce: true,
+///     charge: false,
 ///     calendar: None,
 ///     opened_ago: Duration::ZERO,
 /// };
@@ -141,7 +147,16 @@ pub async fn decide_windows(
         args.push(c.limit.to_string());
         args.push(c.window.as_micros().max(1).to_string());
         args.push(c.hits.to_string());
-        args.push(u8::from(c.enforce).to_string());
+        args.push(
+            if c.charge {
+                "2"
+            } else if c.enforce {
+                "1"
+            } else {
+                "0"
+            }
+            .to_string(),
+        );
         let (start, end) = c.calendar.unwrap_or((0, 0));
         args.push(start.to_string());
         args.push(end.to_string());

@@ -624,6 +624,7 @@ async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones
         window: Duration::from_secs(window),
         hits: 3,
         enforce: true,
+        charge: false,
         calendar: None,
         opened_ago: Duration::ZERO,
     };

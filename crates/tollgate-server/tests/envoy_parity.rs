@@ -233,6 +233,11 @@ async fn shadow_rules_count_every_hit_of_allowed_and_refused_requests() {
             assert_eq!(stat("tollgate_rule_total_hits"), 25, "{storage:?}: {text}");
             assert_eq!(stat("tollgate_rule_within_limit"), 5, "the refused call's hits counted too");
             assert_eq!((stat("tollgate_rule_over_limit"), stat("tollgate_rule_shadow_mode")), (5, 5), "{storage:?}");
+            // On Redis, a call is one round trip, its shadow counters charged in the same script run.
+            if let Storage::Redis { prefix, .. } = storage {
+                let calls = series(&text, "tollgate_redis_decision_seconds_count", &format!("prefix=\"{prefix}\""));
+                assert_eq!(calls, 4, "{text}");
+            }
         },
     )
     .await;

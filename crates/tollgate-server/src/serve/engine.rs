@@ -228,9 +228,16 @@ impl<C: Clock + Clone> Engine<C> {
             } else {
                 Vec::new()
             };
+            let limits = loaded.policy.limits();
+            let fixed_denies = fixed.iter().any(|s| s.limited && limits[s.limit].enforcement().denies());
+            // Pooled limits are decided first: whether every one is over decides the call. The
+            // other limits that count past theirs are charged with them then (and when a fixed
+            // limit denies the call), else with the rest in one step: the call would only be
+            // checked for them.
             let counts_past = self.storage().counts_past();
             let first = |h: &tollgate_policy::Hit<'_>| counts_past && h.limit.counts_past();
-            let charged = if hits.iter().any(first) {
+            let pooled_here = |h: &tollgate_policy::Hit<'_>| h.limit.enforcement() == Enforcement::Pooled;
+            let charged = if hits.iter().any(first) && (fixed_denies || hits.iter().any(pooled_here)) {
                 let charged;
                 (charged, hits) = hits.into_iter().partition(first);
                 let call = Call {
@@ -249,13 +256,11 @@ impl<C: Clock + Clone> Engine<C> {
             };
             // A limit that denies all denies the call, and so does every pooled limit over: the
             // store checks the others, taking nothing.
-            let limits = loaded.policy.limits();
             let (pooled, pooled_over) = charged
                 .iter()
                 .filter(|s| limits[s.limit].enforcement() == Enforcement::Pooled)
                 .fold((0, 0), |(n, over), s| (n + 1, over + usize::from(s.limited)));
-            let denied = fixed.iter().any(|s| s.limited && limits[s.limit].enforcement().denies())
-                || (pooled > 0 && pooled == pooled_over);
+            let denied = fixed_denies || (pooled > 0 && pooled == pooled_over);
             let action = if denied && action == Action::CheckAndReport { Action::Check } else { action };
             let call = Call {
                 loaded: &loaded,
@@ -268,6 +273,10 @@ impl<C: Clock + Clone> Engine<C> {
                 clock: &self.clock,
             };
             let mut statuses = if hits.is_empty() { Vec::new() } else { self.store.decide(call).get().await? };
+            if counts_past {
+                let past = statuses.iter_mut().filter(|s| limits[s.limit].counts_past());
+                count_past(limits, past, action);
+            }
             statuses.extend(fixed);
             statuses.extend(charged);
             statuses
@@ -281,18 +290,9 @@ impl<C: Clock + Clone> Engine<C> {
     /// limit, whatever the call's outcome), a check takes nothing; a status is limited when its
     /// counter is, or would be, past the limit (a report's never is).
     async fn charge_first(&self, call: Call<'_, C>) -> Result<Vec<Status>, CallError> {
-        let action = call.action;
-        let charge = action != Action::Check;
+        let charge = call.action != Action::Check;
         let mut statuses = self.store.decide(Call { charge, ..call }).get().await?;
-        let limits = call.loaded.policy.limits();
-        for status in &mut statuses {
-            status.charged = charge;
-            // The counters count past the limit (`Limit::capacity`); a check is over when its
-            // hits would take the count past it.
-            let count = limits[status.limit].count(status.meta);
-            let asked = if charge { 0 } else { status.hits };
-            status.limited = action != Action::Report && count.saturating_add(asked) > limits[status.limit].max_value();
-        }
+        count_past(call.loaded.policy.limits(), statuses.iter_mut(), call.action);
         Ok(statuses)
     }
 
@@ -494,6 +494,20 @@ impl<C: Clock + Clone> std::fmt::Debug for Engine<C> {
             .field("storage", &self.storage())
             .field("generation", &self.loaded().generation)
             .finish_non_exhaustive()
+    }
+}
+
+/// The statuses of counters that count past their limit, decided by `action` (charged unless it
+/// is a check): whether they were charged, and limited when the counter is, or a check's hits
+/// would take it, past the limit (a report's never is). Their counters hold up to
+/// [`Limit::capacity`], so what they report is the count.
+fn count_past<'s>(limits: &[Limit], statuses: impl Iterator<Item = &'s mut Status>, action: Action) {
+    let charged = action != Action::Check;
+    for status in statuses {
+        let limit = &limits[status.limit];
+        status.charged = charged;
+        let asked = if charged { 0 } else { status.hits };
+        status.limited = action != Action::Report && limit.count(status.meta).saturating_add(asked) > limit.max_value();
     }
 }
 

@@ -46,11 +46,32 @@ impl Memory {
 
     /// Decides a call by the one all-or-nothing rule ([`AllOrNothing`]); in accuracy mode the
     /// stripes of its counters are held throughout, so no other call sees permits taken and
-    /// given back.
+    /// given back. The counters of limits that [count
+    /// past](tollgate_policy::Limit::counts_past) their limit are charged, whatever the outcome.
     fn decide_now<C: Clock>(&self, call: &Call<'_, C>) -> Vec<Status> {
         if call.charge {
             return self.charge_now(call);
         }
+        if call.action == Action::CheckAndReport && call.hits.iter().any(|h| h.limit.counts_past()) {
+            return self.decide_charging(call);
+        }
+        let _held = (call.action == Action::CheckAndReport).then(|| self.lock(call.hits));
+        self.all_or_nothing(call)
+    }
+
+    /// A call some of whose counters count past their limit: those are charged, the others
+    /// decided all or nothing, under the stripes of all of them; statuses in the call's order.
+    fn decide_charging<C: Clock>(&self, call: &Call<'_, C>) -> Vec<Status> {
+        let _held = self.lock(call.hits);
+        let (charged, decided): (Vec<_>, Vec<_>) = call.hits.iter().cloned().partition(|h| h.limit.counts_past());
+        let mut charged = charged.iter().map(|hit| charge(call, hit)).collect::<Vec<_>>().into_iter();
+        let mut decided = self.all_or_nothing(&Call { hits: &decided, ..*call }).into_iter();
+        let mut next = |hit: &Hit<'_>| if hit.limit.counts_past() { charged.next() } else { decided.next() };
+        call.hits.iter().map(|hit| next(hit).expect("a status per hit")).collect()
+    }
+
+    /// The all-or-nothing decision of a call's counters (their stripes held by the caller).
+    fn all_or_nothing<C: Clock>(&self, call: &Call<'_, C>) -> Vec<Status> {
         let (loaded, hits) = (call.loaded, call.hits);
         // A report counts what happened, each counter on its own: a full one stays full, and
         // nothing is limited.
@@ -60,7 +81,6 @@ impl Memory {
             Action::Check => AllOrNothing::check(enforces),
             Action::Report | Action::CheckAndReport => AllOrNothing::new(enforces),
         };
-        let _held = (call.action == Action::CheckAndReport).then(|| self.lock(hits));
         while let Some(step) = decided.step() {
             let hit = &hits[step.part()];
             let counters = &*loaded.counters[hit.index];
@@ -92,27 +112,20 @@ impl Memory {
     /// [`Call::charge`]), under the stripes of the call's counters in accuracy mode.
     fn charge_now<C: Clock>(&self, call: &Call<'_, C>) -> Vec<Status> {
         let _held = self.lock(call.hits);
-        (call.hits.iter())
-            .map(|hit| {
-                let (counters, key, hits) = (&*call.loaded.counters[hit.index], &hit.values[..], call.hits_on(hit));
-                let take = |n| counters.decide(key, n).now().unwrap_or_else(|_| unreachable!("in memory, at once"));
-                let meta = match take(hits) {
-                    Ok(lease) => lease.meta(),
-                    Err(full) if full.meta().remaining == 0 => full.meta(),
-                    Err(full) => take(full.meta().remaining).map_or_else(|r| r.meta(), |lease| lease.meta()),
-                };
-                Status {
-                    limit: hit.index,
-                    descriptor: hit.descriptor,
-                    hits,
-                    meta,
-                    limited: false,
-                    past: 0,
-                    charged: false,
-                }
-            })
-            .collect()
+        call.hits.iter().map(|hit| charge(call, hit)).collect()
     }
+}
+
+/// Charges a counter its hits, or what is left of its window if less.
+fn charge<C: Clock>(call: &Call<'_, C>, hit: &Hit<'_>) -> Status {
+    let (counters, key, hits) = (&*call.loaded.counters[hit.index], &hit.values[..], call.hits_on(hit));
+    let take = |n| counters.decide(key, n).now().unwrap_or_else(|_| unreachable!("in memory, at once"));
+    let meta = match take(hits) {
+        Ok(lease) => lease.meta(),
+        Err(full) if full.meta().remaining == 0 => full.meta(),
+        Err(full) => take(full.meta().remaining).map_or_else(|r| r.meta(), |lease| lease.meta()),
+    };
+    Status { limit: hit.index, descriptor: hit.descriptor, hits, meta, limited: false, past: 0, charged: false }
 }
 
 impl<C: Clock> Store<C> for Memory {

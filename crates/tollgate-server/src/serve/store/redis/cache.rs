@@ -283,6 +283,7 @@ impl Cache {
                 window: Duration::from_nanos(*window_ns),
                 hits: *hits,
                 enforce: true,
+                charge: false,
                 calendar: None,
                 opened_ago: Duration::from_nanos(*opened_ago),
             };
@@ -338,6 +339,7 @@ mod tests {
             window: WINDOW,
             hits,
             enforce,
+            charge: false,
             calendar: None,
             opened_ago: Duration::ZERO,
         }

@@ -117,6 +117,7 @@ impl RedisCounters {
                 window: hit.limit.window(),
                 hits: call.hits_on(hit),
                 enforce: hit.limit.enforcement().denies(),
+                charge: self.counts_past && hit.limit.counts_past(),
                 calendar: hit.limit.calendar().map(|c| self.store.time.window_us(|unix| c.window_at(unix))),
                 opened_ago: std::time::Duration::ZERO,
             })
