@@ -68,7 +68,8 @@ impl Enforcement {
     }
 }
 
-/// What the counters of a limit that counts past its limit ([`Enforcement::Pooled`]) hold at
+/// What the counters of a limit that [counts past](Limit::counts_past) its limit (pooled limits,
+/// shadow fixed windows) and of the limits [set by requests](Limit::set_by_request) hold at
 /// most: 2<sup>53</sup>, the largest whole number Redis's Lua holds exactly.
 pub const COUNT_PAST_CAPACITY: u64 = 1 << 53;
 

@@ -47,6 +47,28 @@ pub struct WindowCounter {
 }
 
 impl WindowCounter {
+    /// An enforcing counter of `hits` on `key`, `limit` per `window` opened by its first hit,
+    /// decided now: set the other fields with struct update syntax.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_redis::counters::WindowCounter;
+    /// let shadow = WindowCounter { enforce: false, ..WindowCounter::enforcing("k".into(), 5, Duration::from_secs(1), 2) };
+    /// assert!(!shadow.enforce && !shadow.charge && shadow.calendar.is_none());
+    /// ```
+    pub fn enforcing(key: String, limit: u64, window: Duration, hits: u64) -> WindowCounter {
+        WindowCounter {
+            key,
+            limit,
+            window,
+            hits,
+            enforce: true,
+            charge: false,
+            calendar: None,
+            opened_ago: Duration::ZERO,
+        }
+    }
+
     /// The state a fixed window of this counter reports, as `tollgate::FixedWindow` reports it:
     /// `remaining` and `reset_ns` as counted, and the retry-after that follows from them — now
     /// while there is room, at the reset when there is none (or when this call's hits did not
@@ -55,16 +77,7 @@ impl WindowCounter {
     /// ```
     /// use std::time::Duration;
     /// use tollgate_redis::counters::WindowCounter;
-    /// let c = WindowCounter {
-    ///     key: "k".into(),
-    ///     limit: 5,
-    ///     window: Duration::from_secs(1),
-    ///     hits: 2,
-    ///     enforce: true,
-    ///     charge: false,
-    ///     calendar: None,
-    ///     opened_ago: Duration::ZERO,
-    /// };
+    /// let c = WindowCounter::enforcing("k".into(), 5, Duration::from_secs(1), 2);
     /// assert_eq!(c.meta(3, 700, false).retry_ns, Some(0));
     /// assert_eq!(c.meta(1, 700, true).retry_ns, Some(700));
     /// let too_many = WindowCounter { hits: 6, ..c };
@@ -116,16 +129,8 @@ pub struct CountersAnswer {
 /// use tollgate_redis::counters::{CountersMode, WindowCounter, decide_windows};
 /// use tollgate_redis::{Keyspace, Redis, RedisTime};
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let all = WindowCounter {
-///     key: Keyspace::new("rl:").key("api", "all", &[] as &[&str]),
-///     limit: 100,
-///     window: Duration::from_secs(60),
-///     hits: 1,
-///     enforce: true,
-///     charge: false,
-///     calendar: None,
-///     opened_ago: Duration::ZERO,
-/// };
+/// let key = Keyspace::new("rl:").key("api", "all", &[] as &[&str]);
+/// let all = WindowCounter::enforcing(key, 100, Duration::from_secs(60), 1);
 /// let answer = decide_windows(&redis, &[all], CountersMode::Take, &RedisTime::redis()).await?;
 /// assert!(answer.admitted);
 /// # Ok(()) }

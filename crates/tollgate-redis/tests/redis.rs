@@ -618,16 +618,7 @@ async fn counters_are_scanned_in_steps_and_deleted_with_a_count_of_the_live_ones
 
     let server = RedisServer::start();
     let redis = connect(&server).await;
-    let counter = |key: String, window: u64| WindowCounter {
-        key,
-        limit: 10,
-        window: Duration::from_secs(window),
-        hits: 3,
-        enforce: true,
-        charge: false,
-        calendar: None,
-        opened_ago: Duration::ZERO,
-    };
+    let counter = |key: String, window: u64| WindowCounter::enforcing(key, 10, Duration::from_secs(window), 3);
     let now = 1_000_000_000;
     let clock = ManualClock::new();
     clock.advance(Duration::from_micros(now));

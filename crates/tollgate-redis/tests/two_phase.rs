@@ -17,16 +17,7 @@ use tollgate_testkit::{RedisServer, part};
 const WINDOW: Duration = Duration::from_secs(60);
 
 fn counter(key: String, limit: u64, hits: u64, enforce: bool) -> WindowCounter {
-    WindowCounter {
-        key,
-        limit,
-        window: WINDOW,
-        hits,
-        enforce,
-        charge: false,
-        calendar: None,
-        opened_ago: Duration::ZERO,
-    }
+    WindowCounter { enforce, ..WindowCounter::enforcing(key, limit, WINDOW, hits) }
 }
 
 #[test]

@@ -278,14 +278,8 @@ impl Cache {
         let mut first_error = None;
         for (key, limit, window_ns, hits, opened_ago) in &batch {
             let counter = WindowCounter {
-                key: key.clone(),
-                limit: *limit,
-                window: Duration::from_nanos(*window_ns),
-                hits: *hits,
-                enforce: true,
-                charge: false,
-                calendar: None,
                 opened_ago: Duration::from_nanos(*opened_ago),
+                ..WindowCounter::enforcing(key.clone(), *limit, Duration::from_nanos(*window_ns), *hits)
             };
             let answer = decide_windows(redis, &[counter], CountersMode::Flush, time).await;
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -333,16 +327,7 @@ mod tests {
     const WINDOW: Duration = Duration::from_secs(60);
 
     fn counter(i: usize, limit: u64, hits: u64, enforce: bool) -> Wanted {
-        WindowCounter {
-            key: format!("k{i}"),
-            limit,
-            window: WINDOW,
-            hits,
-            enforce,
-            charge: false,
-            calendar: None,
-            opened_ago: Duration::ZERO,
-        }
+        WindowCounter { enforce, ..WindowCounter::enforcing(format!("k{i}"), limit, WINDOW, hits) }
     }
 
     proptest! {
