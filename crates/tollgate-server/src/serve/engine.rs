@@ -237,20 +237,20 @@ impl<C: Clock + Clone> Engine<C> {
             let counts_past = self.storage().counts_past();
             let first = |h: &tollgate_policy::Hit<'_>| counts_past && h.limit.counts_past();
             let pooled_here = |h: &tollgate_policy::Hit<'_>| h.limit.enforcement() == Enforcement::Pooled;
+            let call = Call {
+                loaded: &loaded,
+                namespace,
+                hits: &[],
+                descriptors,
+                delta,
+                action,
+                charge: false,
+                clock: &self.clock,
+            };
             let charged = if hits.iter().any(first) && (fixed_denies || hits.iter().any(pooled_here)) {
                 let charged;
                 (charged, hits) = hits.into_iter().partition(first);
-                let call = Call {
-                    loaded: &loaded,
-                    namespace,
-                    hits: &charged,
-                    descriptors,
-                    delta,
-                    action,
-                    charge: false,
-                    clock: &self.clock,
-                };
-                self.charge_first(call).await?
+                self.charge_first(Call { hits: &charged, ..call }).await?
             } else {
                 Vec::new()
             };
@@ -262,16 +262,7 @@ impl<C: Clock + Clone> Engine<C> {
                 .fold((0, 0), |(n, over), s| (n + 1, over + usize::from(s.limited)));
             let denied = fixed_denies || (pooled > 0 && pooled == pooled_over);
             let action = if denied && action == Action::CheckAndReport { Action::Check } else { action };
-            let call = Call {
-                loaded: &loaded,
-                namespace,
-                hits: &hits,
-                descriptors,
-                delta,
-                action,
-                charge: false,
-                clock: &self.clock,
-            };
+            let call = Call { hits: &hits, action, ..call };
             let mut statuses = if hits.is_empty() { Vec::new() } else { self.store.decide(call).get().await? };
             if counts_past {
                 let past = statuses.iter_mut().filter(|s| limits[s.limit].counts_past());
