@@ -82,12 +82,99 @@ impl RateLimiter<[String]> for OwnLimit<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
     use tollgate::ManualClock;
-    use tollgate_policy::{COUNT_PAST_CAPACITY, Descriptor, LimitOverride, Policy, SourceText};
+    use tollgate_policy::{COUNT_PAST_CAPACITY, Descriptor, Hit, LimitOverride, Policy, SourceText};
 
     use super::*;
     use crate::serve::model::CounterCap;
     use crate::serve::store::keyed::counters;
+
+    /// A policy whose descriptors with their own limit per minute count on one limit.
+    fn own_minute() -> Policy {
+        let yaml = "domain: api\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 9}}\n";
+        Policy::parse_envoy(&[SourceText::new("api.yaml", yaml)]).unwrap()
+    }
+
+    fn hit(policy: &Policy, max: u64) -> Hit<'_> {
+        let asked = LimitOverride { requests_per_unit: max, unit: tollgate::CalendarUnit::Minute };
+        policy.hits("api", &[Descriptor::from([("k", "v")]).with_limit(asked)]).remove(0)
+    }
+
+    proptest! {
+        /// Against a model (one count per minute window): each request's own limit is applied to
+        /// the count, whatever the others asked; a refused take changes nothing, a lease given
+        /// back comes off the count.
+        #[test]
+        fn each_request_is_decided_on_the_count_against_its_own_limit(
+            steps in prop::collection::vec((0u64..8, 0u64..5, 0u8..4), 1..60),
+        ) {
+            let policy = own_minute();
+            let clock = ManualClock::new();
+            let counted = counters(hit(&policy, 1).limit, &clock, CounterCap::default());
+            let key = ["k".to_string(), "v".to_string()];
+            let (mut count, mut held) = (0u64, Vec::new());
+            for (max, n, op) in steps {
+                let own = OwnLimit { counters: &*counted, max };
+                match op {
+                    0 | 1 => match now(own.decide(&key, n)) {
+                        Ok(lease) => {
+                            prop_assert!(count + n <= max, "admitted {n} on {count} of {max}");
+                            count += n;
+                            prop_assert_eq!((lease.limit(), lease.remaining()), (max, max - count));
+                            held.push(lease);
+                        }
+                        Err(refused) => {
+                            prop_assert!(count + n > max, "refused {n} on {count} of {max}");
+                            prop_assert_eq!(refused.remaining(), max.saturating_sub(count));
+                        }
+                    },
+                    2 => {
+                        let fits = count + n <= max;
+                        prop_assert_eq!(now(own.check(&key, n)).is_ok(), fits);
+                    }
+                    _ => {
+                        if let Some(lease) = held.pop() {
+                            count -= lease.permits();
+                            now(own.give_back(&key, lease));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// In throughput mode nothing holds the counter's stripe: threads taking at once may be
+    /// refused while another's take past the limit is being given back, never admitted past it.
+    #[test]
+    fn concurrent_takes_never_pass_the_requests_limit() {
+        let policy = own_minute();
+        let clock = ManualClock::new();
+        let counted = counters(hit(&policy, 1).limit, &clock, CounterCap::default());
+        let key = ["k".to_string(), "v".to_string()];
+        let admitted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let start = Arc::new(std::sync::Barrier::new(4));
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let (admitted, start, counted, key) = (&admitted, &start, &counted, &key);
+                s.spawn(move || {
+                    start.wait();
+                    let own = OwnLimit { counters: &**counted, max: 100 };
+                    for _ in 0..200 {
+                        if let Ok(lease) = now(own.decide(&key[..], 1)) {
+                            admitted.fetch_add(lease.permits(), std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        let admitted = admitted.load(std::sync::atomic::Ordering::Relaxed);
+        let own = OwnLimit { counters: &*counted, max: 100 };
+        assert_eq!(admitted, 100, "800 asked of 100: every permit went, none past");
+        assert_eq!(now(own.check(&key, 0)).unwrap().remaining, 0);
+    }
 
     #[test]
     fn the_requests_limit_is_applied_and_a_take_past_it_is_given_back() {
