@@ -17,7 +17,10 @@
 -- ARGV[7 + 7(i-1)]  counter i: 1 = enforcing, 0 = never denies (a shadow or quota limit),
 --                   2 = charged: never denies, and mode 1 takes its hits (or what is left of
 --                   its limit if less) whatever the call's outcome (a limit that counts every
---                   hit past itself; its limit is then what it can hold).
+--                   hit past itself; its limit is then what it can hold),
+--                   'p' and a number = pooled: charged as 2, and over when its count (after the
+--                   call's hits) passes that number; when every pooled counter of the call is
+--                   over, the call is not admitted (envoy/ratelimit's quota_mode).
 -- ARGV[8 + 7(i-1)]  counter i: a calendar window's start in microseconds on the same clock as
 --                   now (0 for a window opened by the first hit).
 -- ARGV[9 + 7(i-1)]  counter i: that calendar window's end; 0 for a window opened by the first
@@ -38,10 +41,15 @@ local mode = tonumber(ARGV[2])
 local min_ttl = tonumber(ARGV[3])
 
 -- Does every enforcing counter admit? (read_parts: from all_or_nothing.lua, prepended)
+local any_pooled = false
 local windows, admitted, limiting = read_parts(function(i, key)
   local at = 4 + 7 * (i - 1)
   local lim, period = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-  local hits, enforce, charge = tonumber(ARGV[at + 2]), ARGV[at + 3] == '1', ARGV[at + 3] == '2'
+  local hits, role = tonumber(ARGV[at + 2]), ARGV[at + 3]
+  local enforce, charge, pooled = role == '1', role == '2', nil
+  if not enforce and not charge and role ~= '0' then
+    pooled, charge, any_pooled = tonumber(string.sub(role, 2)), true, true
+  end
   local astart, aend = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
   local ago = math.min(tonumber(ARGV[at + 6]), period - 1)
   local stored = redis.call('HMGET', key, 's', 'c')
@@ -54,8 +62,16 @@ local windows, admitted, limiting = read_parts(function(i, key)
   end
   local fits = mode == 3 or count + hits <= lim
   return {start = start, count = count, lim = lim, period = period, hits = hits, fits = fits, enforce = enforce,
-          charge = charge}
+          charge = charge, pooled = pooled}
 end)
+-- Pooled counters: the call is not admitted when every one is over with its hits.
+if any_pooled then
+  local under = false
+  for _, w in ipairs(windows) do
+    if w.pooled and w.count + w.hits <= w.pooled then under = true end
+  end
+  if not under then admitted = 0 end
+end
 local function take(i, key)
   local w = windows[i]
   w.count = math.min(w.count + w.hits, math.max(w.lim, w.count))

@@ -35,6 +35,10 @@ pub struct WindowCounter {
     /// past its limit: `limit` is then what it can hold): a [`CountersMode::Take`] takes its hits
     /// (or what is left if less) even when the call is denied; it never denies (`enforce` false).
     pub charge: bool,
+    /// For one of a call's pooled counters (envoy/ratelimit's `quota_mode`), its limit: it is
+    /// charged as with `charge` (whose `limit` is then what it can hold), and when every pooled
+    /// counter of the call is over this limit with the call's hits, the call is not admitted.
+    pub pooled: Option<u64>,
     /// A calendar window's start and end, in microseconds on the clock the call runs on (see
     /// [`RedisTime::window_us`]): every counter stored for another start is from an older
     /// window. `None`: the window opens at the first hit, for `window`.
@@ -64,6 +68,7 @@ impl WindowCounter {
             hits,
             enforce: true,
             charge: false,
+            pooled: None,
             calendar: None,
             opened_ago: Duration::ZERO,
         }
@@ -152,16 +157,11 @@ pub async fn decide_windows(
         args.push(c.limit.to_string());
         args.push(c.window.as_micros().max(1).to_string());
         args.push(c.hits.to_string());
-        args.push(
-            if c.charge {
-                "2"
-            } else if c.enforce {
-                "1"
-            } else {
-                "0"
-            }
-            .to_string(),
-        );
+        args.push(match (c.pooled, c.charge, c.enforce) {
+            (Some(limit), _, _) => format!("p{limit}"),
+            (None, true, _) => "2".to_string(),
+            (None, false, enforce) => u8::from(enforce).to_string(),
+        });
         let (start, end) = c.calendar.unwrap_or((0, 0));
         args.push(start.to_string());
         args.push(end.to_string());

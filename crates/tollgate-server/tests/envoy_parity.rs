@@ -509,6 +509,13 @@ async fn quota_mode_refuses_only_when_every_quota_is_over_and_counts_past_the_li
             // Its quota was charged all the same (envoy/ratelimit counts every quota hit).
             let left = should_rate_limit(rls, "token-quota", check(), 0).await;
             assert_eq!(left.statuses[1].limit_remaining, 1, "{storage:?}: {left:?}");
+            // On Redis each of the 20 calls is one round trip: the quotas are charged, and decide
+            // whether the call is refused, in the same script run as the tenant's rule.
+            if let Storage::Redis { prefix, .. } = storage {
+                let text = server.get("/metrics").await.1;
+                let calls = series(&text, "tollgate_redis_decision_seconds_count", &format!("prefix=\"{prefix}\""));
+                assert_eq!(calls, 20, "{text}");
+            }
         },
     )
     .await;

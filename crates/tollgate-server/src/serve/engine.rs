@@ -6,7 +6,7 @@
 use std::sync::{Arc, RwLock};
 
 use tollgate::{Clock, Meta, SystemClock};
-use tollgate_policy::{Descriptor, Enforcement, Limit, LimitId, Policy};
+use tollgate_policy::{Descriptor, Limit, LimitId, Policy};
 use tollgate_redis::BackendError;
 
 use super::model::{
@@ -202,9 +202,10 @@ impl<C: Clock + Clone> Engine<C> {
     /// `delta` is the number of hits (callers map Envoy's 0 to 1), unless a descriptor sets its own
     /// ([`Descriptor::hits`]) for the counters attributed to it. A request that is limited takes
     /// nothing from the other counters; a shadow or quota limit without room does not limit it
-    /// (and a quota limit takes nothing then). Pooled limits (envoy/ratelimit's `quota_mode`) and shadow fixed windows are
-    /// charged first, past their limit and whatever the outcome (on memory and Redis: see
-    /// [`Limit::counts_past`]); pooled ones limit the request when every one it touches is over.
+    /// (and a quota limit takes nothing then). Pooled limits (envoy/ratelimit's `quota_mode`)
+    /// and shadow fixed windows are charged past their limit whatever the outcome, in the same
+    /// step (on memory and Redis: see [`Limit::counts_past`]); pooled ones limit the request when
+    /// every one it touches is over.
     /// An error means the request is over the engine's [`RequestBounds`], or the storage could
     /// not answer (Redis down or slow).
     pub async fn call(
@@ -230,13 +231,11 @@ impl<C: Clock + Clone> Engine<C> {
             };
             let limits = loaded.policy.limits();
             let fixed_denies = fixed.iter().any(|s| s.limited && limits[s.limit].enforcement().denies());
-            // Pooled limits are decided first: whether every one is over decides the call. The
-            // other limits that count past theirs are charged with them then (and when a fixed
-            // limit denies the call), else with the rest in one step: the call would only be
-            // checked for them.
+            // The limits that count past theirs are charged whatever the outcome, in the call's
+            // own step (where every pooled limit over denies it); when a limit that denies all
+            // has denied it, they are charged first and the others only checked.
             let counts_past = self.storage().counts_past();
             let first = |h: &tollgate_policy::Hit<'_>| counts_past && h.limit.counts_past();
-            let pooled_here = |h: &tollgate_policy::Hit<'_>| h.limit.enforcement() == Enforcement::Pooled;
             let call = Call {
                 loaded: &loaded,
                 namespace,
@@ -247,21 +246,14 @@ impl<C: Clock + Clone> Engine<C> {
                 charge: false,
                 clock: &self.clock,
             };
-            let charged = if hits.iter().any(first) && (fixed_denies || hits.iter().any(pooled_here)) {
+            let charged = if fixed_denies && hits.iter().any(first) {
                 let charged;
                 (charged, hits) = hits.into_iter().partition(first);
                 self.charge_first(Call { hits: &charged, ..call }).await?
             } else {
                 Vec::new()
             };
-            // A limit that denies all denies the call, and so does every pooled limit over: the
-            // store checks the others, taking nothing.
-            let (pooled, pooled_over) = charged
-                .iter()
-                .filter(|s| limits[s.limit].enforcement() == Enforcement::Pooled)
-                .fold((0, 0), |(n, over), s| (n + 1, over + usize::from(s.limited)));
-            let denied = fixed_denies || (pooled > 0 && pooled == pooled_over);
-            let action = if denied && action == Action::CheckAndReport { Action::Check } else { action };
+            let action = if fixed_denies && action == Action::CheckAndReport { Action::Check } else { action };
             let call = Call { hits: &hits, action, ..call };
             let mut statuses = if hits.is_empty() { Vec::new() } else { self.store.decide(call).get().await? };
             if counts_past {
@@ -276,10 +268,9 @@ impl<C: Clock + Clone> Engine<C> {
     }
 
     /// Decides a call's limits that [count past](Limit::counts_past) their limit (pooled ones,
-    /// shadow fixed windows), before the others, as envoy/ratelimit counts every descriptor: a
-    /// call that counts (a report too) charges every hit to each (its counter counts past the
-    /// limit, whatever the call's outcome), a check takes nothing; a status is limited when its
-    /// counter is, or would be, past the limit (a report's never is).
+    /// shadow fixed windows) before the others, when a limit that denies all has denied it (the
+    /// others are then only checked), as envoy/ratelimit counts every descriptor: a call that
+    /// counts (a report too) charges every hit to each, a check takes nothing (see [`count_past`]).
     async fn charge_first(&self, call: Call<'_, C>) -> Result<Vec<Status>, CallError> {
         let charge = call.action != Action::Check;
         let mut statuses = self.store.decide(Call { charge, ..call }).get().await?;

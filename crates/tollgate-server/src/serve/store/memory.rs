@@ -5,7 +5,7 @@ use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
 
 use tollgate::{AllOrNothing, Clock};
-use tollgate_policy::Hit;
+use tollgate_policy::{Enforcement, Hit};
 use tollgate_redis::BackendError;
 
 use super::own_limit::OwnLimit;
@@ -60,12 +60,22 @@ impl Memory {
     }
 
     /// A call some of whose counters count past their limit: those are charged, the others
-    /// decided all or nothing, under the stripes of all of them; statuses in the call's order.
+    /// decided all or nothing — only checked when the call has pooled counters and every one is
+    /// over with its hits (envoy/ratelimit's `quota_mode`) — under the stripes of all of them;
+    /// statuses in the call's order.
     fn decide_charging<C: Clock>(&self, call: &Call<'_, C>) -> Vec<Status> {
         let _held = self.lock(call.hits);
         let (charged, decided): (Vec<_>, Vec<_>) = call.hits.iter().cloned().partition(|h| h.limit.counts_past());
-        let mut charged = charged.iter().map(|hit| charge(call, hit)).collect::<Vec<_>>().into_iter();
-        let mut decided = self.all_or_nothing(&Call { hits: &decided, ..*call }).into_iter();
+        let charged: Vec<Status> = charged.iter().map(|hit| charge(call, hit)).collect();
+        let limits = call.loaded.policy.limits();
+        let pooled = charged.iter().filter(|s| limits[s.limit].enforcement() == Enforcement::Pooled);
+        let (pooled, over) = pooled.fold((0, 0), |(n, over), s| {
+            let limit = &limits[s.limit];
+            (n + 1, over + usize::from(limit.count(s.meta) > limit.max_value()))
+        });
+        let action = if pooled > 0 && over == pooled { Action::Check } else { call.action };
+        let mut charged = charged.into_iter();
+        let mut decided = self.all_or_nothing(&Call { hits: &decided, action, ..*call }).into_iter();
         let mut next = |hit: &Hit<'_>| if hit.limit.counts_past() { charged.next() } else { decided.next() };
         call.hits.iter().map(|hit| next(hit).expect("a status per hit")).collect()
     }

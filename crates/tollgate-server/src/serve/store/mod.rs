@@ -57,9 +57,10 @@ pub(crate) struct Call<'a, C: Clock> {
     pub(crate) delta: u64,
     pub(crate) action: Action,
     /// The hits are charged, not decided: each counter takes them, or what is left of its
-    /// window if less, and none refuses (how the engine counts pooled limits; `action` is then
-    /// `CheckAndReport`). Only memory and `--storage redis` are asked (the others refuse pooled
-    /// limits at load).
+    /// window if less, and none refuses (how the engine counts the limits that count past
+    /// theirs when a limit that denies all has denied the call; `action` is then not `Check`).
+    /// Only memory and `--storage redis` are asked (they alone [count
+    /// past](crate::serve::StorageKind::counts_past)).
     pub(crate) charge: bool,
     pub(crate) clock: &'a C,
 }
@@ -100,7 +101,10 @@ pub(crate) trait Store<C: Clock>: Send + Sync {
     }
 
     /// Decides one call: each counter's status, in the order of `call.hits`. A limited call takes
-    /// nothing from any counter. An error means the storage could not answer.
+    /// nothing from any counter but those of limits that [count
+    /// past](tollgate_policy::Limit::counts_past) theirs, which a store that counts past
+    /// ([`StorageKind::counts_past`]) charges whatever the outcome; every pooled one over with
+    /// the call's hits limits the call. An error means the storage could not answer.
     fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>>;
 
     /// Up to `max` live counters of the namespace.

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tollgate::{Clock, Meta};
-use tollgate_policy::{Limit, LimitId};
+use tollgate_policy::{Enforcement, Limit, LimitId};
 use tollgate_redis::counters::{
     CountersMode, StoredWindow, WindowCounter, WindowKey, decide_windows, delete_windows, scan_windows,
 };
@@ -118,6 +118,7 @@ impl RedisCounters {
                 hits: call.hits_on(hit),
                 enforce: hit.limit.enforcement().denies(),
                 charge: self.counts_past && hit.limit.counts_past(),
+                pooled: (hit.limit.enforcement() == Enforcement::Pooled).then(|| hit.limit.max_value()),
                 calendar: hit.limit.calendar().map(|c| self.store.time.window_us(|unix| c.window_at(unix))),
                 opened_ago: std::time::Duration::ZERO,
             })
