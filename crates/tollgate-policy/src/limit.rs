@@ -176,6 +176,11 @@ impl Limit {
     pub fn count(&self, counted: tollgate::Meta) -> u64 {
         counted.limit.saturating_sub(counted.remaining)
     }
+    /// True when a counter holding `counted` (as its counters report it) is past `max_value`
+    /// with `asked` more hits: how a limit that [counts past](Limit::counts_past) it is applied.
+    pub fn over(&self, counted: tollgate::Meta, asked: u64) -> bool {
+        self.count(counted).saturating_add(asked) > self.max_value
+    }
     /// A counter's state as the limit reports it: as its counters hold it, but for a limit that
     /// [counts past](Limit::counts_past) it what is left of `max_value` (0 past it).
     ///

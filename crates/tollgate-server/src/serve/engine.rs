@@ -489,7 +489,7 @@ fn count_past<'s>(limits: &[Limit], statuses: impl Iterator<Item = &'s mut Statu
         let limit = &limits[status.limit];
         status.charged = charged;
         let asked = if charged { 0 } else { status.hits };
-        status.limited = action != Action::Report && limit.count(status.meta).saturating_add(asked) > limit.max_value();
+        status.limited = action != Action::Report && limit.over(status.meta, asked);
     }
 }
 

@@ -71,7 +71,7 @@ impl Memory {
         let pooled = charged.iter().filter(|s| limits[s.limit].enforcement() == Enforcement::Pooled);
         let (pooled, over) = pooled.fold((0, 0), |(n, over), s| {
             let limit = &limits[s.limit];
-            (n + 1, over + usize::from(limit.count(s.meta) > limit.max_value()))
+            (n + 1, over + usize::from(limit.over(s.meta, 0)))
         });
         let action = if pooled > 0 && over == pooled { Action::Check } else { call.action };
         let mut charged = charged.into_iter();
