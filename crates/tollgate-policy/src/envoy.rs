@@ -37,7 +37,9 @@
 //!
 //! Each domain also has a limit per unit for the request descriptors that carry their own limit
 //! ([`LimitOverride`](crate::LimitOverride), [`Limit::set_by_request`]): such a descriptor is
-//! counted against it and no rule.
+//! counted against it and no rule — on the counter of the rule it matches when that rule is of
+//! the same unit ([`Limit::shared_with_own_limits`]), as envoy/ratelimit's counter is the
+//! descriptor's, not the rule's.
 //!
 //! What has no equivalent is an error at its place: a key twice
 //! on one path, and a domain in two files unless merged
@@ -298,6 +300,7 @@ fn set_by_request(domain: &Domain, unit: CalendarUnit, file: &Arc<str>) -> Limit
         source_name: Arc::clone(file),
         position: domain.at,
         set_by_request: true,
+        shared_with_own_limits: false,
         id: LimitId(0),
     };
     limit.id = limit.compute_id();
@@ -542,6 +545,9 @@ fn limit(domain: &Domain, path: &[(&Node, &[Node])], rule: &Rule, file: &Arc<str
         source_name: Arc::clone(file),
         position: node.at,
         set_by_request: false,
+        // A share_threshold level keys envoy/ratelimit's counter by its pattern, where a
+        // descriptor's own limit keys it by the value.
+        shared_with_own_limits: rule.unit.is_some() && !path.iter().any(|(n, _)| n.share_threshold),
         id: LimitId(0),
     };
     limit.id = limit.compute_id();

@@ -210,6 +210,7 @@ fn validate(entry: Spanned<RawLimit>, source: &Arc<str>) -> Result<Limit, Policy
         source_name: Arc::clone(source),
         position: at,
         set_by_request: false,
+        shared_with_own_limits: false,
         id: LimitId(0),
     };
     let quota = match limit.quota() {

@@ -117,6 +117,7 @@ pub struct Limit {
     pub(crate) source_name: Arc<str>,
     pub(crate) position: Position,
     pub(crate) set_by_request: bool,
+    pub(crate) shared_with_own_limits: bool,
     pub(crate) id: LimitId,
 }
 
@@ -166,10 +167,15 @@ impl Limit {
         }
     }
     /// What the limit's counters hold: `max_value`, or for a limit that [counts
-    /// past](Limit::counts_past) it [`COUNT_PAST_CAPACITY`] (the limit is then applied to
-    /// [`Limit::count`] by whoever decides, and a new `max_value` applies to the counts kept).
+    /// past](Limit::counts_past) it or whose counters are [shared with requests' own
+    /// limits](Limit::shared_with_own_limits) [`COUNT_PAST_CAPACITY`] (the limit is then applied
+    /// to [`Limit::count`] by whoever decides, and a new `max_value` applies to the counts kept).
     pub fn capacity(&self) -> u64 {
-        if self.counts_past() { COUNT_PAST_CAPACITY.max(self.max_value) } else { self.max_value }
+        if self.counts_past() || self.shared_with_own_limits {
+            COUNT_PAST_CAPACITY.max(self.max_value)
+        } else {
+            self.max_value
+        }
     }
     /// The hits a counter of this limit holds, from its state as the counter reports it (its
     /// limit is the [`capacity`](Limit::capacity)).
@@ -181,8 +187,9 @@ impl Limit {
     pub fn over(&self, counted: tollgate::Meta, asked: u64) -> bool {
         self.count(counted).saturating_add(asked) > self.max_value
     }
-    /// A counter's state as the limit reports it: as its counters hold it, but for a limit that
-    /// [counts past](Limit::counts_past) it what is left of `max_value` (0 past it).
+    /// A counter's state as the limit reports it: as its counters hold it, but for a limit whose
+    /// counters hold more than `max_value` ([`Limit::capacity`]) what is left of `max_value` (0
+    /// past it).
     ///
     /// ```
     /// use tollgate::Meta;
@@ -199,7 +206,7 @@ impl Limit {
     /// # Ok::<(), tollgate_policy::PolicyError>(())
     /// ```
     pub fn reported(&self, meta: tollgate::Meta) -> tollgate::Meta {
-        if !self.counts_past() {
+        if self.capacity() == self.max_value {
             return meta;
         }
         tollgate::Meta { limit: self.max_value, remaining: self.max_value.saturating_sub(self.count(meta)), ..meta }
@@ -211,6 +218,16 @@ impl Limit {
     /// counters hold at most, [`COUNT_PAST_CAPACITY`]; the request's is [`Hit::max_value`](crate::Hit::max_value).
     pub fn set_by_request(&self) -> bool {
         self.set_by_request
+    }
+    /// True for an envoy/ratelimit rule whose counters the request descriptors it matches count
+    /// on also when they carry their own limit in the rule's unit ([`Hit::counter`](crate::Hit::counter)):
+    /// envoy/ratelimit keys a counter by domain, descriptor entries and window, not by rule
+    /// (`src/limiter/cache_key.go`, `GenerateCacheKey`), so a descriptor counted against its own
+    /// limit and the same descriptor counted against the rule share one count. Every counted
+    /// rule but one with a `share_threshold` wildcard (its key has the pattern, a descriptor's own
+    /// limit the value). Its counters then hold up to [`COUNT_PAST_CAPACITY`] ([`Limit::capacity`]).
+    pub fn shared_with_own_limits(&self) -> bool {
+        self.shared_with_own_limits
     }
     /// The window, in seconds.
     pub fn seconds(&self) -> u64 {

@@ -37,7 +37,9 @@ pub struct Hit<'p> {
     pub limit: &'p Limit,
     /// The limit's index in [`Policy::limits`].
     pub index: usize,
-    /// The variables' values, in the limit's order.
+    /// The values that pick the counter among [`Hit::counter`]'s: its variables' values in its
+    /// order (for a limit [set by the request](Limit::set_by_request), the descriptor's entries,
+    /// keys and values).
     pub values: Vec<String>,
     /// The descriptor the counter is attributed to (for per-descriptor statuses): the first one
     /// a condition or variable of the limit read, else 0.
@@ -45,6 +47,20 @@ pub struct Hit<'p> {
     /// The hits the counter allows per window: the limit's `max_value`, or, for a limit
     /// [set by the request](Limit::set_by_request), the descriptor's own.
     pub max_value: u64,
+    /// The limit whose counters hold this hit: `limit`, but for a descriptor's own limit
+    /// counted, as envoy/ratelimit counts it, on the counter of the rule the descriptor matches
+    /// in the same unit ([`Limit::shared_with_own_limits`]), that rule. Stores count on it;
+    /// `limit` says how the hit is decided and reported.
+    pub counter: &'p Limit,
+    /// [`Hit::counter`]'s index in [`Policy::limits`].
+    pub counter_index: usize,
+}
+
+impl<'p> Hit<'p> {
+    /// A hit counted on its limit's own counters, against the limit's `max_value`.
+    fn on(limit: &'p Limit, index: usize, values: Vec<String>, descriptor: usize) -> Hit<'p> {
+        Hit { limit, index, values, descriptor, max_value: limit.max_value, counter: limit, counter_index: index }
+    }
 }
 
 impl PartialEq for Limit {
@@ -212,29 +228,31 @@ impl Policy {
         let Some(ns) = self.namespaces.get(namespace) else { return Vec::new() };
         let facts = Facts::new(descriptors);
         let mut hits = Vec::new();
+        // The rule each descriptor with its own limit matches: their hits go on its counter.
+        let mut own = Vec::new();
         for &index in &ns.indexes {
             let limit = &self.limits[index];
             let Some(keys) = &limit.descriptor_keys else {
                 if let Some((values, descriptor)) = applies(limit, &facts) {
-                    let max_value = limit.max_value;
-                    hits.push(Hit { limit, index, values, descriptor: descriptor.unwrap_or(0), max_value });
+                    hits.push(Hit::on(limit, index, values, descriptor.unwrap_or(0)));
                 }
                 continue;
             };
             for (at, d) in descriptors.iter().enumerate() {
-                if d.entries.len() != keys.len()
-                    || !d.entries.iter().zip(keys).all(|((k, _), key)| k == key)
-                    || (d.limit.is_some() && !ns.by_request.is_empty())
-                {
+                if d.entries.len() != keys.len() || !d.entries.iter().zip(keys).all(|((k, _), key)| k == key) {
                     continue;
                 }
                 if let Some((values, _)) = applies(limit, &Facts::new(std::slice::from_ref(d))) {
-                    hits.push(Hit { limit, index, values, descriptor: at, max_value: limit.max_value });
+                    if d.limit.is_some() && !ns.by_request.is_empty() {
+                        own.push((at, index, values));
+                    } else {
+                        hits.push(Hit::on(limit, index, values, at));
+                    }
                 }
             }
         }
         if !ns.by_request.is_empty() {
-            self.hits_set_by_request(&ns.by_request, descriptors, &mut hits);
+            self.hits_set_by_request(&ns.by_request, descriptors, &own, &mut hits);
         }
         if ns.replaces {
             let replaced: Vec<&str> = hits.iter().flat_map(|h| h.limit.replaces.iter().map(String::as_str)).collect();
@@ -246,16 +264,35 @@ impl Policy {
     }
 
     /// The hits of the descriptors with their own limit, on the limit of its unit among
-    /// `by_request`: one counter per descriptor entries (keys and values).
-    fn hits_set_by_request<'p>(&'p self, by_request: &[usize], descriptors: &[Descriptor], hits: &mut Vec<Hit<'p>>) {
+    /// `by_request`: counted on the counter of the rule the descriptor matches (`matched`:
+    /// descriptor, rule, the rule's values) when it is [shared](Limit::shared_with_own_limits)
+    /// and of that unit, else on one of the limit's per descriptor entries (keys and values).
+    fn hits_set_by_request<'p>(
+        &'p self,
+        by_request: &[usize],
+        descriptors: &[Descriptor],
+        matched: &[(usize, usize, Vec<String>)],
+        hits: &mut Vec<Hit<'p>>,
+    ) {
+        let unit_of = |limit: &Limit| limit.calendar.as_ref().map(tollgate::Calendar::unit);
         for (at, d) in descriptors.iter().enumerate() {
             let Some(asked) = d.limit else { continue };
-            let unit =
-                |i: &&usize| self.limits[**i].calendar.as_ref().map(tollgate::Calendar::unit) == Some(asked.unit);
-            let Some(&index) = by_request.iter().find(unit) else { continue };
-            let values = d.entries.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect();
+            // envoy/ratelimit finds one rule per descriptor; the policy's conditions keep it so.
+            let rule = matched.iter().filter(|(m, _, _)| *m == at).min_by_key(|(_, r, _)| *r);
+            let Some(&index) = by_request.iter().find(|&&i| unit_of(&self.limits[i]) == Some(asked.unit)) else {
+                continue;
+            };
             let limit = &self.limits[index];
-            hits.push(Hit { limit, index, values, descriptor: at, max_value: asked.requests_per_unit });
+            let on_rule = rule.filter(|(_, r, _)| {
+                let rule = &self.limits[*r];
+                rule.shared_with_own_limits && unit_of(rule) == Some(asked.unit)
+            });
+            let (counter_index, values) = match on_rule {
+                Some((_, r, values)) => (*r, values.clone()),
+                None => (index, d.entries.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect()),
+            };
+            let (descriptor, max_value, counter) = (at, asked.requests_per_unit, &self.limits[counter_index]);
+            hits.push(Hit { limit, index, values, descriptor, max_value, counter, counter_index });
         }
     }
 

@@ -263,6 +263,16 @@ fn example_11_share_threshold_is_one_counter_for_every_match() {
     assert_eq!(shared, [(10, 0, vec![]), (10, 1, vec![])], "both on the one counter of the rule");
     let own = hits(&policy, "example11", &[d(&[("files_no_share", "files_no_share/a.pdf")])]);
     assert_eq!(own, [(10, 0, values(&["files_no_share/a.pdf"]))]);
+    // A descriptor's own limit is keyed by its value, the shared rule's counter by the pattern
+    // (envoy/ratelimit's `ShareThresholdKeyPattern`): not the same counter; without the pattern,
+    // the rule's.
+    let asked = LimitOverride { requests_per_unit: 3, unit: CalendarUnit::Hour };
+    let on = |key: &str, value: &str| {
+        let hit = policy.hits("example11", &[d(&[(key, value)]).with_limit(asked)]).remove(0);
+        (hit.counter.set_by_request(), hit.values)
+    };
+    assert_eq!(on("files", "files/a.pdf"), (true, values(&["files", "files/a.pdf"])));
+    assert_eq!(on("files_no_share", "files_no_share/a.pdf"), (false, values(&["files_no_share/a.pdf"])));
 }
 
 /// envoy/ratelimit chooses one node per level from the entry alone and does not go back: a
@@ -671,6 +681,13 @@ fn a_descriptors_own_limit_takes_the_place_of_the_rules() {
     assert_eq!(own_hit.values, values(&["database", "users"]));
     assert_eq!(own_hit.limit.calendar().map(|c| c.unit()), Some(CalendarUnit::Hour));
     assert_eq!(own_hit.limit.name(), None);
+    assert_eq!((own_hit.counter.id(), own_hit.counter_index), (own_hit.limit.id(), own_hit.index), "its own counter");
+    // In the unit of the rule it matches, it counts on the rule's counter (envoy/ratelimit's key
+    // is the descriptor's), against its own limit.
+    let per_second = policy.hits("mongo_cps", &[users().with_limit(own(CalendarUnit::Second))]).remove(0);
+    let rule = &found[0];
+    assert!(per_second.limit.set_by_request() && rule.counter.shared_with_own_limits());
+    assert_eq!((per_second.counter_index, &per_second.values, per_second.max_value), (rule.index, &rule.values, 7));
     // Each unit is a limit of its own; an unknown domain has none.
     let day = [users().with_limit(own(CalendarUnit::EpochMonth))];
     assert_ne!(policy.hits("mongo_cps", &day)[0].limit.id(), own_hit.limit.id());

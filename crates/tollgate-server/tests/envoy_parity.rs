@@ -524,8 +524,9 @@ async fn quota_mode_refuses_only_when_every_quota_is_over_and_counts_past_the_li
 
 /// A descriptor's own limit, as envoy/ratelimit's `GetLimit` uses it (`src/config/config_impl.go`):
 /// instead of the configured rule, for any descriptor of a known domain, enforced, unnamed, one
-/// counter per domain, unit and entries (tollgate's is not the rule's: a request without its own
-/// limit counts on the rule's counter alone). All-or-nothing holds across it.
+/// counter per domain, unit and entries — the rule's counter when the descriptor matches a rule of
+/// that unit, as envoy/ratelimit's key is the descriptor's (`src/limiter/cache_key.go`), so the
+/// descriptor with and without its own limit counts one count. All-or-nothing holds across it.
 #[tokio::test]
 async fn a_descriptors_own_limit_is_counted_instead_of_the_rules() {
     on_each_storage(
@@ -547,12 +548,19 @@ async fn a_descriptors_own_limit_is_counted_instead_of_the_rules() {
             assert_eq!(over.overall_code, code(Code::OverLimit), "{storage:?}");
             assert_eq!(summary(&over.statuses[0]), (code(Code::OverLimit), Some((2, Unit::Minute as i32)), 0));
 
-            // Without its own limit, the rule: a counter of its own.
+            // Without its own limit, the rule, on the same counter: acme's 2 hits are counted.
             let beta = || descriptor(&[("tenant", "beta")]);
             let rule = should_rate_limit(rls, "tenants", vec![descriptor(&[("tenant", "acme")]), beta()], 1).await;
             let counted: Vec<_> = rule.statuses.iter().map(summary).collect();
             let per_minute = Some((100, Unit::Minute as i32));
-            assert_eq!(counted, [(code(Code::Ok), per_minute, 99), (code(Code::Ok), per_minute, 99)], "{storage:?}");
+            assert_eq!(counted, [(code(Code::Ok), per_minute, 97), (code(Code::Ok), per_minute, 99)], "{storage:?}");
+            // And the rule's hit is on the count a larger own limit sees: 3 of 5, then 4.
+            let five = should_rate_limit(rls, "tenants", vec![own(&[("tenant", "acme")], 5, RateLimitUnit::Minute)], 1);
+            assert_eq!(
+                summary(&five.await.statuses[0]),
+                (code(Code::Ok), Some((5, Unit::Minute as i32)), 1),
+                "{storage:?}"
+            );
             // Another unit is another counter.
             let per_second =
                 should_rate_limit(rls, "tenants", vec![own(&[("tenant", "acme")], 1, RateLimitUnit::Second)], 1).await;

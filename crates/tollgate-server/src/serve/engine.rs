@@ -403,12 +403,12 @@ impl<C: Clock + Clone> Engine<C> {
     /// when the counters live in Redis.
     pub fn fill(&self) -> (Arc<Loaded>, Vec<f64>) {
         let loaded = self.loaded();
-        let fill = loaded
-            .counters
-            .iter()
-            .map(|c| {
+        let fill = (loaded.counters.iter().zip(loaded.policy.limits()))
+            .map(|(c, limit)| {
                 let mut most = 0.0f64;
                 c.for_each(&mut |_, meta| {
+                    // Against max_value, for counters that hold more too.
+                    let meta = limit.reported(meta);
                     if meta.limit > 0 {
                         most = most.max(meta.limit.saturating_sub(meta.remaining) as f64 / meta.limit as f64);
                     }

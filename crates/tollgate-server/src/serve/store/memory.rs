@@ -38,7 +38,7 @@ impl Memory {
     fn lock(&self, hits: &[Hit<'_>]) -> Vec<MutexGuard<'_, ()>> {
         let Some(locks) = &self.stripes else { return Vec::new() };
         let mut stripes: Vec<usize> =
-            hits.iter().map(|h| self.hasher.hash_one((h.limit.id(), &h.values)) as usize % STRIPES).collect();
+            hits.iter().map(|h| self.hasher.hash_one((h.counter.id(), &h.values)) as usize % STRIPES).collect();
         stripes.sort_unstable();
         stripes.dedup();
         stripes.into_iter().map(|i| locks[i].lock().unwrap_or_else(|e| e.into_inner())).collect()
@@ -93,8 +93,10 @@ impl Memory {
         };
         while let Some(step) = decided.step() {
             let hit = &hits[step.part()];
-            let counters = &*loaded.counters[hit.index];
-            let answer = if hit.limit.set_by_request() {
+            let counters = &*loaded.counters[hit.counter_index];
+            // Counters that hold more than the hit's limit (a request's own, or a rule's shared
+            // with those) are seen through it; charged ones never come here to be decided.
+            let answer = if hit.max_value < hit.counter.capacity() && !hit.limit.counts_past() {
                 step.run(&OwnLimit { counters, max: hit.max_value }, &hit.values[..], call.hits_on(hit))
             } else {
                 step.run(counters, &hit.values[..], call.hits_on(hit))
@@ -128,7 +130,7 @@ impl Memory {
 
 /// Charges a counter its hits, or what is left of its window if less.
 fn charge<C: Clock>(call: &Call<'_, C>, hit: &Hit<'_>) -> Status {
-    let (counters, key, hits) = (&*call.loaded.counters[hit.index], &hit.values[..], call.hits_on(hit));
+    let (counters, key, hits) = (&*call.loaded.counters[hit.counter_index], &hit.values[..], call.hits_on(hit));
     let take = |n| counters.decide(key, n).now().unwrap_or_else(|_| unreachable!("in memory, at once"));
     let meta = match take(hits) {
         Ok(lease) => lease.meta(),

@@ -1,9 +1,11 @@
 //! A limit a request sets for its counter (a descriptor's own `limit`, see
 //! [`tollgate_policy::LimitOverride`]), applied to in-memory counters that hold more.
 //!
-//! The counters of a limit [set by requests](tollgate_policy::Limit::set_by_request) count up to
+//! The counters of a limit [set by requests](tollgate_policy::Limit::set_by_request), and of a
+//! rule whose counters those requests share
+//! ([`shared_with_own_limits`](tollgate_policy::Limit::shared_with_own_limits)), count up to
 //! [`COUNT_PAST_CAPACITY`](tollgate_policy::COUNT_PAST_CAPACITY), whatever each request asks:
-//! [`OwnLimit`] is those counters seen through one request's limit, so the call's
+//! [`OwnLimit`] is those counters seen through one hit's limit (the request's, or the rule's), so the call's
 //! all-or-nothing ([`tollgate::AllOrNothing`]) decides on it as on any counter. A take that
 //! goes past the request's limit is given back at once and rejected: in accuracy mode no other
 //! call sees it (the counter's stripe is held); in throughput mode one that looks meanwhile may

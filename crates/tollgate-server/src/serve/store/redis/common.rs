@@ -103,21 +103,19 @@ impl RedisCounters {
     /// The counters of a call as Redis counts them, each key once (see [`merge_repeated`]), and
     /// for each hit the index of its counter.
     pub(super) fn windows<C: Clock>(&self, call: &Call<'_, C>) -> (Vec<WindowCounter>, Vec<usize>) {
+        let charged = |hit: &tollgate_policy::Hit<'_>| self.counts_past && hit.limit.counts_past();
         let counters = call
             .hits
             .iter()
             .map(|hit| WindowCounter {
-                key: counter_key(&self.keyspace, call.namespace, hit.limit.id(), &hit.values),
-                // A limit set by the request is its own: Redis applies it like any other.
-                limit: match hit.limit {
-                    limit if limit.set_by_request() => hit.max_value,
-                    limit if self.counts_past => limit.capacity(),
-                    limit => limit.max_value(),
-                },
-                window: hit.limit.window(),
+                key: counter_key(&self.keyspace, call.namespace, hit.counter.id(), &hit.values),
+                // A charged counter holds what it can; any other is decided against the hit's
+                // limit (a request's own, on a counter it may share with a rule, included).
+                limit: if charged(hit) { hit.limit.capacity() } else { hit.max_value },
+                window: hit.counter.window(),
                 hits: call.hits_on(hit),
                 enforce: hit.limit.enforcement().denies(),
-                charge: self.counts_past && hit.limit.counts_past(),
+                charge: charged(hit),
                 pooled: (hit.limit.enforcement() == Enforcement::Pooled).then(|| hit.limit.max_value()),
                 calendar: hit.limit.calendar().map(|c| self.store.time.window_us(|unix| c.window_at(unix))),
                 opened_ago: std::time::Duration::ZERO,
