@@ -27,6 +27,7 @@
 #![warn(missing_debug_implementations)]
 
 mod certificates;
+mod doc_pages;
 mod history;
 mod parts;
 mod process;
