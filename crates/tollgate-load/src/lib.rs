@@ -50,7 +50,7 @@
 //!   the concurrency). [`BenchConfig::threads`] threads share the connections. In open loop each
 //!   looks at its sockets once per [tick](BenchConfig::tick) (100 µs) and sleeps in between, so answers do not wake it one
 //!   by one: on a 2-core VM, about a third to a half of the client engine's CPU per request
-//!   (measured: README, "Rate-limit server"), so the load tool keeps spare capacity at half a
+//!   (measured: docs/benchmarks.md, "Server CPU per decision"), so the load tool keeps spare capacity at half a
 //!   server's peak. Latencies read high by up to a tick.
 //! - [`Engine::Client`]: tonic's client (one channel per connection, a task per stream) and
 //!   hyper's (a task per connection, so the HTTP concurrency must be 1) on the caller's runtime;

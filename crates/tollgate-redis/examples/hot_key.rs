@@ -5,7 +5,7 @@
 //! `cargo run --release -p tollgate-redis --example hot_key [-- SECONDS_PER_ROUND [REDIS_URL]]`
 //! (starts its own redis-server on a free port unless given a URL: run several processes on one
 //! server to measure them together; windows are printed by the Unix time they end, so the
-//! processes' counts add up by window). README, "Hot keys", has the figures.
+//! processes' counts add up by window). docs/benchmarks.md, "Hot keys on Redis", has the figures.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

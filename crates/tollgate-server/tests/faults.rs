@@ -524,7 +524,7 @@ async fn redis_storage_answers_unavailable_while_redis_is_down_and_exactly_after
     after.check(&SHARED_BOUND).unwrap();
 }
 
-/// The bounds documented for redis-cached (`serve/store/redis/cache.rs`, README): with R replicas a
+/// The bounds documented for redis-cached (`serve/store/redis/cache.rs`, docs/server.md): with R replicas a
 /// window may admit up to (R − 1) × max_value beyond the limit before they hear of each other.
 /// While Redis is down each replica opens its windows at its own first hit, so the replicas'
 /// windows drift apart: one window-long interval can then meet two windows of every replica,

@@ -17,10 +17,6 @@ use std::process::Command;
 /// The languages a block may open with.
 const LANGUAGES: &[&str] = &["rust", "sh", "console", "text", "yaml", "python", "json"];
 
-/// Blocks that open without a language on pages this test does not own yet, by page and line:
-/// each should say ```console (a command not run here). Remove an entry once its page is fixed.
-const KNOWN_BARE_FENCES: &[(&str, usize)] = &[("docs/keyed-lock.md", 45)];
-
 /// The pages whose Python blocks `crates/tollgate-py/tests/test_readme.py` runs.
 const PYTHON_PAGES: &[&str] = &["README.md", "crates/tollgate-py/README.md"];
 
@@ -78,9 +74,6 @@ fn blocks(page: &Path, markdown: &str) -> Result<Vec<Block>, String> {
                     i + 1,
                     block.line
                 ));
-            }
-            None if info.is_empty() && KNOWN_BARE_FENCES.contains(&(page.to_str().unwrap_or_default(), i + 1)) => {
-                open = Some(Block { language: "console".to_string(), line: i + 1, text: String::new() });
             }
             None if info.is_empty() => {
                 return Err(format!(

@@ -131,7 +131,7 @@ pub enum Storage {
         prefix: String,
     },
     /// Decided in memory, flushed to Redis every `flush`: one round trip per new counter instead
-    /// of per call; replicas may overshoot until they hear of each other (see the README).
+    /// of per call; replicas may overshoot until they hear of each other (docs/server.md, "Storages and their guarantees").
     RedisCached {
         /// `redis://host:port/db`.
         url: String,

@@ -2,8 +2,8 @@
 //!
 //! Envoy's `ShouldRateLimit` and Kuadrant's `CheckRateLimit` and `Report` are unary calls whose
 //! answer is decided in memory in a few hundred nanoseconds; tonic's routing, streaming decoder
-//! and encoder around each of them cost several times that (measured: README, "Rate-limit
-//! server"). [`Unary`] takes the methods of the one table (`protocol::methods`) itself: as they
+//! and encoder around each of them cost several times that (measured: docs/benchmarks.md,
+//! "Where the RLS figure comes from"). [`Unary`] takes the methods of the one table (`protocol::methods`) itself: as they
 //! usually come (uncompressed `application/grpc`) it reads the one length-prefixed message,
 //! decodes it, [`Rls::answer`]s it and writes the reply and `grpc-status`; as they come otherwise
 //! (compressed, say) it hands them to tonic's unary machinery, which answers them as tonic always

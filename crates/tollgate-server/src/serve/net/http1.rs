@@ -2,8 +2,8 @@
 //!
 //! `POST /check`, `/report` and `/check_and_report` are answered in memory in a few hundred
 //! nanoseconds; hyper's and axum's per-request machinery around them (the request and response
-//! types, header maps, routing, the body stream) cost several times that (README, "Cost per
-//! decision, beside Limitador"). A connection starts here: each request is parsed with
+//! types, header maps, routing, the body stream) cost several times that (docs/benchmarks.md,
+//! "Where the HTTP figure comes from"). A connection starts here: each request is parsed with
 //! `httparse`, and when it is one of those three calls as they usually come — HTTP/1.1, its body
 //! sized by `Content-Length` (at most axum's 2 MiB), no `Transfer-Encoding`, `Expect` or
 //! `Upgrade`, `Connection` absent, `keep-alive` or `close` — it is decided by

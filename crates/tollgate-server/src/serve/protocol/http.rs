@@ -24,7 +24,7 @@
 //! [`router`] serves every route. `tollgate serve` puts its own connection handling in front of
 //! it: the three decision calls sent as they usually come (HTTP/1.1, a `Content-Length` body) are
 //! parsed and answered on the connection by the same decision code, without the router; any
-//! other request hands its connection to hyper and this router (README, "Cost per decision"), where
+//! other request hands its connection to hyper and this router (docs/benchmarks.md, "Server CPU per decision"), where
 //! a body that does not arrive whole within the HTTP read timeout of its head is answered 408
 //! (the router [`router`] returns has no such timeout: the server embedding it sets its own).
 
