@@ -31,39 +31,44 @@
 --                   stored yet starts then rather than now, so that it is the caller's. Below
 --                   the window's length; 0 otherwise.
 --
--- Returns {admitted (0|1), index of the first enforcing counter without room (1-based; 0 when
---          none), then for each counter i: remaining_i, reset_us_i, limited_i (0|1)}, counters as
--- they are after the call; limited_i says counter i alone had no room, enforcing or not. A key
--- lives until its window ends.
+-- Returns {admitted (0|1), then for each counter i: remaining_i, reset_us_i}, counters as they
+-- are after the call; remaining_i is -(remaining + 1) when counter i alone had no room (in modes
+-- 0 and 1), enforcing or not: a small reply, as Redis converts each element. A key lives until its
+-- window ends; a window's start is written when it opens, then only its count moves (HINCRBY).
+--
+-- Cost: the fields a decision does not need are not converted (a calendar's and `ago` are
+-- compared with '0' first), and an open window takes one HMGET and one HINCRBY
+-- (`.ci/redis-instructions counters`).
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
-local mode = tonumber(ARGV[2])
-local min_ttl = tonumber(ARGV[3])
+local mode = ARGV[2]
 
--- Does every enforcing counter admit? (read_parts: from all_or_nothing.lua, prepended)
+-- Does every enforcing counter admit? (decide: from all_or_nothing.lua, prepended)
 local any_pooled = false
-local windows, admitted, limiting = read_parts(function(i, key)
+local windows = {}
+for i, key in ipairs(KEYS) do
   local at = 4 + 7 * (i - 1)
-  local lim, period = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-  local hits, role = tonumber(ARGV[at + 2]), ARGV[at + 3]
+  local lim, period, hits = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
+  local role = ARGV[at + 3]
   local enforce, charge, pooled = role == '1', role == '2', nil
   if not enforce and not charge and role ~= '0' then
     pooled, charge, any_pooled = tonumber(string.sub(role, 2)), true, true
   end
-  local astart, aend = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
-  local ago = math.min(tonumber(ARGV[at + 6]), period - 1)
-  local stored = redis.call('HMGET', key, 's', 'c')
-  local start, count = tonumber(stored[1]) or now, tonumber(stored[2]) or 0
-  if aend > 0 then
-    if start ~= astart then count = 0 end
-    start, period = astart, aend - astart
-  elseif count == 0 or now >= start + period then
-    start, count = math.max(now - ago, 0), 0
+  -- fixed_state, fixed_store: from window_lib.lua, prepended
+  local calendar, start, count, open = ARGV[at + 5] ~= '0', nil, nil, nil
+  if calendar then
+    local astart = tonumber(ARGV[at + 4])
+    start, count, open = fixed_state(key, period, now, astart)
+    period = tonumber(ARGV[at + 5]) - astart
+  else
+    start, count, open = fixed_state(key, period, now)
+    if not open and ARGV[at + 6] ~= '0' then start = math.max(now - math.min(tonumber(ARGV[at + 6]), period - 1), 0) end
   end
-  local fits = mode == 3 or count + hits <= lim
-  return {start = start, count = count, lim = lim, period = period, hits = hits, fits = fits, enforce = enforce,
-          charge = charge, pooled = pooled}
-end)
+  windows[i] = {start = start, count = count, lim = lim, period = period, hits = hits, enforce = enforce,
+                charge = charge, pooled = pooled, open = open, calendar = calendar,
+                fits = mode == '3' or count + hits <= lim}
+end
+local admitted = decide(windows)
 -- Pooled counters: the call is not admitted when every one is over with its hits.
 if any_pooled then
   local under = false
@@ -72,29 +77,22 @@ if any_pooled then
   end
   if not under then admitted = 0 end
 end
-local function take(i, key)
-  local w = windows[i]
-  w.count = math.min(w.count + w.hits, math.max(w.lim, w.count))
-  redis.call('HSET', key, 's', string.format('%.0f', w.start), 'c', w.count)
-  redis.call('PEXPIRE', key, math.max(math.ceil((w.start + w.period - now) / 1000), 1, min_ttl))
-end
 
+local answer = {admitted}
 for i, key in ipairs(KEYS) do
   local w = windows[i]
-  if w.hits > 0 and ((mode == 1 and ((admitted == 1 and w.fits) or w.charge)) or (mode == 2 and w.fits) or mode == 3) then
-    take(i, key)
+  if w.hits > 0 and ((mode == '1' and ((admitted == 1 and w.fits) or w.charge)) or (mode == '2' and w.fits) or mode == '3') then
+    local count = w.count
+    if count + w.hits <= w.lim then count = count + w.hits elseif w.lim > count then count = w.lim end
+    local ttl = not w.open and math.max(math.ceil((w.start + w.period - now) / 1000), 1, tonumber(ARGV[3]))
+    fixed_store(key, w, count, ttl)
+    w.count = count
   end
-end
-
-local reply = {admitted, limiting}
-for i, _ in ipairs(KEYS) do
-  local w = windows[i]
   local reset = 0
-  if w.count > 0 or tonumber(ARGV[9 + 7 * (i - 1)]) > 0 then reset = math.max(w.start + w.period - now, 0) end
-  local limited = 0
-  if not w.fits and mode < 2 then limited = 1 end
-  reply[#reply + 1] = math.max(w.lim - w.count, 0)
-  reply[#reply + 1] = reset
-  reply[#reply + 1] = limited
+  if w.count > 0 or w.calendar then reset = math.max(w.start + w.period - now, 0) end
+  local remaining = math.max(w.lim - w.count, 0)
+  if not w.fits and (mode == '0' or mode == '1') then remaining = -remaining - 1 end
+  answer[2 * i] = remaining
+  answer[2 * i + 1] = reset
 end
-return reply
+return answer

@@ -10,36 +10,37 @@
 -- ARGV[6 + 2(i-1)]  counter i: limit.
 -- ARGV[7 + 2(i-1)]  counter i: period in microseconds.
 --
--- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting counter,
---          now_us (the decision's time)}.
+-- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, now_us[, wait_us]}: reply
+--          (all_or_nothing.lua).
 -- A key lives until its window ends.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local n = tonumber(ARGV[2])
-local mode = tonumber(ARGV[3])
-local min_ttl = tonumber(ARGV[5])
+local mode = ARGV[3]
 
--- Does every window admit? (read_parts: from all_or_nothing.lua, prepended)
-local windows, admitted, limiting = read_parts(function(i, key)
+-- Does every window admit? (decide: from all_or_nothing.lua, prepended)
+local windows = {}
+for i, key in ipairs(KEYS) do
   local lim = tonumber(ARGV[6 + 2 * (i - 1)])
   local period = tonumber(ARGV[7 + 2 * (i - 1)])
-  local start, count = fixed_state(key, period, now)  -- from window_lib.lua, prepended
-  return {lim = lim, period = period, start = start, count = count, fits = count + n <= lim}
-end)
+  local start, count, open = fixed_state(key, period, now)  -- from window_lib.lua, prepended
+  windows[i] = {lim = lim, period = period, start = start, count = count, open = open, fits = count + n <= lim}
+end
+local admitted = decide(windows)
 
 -- Taken only if all admitted; metadata of the state each window is left in.
-local take = admitted == 1 and n > 0 and mode ~= 0
-local meta = tightest()
+local take = admitted == 1 and n > 0 and mode ~= '0'
+local min_ttl = take and tonumber(ARGV[5])  -- read where used: each tonumber is a strtod
+local meta = {reset = 0, retry = 0}  -- folded by tighter (all_or_nothing.lua)
 for i, key in ipairs(KEYS) do
   local w = windows[i]
   local ends = w.start + w.period - now
   if take then
     local count = w.count + n
-    redis.call('HSET', key, 's', string.format('%.0f', w.start), 'c', count)
-    redis.call('PEXPIRE', key, math.max(math.ceil(ends / 1000), 1, min_ttl))
+    fixed_store(key, w, count, math.max(math.ceil(ends / 1000), 1, min_ttl))
     local retry = 0
     if count >= w.lim then retry = ends end
-    meta.add(w.lim, w.lim - count, ends, retry)
+    tighter(meta, w.lim, w.lim - count, ends, retry)
   else
     local remaining, reset, retry = math.max(w.lim - w.count, 0), 0, 0
     if w.count > 0 then reset = ends end
@@ -48,7 +49,7 @@ for i, key in ipairs(KEYS) do
     elseif remaining == 0 then
       retry = reset
     end
-    meta.add(w.lim, remaining, reset, retry)
+    tighter(meta, w.lim, remaining, reset, retry)
   end
 end
-return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, 0, limiting, now}
+return reply(admitted, meta, now, 0)

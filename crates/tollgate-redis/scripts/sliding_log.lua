@@ -11,8 +11,8 @@
 -- ARGV[6 + 2(i-1)]  log i: limit.
 -- ARGV[7 + 2(i-1)]  log i: period in microseconds.
 --
--- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting log,
---          now_us (the decision's time)}.
+-- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, now_us[, wait_us]}: reply
+--          (all_or_nothing.lua).
 -- A key lives until its newest member leaves the window.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
@@ -27,18 +27,20 @@ local function wait_for(key, total, lim, p, k)
   return math.max(tonumber(oldest[2]) + p - now, 0)
 end
 
--- Does every log admit? (read_parts: from all_or_nothing.lua, prepended)
-local logs, admitted, limiting = read_parts(function(i, key)
+-- Does every log admit? (decide: from all_or_nothing.lua, prepended)
+local logs = {}
+for i, key in ipairs(KEYS) do
   local lim = tonumber(ARGV[6 + 2 * (i - 1)])
   local p = tonumber(ARGV[7 + 2 * (i - 1)])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p))
   local total = redis.call('ZCARD', key)
-  return {lim = lim, p = p, total = total, fits = total + n <= lim}
-end)
+  logs[i] = {lim = lim, p = p, total = total, fits = total + n <= lim}
+end
+local admitted, limiting = decide(logs)
 
 -- Taken only if all admitted; metadata of the state each log is left in.
 local take = admitted == 1 and n > 0 and mode ~= 0
-local meta = tightest()
+local meta = {reset = 0, retry = 0}  -- folded by tighter (all_or_nothing.lua)
 for i, key in ipairs(KEYS) do
   local l = logs[i]
   local total = l.total
@@ -59,6 +61,6 @@ for i, key in ipairs(KEYS) do
   end
   local k = 1
   if admitted == 0 and i == limiting then k = n end
-  meta.add(l.lim, math.max(l.lim - total, 0), rst, wait_for(key, total, l.lim, l.p, k))
+  tighter(meta, l.lim, math.max(l.lim - total, 0), rst, wait_for(key, total, l.lim, l.p, k))
 end
-return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, 0, limiting, now}
+return reply(admitted, meta, now, 0)

@@ -11,30 +11,33 @@
 -- ARGV[6 + 2(i-1)]  bucket i: emission interval in microseconds (one permit per interval).
 -- ARGV[7 + 2(i-1)]  bucket i: burst (most permits at once).
 --
--- Returns {admitted (0|1), limit, remaining, reset_us, retry_us (-1 = never), wait_us,
---          index of the limiting bucket (1-based; 0 when admitted), now_us (the decision's time)}.
+-- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, now_us[, wait_us]}: reply
+--          (all_or_nothing.lua).
 -- A key is written only when permits are taken, and expires when its bucket would be full.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local n = tonumber(ARGV[2])
-local mode = tonumber(ARGV[3])
-local max_wait = tonumber(ARGV[4])
-local min_ttl = tonumber(ARGV[5])
+-- Compared as text, and max_wait and min_ttl read only where used: each tonumber is a strtod.
+local mode = ARGV[3]
+local max_wait = mode == '2' and tonumber(ARGV[4])
 
--- Does every bucket admit? (read_parts: from all_or_nothing.lua, prepended)
-local buckets, admitted, limiting = read_parts(function(i, key)
+-- Does every bucket admit? (decide: from all_or_nothing.lua, prepended)
+local buckets = {}
+for i, key in ipairs(KEYS) do
   local t = tonumber(ARGV[6 + 2 * (i - 1)])
   local burst = tonumber(ARGV[7 + 2 * (i - 1)])
   local horizon = now + t * burst
   local base = math.max(tonumber(redis.call('GET', key)) or 0, now)
   local new_tat = base + n * t
-  local fits = new_tat <= horizon or (mode == 2 and new_tat - horizon <= max_wait)
-  return {t = t, burst = burst, horizon = horizon, base = base, new_tat = new_tat, fits = fits}
-end)
+  local fits = new_tat <= horizon or (max_wait and new_tat - horizon <= max_wait)
+  buckets[i] = {t = t, burst = burst, horizon = horizon, base = base, new_tat = new_tat, fits = fits}
+end
+local admitted = decide(buckets)
 
 -- Taken only if all admitted; metadata of the state each bucket is left in.
-local take = admitted == 1 and n > 0 and mode ~= 0
-local meta, wait = tightest(), 0
+local take = admitted == 1 and n > 0 and mode ~= '0'
+local min_ttl = take and tonumber(ARGV[5])
+local meta, wait = {reset = 0, retry = 0}, 0
 for i, key in ipairs(KEYS) do
   local b = buckets[i]
   local state_tat = take and b.new_tat or b.base
@@ -47,11 +50,11 @@ for i, key in ipairs(KEYS) do
   else
     retry = math.max(state_tat + b.t - b.horizon, 0)
   end
-  meta.add(b.burst, remaining, math.max(state_tat - now, 0), retry)
+  tighter(meta, b.burst, remaining, math.max(state_tat - now, 0), retry)
   if take then
     wait = math.max(wait, b.new_tat - b.horizon, 0)
     local ttl = math.max(math.ceil((b.new_tat - now) / 1000) + 1, min_ttl)
     redis.call('SET', key, string.format('%.0f', b.new_tat), 'PX', ttl)
   end
 end
-return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, wait, limiting, now}
+return reply(admitted, meta, now, wait)

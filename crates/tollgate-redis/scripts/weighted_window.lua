@@ -12,8 +12,8 @@
 -- ARGV[7 + 2(i-1)]  counter i: period in microseconds.
 --
 -- Admits when prev * (P - elapsed) + (curr + n) * P <= limit * P, in exact integers.
--- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, 0, index of the limiting counter,
---          now_us (the decision's time)}.
+-- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, now_us[, wait_us]}: reply
+--          (all_or_nothing.lua).
 -- A key lives until both of its counts have left the sliding window.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
@@ -52,19 +52,21 @@ local function state_meta(index, prev, curr, lim, p)
   return rem, rst, wait_for(index, prev, curr, lim, p, 1)
 end
 
--- Does every counter admit? (read_parts: from all_or_nothing.lua, prepended)
-local states, admitted, limiting = read_parts(function(i, key)
+-- Does every counter admit? (decide: from all_or_nothing.lua, prepended)
+local states = {}
+for i, key in ipairs(KEYS) do
   local lim = tonumber(ARGV[6 + 2 * (i - 1)])
   local p = tonumber(ARGV[7 + 2 * (i - 1)])
   local index, prev, curr = weighted_state(key, p, now)  -- from window_lib.lua, prepended
   local elapsed = now - index * p
   local fits = prev * (p - elapsed) + (curr + n) * p <= lim * p
-  return {index = index, prev = prev, curr = curr, lim = lim, p = p, fits = fits}
-end)
+  states[i] = {index = index, prev = prev, curr = curr, lim = lim, p = p, fits = fits}
+end
+local admitted, limiting = decide(states)
 
 -- Taken only if all admitted; metadata of the state each counter is left in.
 local take = admitted == 1 and n > 0 and mode ~= 0
-local meta = tightest()
+local meta = {reset = 0, retry = 0}  -- folded by tighter (all_or_nothing.lua)
 for i, key in ipairs(KEYS) do
   local s = states[i]
   local curr = s.curr
@@ -75,6 +77,6 @@ for i, key in ipairs(KEYS) do
   end
   local rem, rst, rty = state_meta(s.index, s.prev, curr, s.lim, s.p)
   if admitted == 0 and i == limiting then rty = wait_for(s.index, s.prev, curr, s.lim, s.p, n) end
-  meta.add(s.lim, rem, rst, rty)
+  tighter(meta, s.lim, rem, rst, rty)
 end
-return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, 0, limiting, now}
+return reply(admitted, meta, now, 0)

@@ -2,21 +2,39 @@
 -- is prepended (after clock.lua) to the scripts that read a window, so each call is still one
 -- EVALSHA.
 --
--- fixed_state(key, period, now) -> start, count
+-- fixed_state(key, period, now[, at]) -> start, count, open
 --   A fixed window is a hash {s = start µs, c = count}; one that is empty or over is a new window
---   opening now (count 0).
+--   opening now (count 0, open false). `at`: a calendar window's start (µs): the stored window is
+--   the current one only if it started then (else a new one opens at `at`).
+-- fixed_store(key, state, count, ttl_ms)
+--   Writes a window's count: a window that opens stores its start and lives ttl_ms; one already
+--   open (state.open) moves its count alone (one HINCRBY: no TTL, no start to format).
+--   state = {start, count (before), open}, as fixed_state read it.
 -- weighted_state(key, period, now) -> index, prev, curr
 --   A weighted window is a hash {i = window index, p = previous count, c = current count}, rolled
 --   to now's index floor(now / period): one window on, the current count becomes the previous;
 --   two or more (or nothing stored), both are 0.
 
-local function fixed_state(key, period, now)
+local function fixed_state(key, period, now, at)
   local stored = redis.call('HMGET', key, 's', 'c')
-  local start, count = tonumber(stored[1]) or now, tonumber(stored[2]) or 0
-  if count == 0 or now >= start + period then
-    start, count = now, 0
+  local start, count = tonumber(stored[1]), tonumber(stored[2]) or 0
+  if at then
+    if start ~= at then return at, 0, false end
+    return at, count, count > 0
   end
-  return start, count
+  if count == 0 or now >= start + period then
+    return now, 0, false
+  end
+  return start, count, true
+end
+
+local function fixed_store(key, state, count, ttl_ms)
+  if not state.open then
+    redis.call('HSET', key, 's', string.format('%.0f', state.start), 'c', count)
+    redis.call('PEXPIRE', key, ttl_ms)
+  elseif count ~= state.count then
+    redis.call('HINCRBY', key, 'c', count - state.count)
+  end
 end
 
 local function weighted_state(key, period, now)

@@ -168,16 +168,18 @@ pub async fn decide_windows(
         args.push(c.opened_ago.as_micros().min(c.window.as_micros()).to_string());
     }
     let reply: Vec<i64> = redis.invoke(&scripts::COUNTERS, &keys, &args).await?;
-    let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
+    let get = |k: usize| reply.get(k).copied().unwrap_or(0);
     let answer = CountersAnswer {
         admitted: get(0) == 1,
         counters: counters
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let at = 2 + 3 * i;
-                let limited = get(at + 2) == 1;
-                (c.meta(get(at), get(at + 1) * 1000, limited), limited)
+                // A counter without room for its hits says so by a negative remaining: -(remaining + 1).
+                let (remaining, reset_us) = (get(1 + 2 * i), get(2 + 2 * i).max(0) as u64);
+                let limited = remaining < 0;
+                let remaining = if limited { -(remaining + 1) } else { remaining } as u64;
+                (c.meta(remaining, reset_us * 1000, limited), limited)
             })
             .collect(),
     };
