@@ -113,6 +113,8 @@ struct Inner {
     shown: String,
     options: RedisOptions,
     health: Mutex<Health>,
+    /// Script calls waiting to go together ([`Redis::batched`]).
+    batches: crate::batch::Batches,
 }
 
 #[derive(Default)]
@@ -239,7 +241,14 @@ impl Redis {
     fn from_parts(conn: Conn, client: Option<redis::Client>, shown: String, options: RedisOptions) -> Redis {
         let deadline = options.deadline;
         Redis {
-            inner: Arc::new(Inner { conn, client, shown, options, health: Mutex::new(Health::default()) }),
+            inner: Arc::new(Inner {
+                conn,
+                client,
+                shown,
+                options,
+                health: Mutex::new(Health::default()),
+                batches: Default::default(),
+            }),
             deadline,
         }
     }
@@ -318,6 +327,16 @@ impl Redis {
 
     /// Changes when a connection from an earlier [`Redis::client`] reaches a node that is no
     /// longer the master (behind Sentinel, after a failover); always 0 otherwise.
+    /// `err` as this handle's callers see it (see [`BackendError::classify`]); `key`: the key
+    /// of the command that failed.
+    pub(crate) fn classify(&self, err: redis::RedisError, key: Option<&str>) -> BackendError {
+        BackendError::classify(err, &self.inner.shown, key)
+    }
+
+    pub(crate) fn batches(&self) -> &crate::batch::Batches {
+        &self.inner.batches
+    }
+
     pub(crate) fn master_generation(&self) -> u64 {
         match &self.inner.conn {
             Conn::Sentinel(m) => m.generation(),

@@ -13,7 +13,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 /// [`BackendError::is_transient`] tells an outage that may pass (retry later, let the failure
 /// policy decide meanwhile) from a fault that will not (a bad URL, wrong credentials, a key of
 /// the wrong type).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum BackendError {
     /// The URL could not be parsed.

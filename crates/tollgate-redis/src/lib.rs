@@ -45,6 +45,7 @@
 #![forbid(unsafe_code)]
 
 mod backend;
+mod batch;
 pub mod counters;
 mod error;
 mod failure;

@@ -1,0 +1,200 @@
+//! Calls of one script that arrive together go to Redis as one script run: [`Redis::batched`].
+//!
+//! What Redis spends on a script call apart from the decision itself (reading the command,
+//! starting the script, reading `TIME`, writing the reply) is most of a small decision's cost
+//! (`docs/benchmarks.md#redis-cpu-per-decision`). A batch pays it once for many calls.
+//!
+//! No call waits for a batch to fill: a call is sent at once while fewer than [`IN_FLIGHT`] runs
+//! of its script are under way; otherwise it waits for one of them to end, and goes with every
+//! call that queued meanwhile (up to [`MAX_CALLS`]). Under light load each call is its own run;
+//! under heavy load a run carries what arrived during the last one's round trip. The runs are
+//! tasks, not the callers: a caller that gives up (its request was cancelled) loses nothing for
+//! the others.
+//!
+//! A script that serves batches takes the calls' KEYS and ARGV one call after the other, and
+//! replies with each call's elements one after the other (a call's element count is known to
+//! its caller); it decides each call alone, as if each were its own run. On a cluster, a run is
+//! one slot's: calls are batched per hash tag.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use redis::{Script, Value};
+use tokio::sync::oneshot;
+
+use crate::{BackendError, Redis};
+
+/// Runs of one script (on one hash tag) under way at once, at most.
+pub(crate) const IN_FLIGHT: usize = 2;
+
+/// Calls in one run, at most: a run holds Redis for all of them (a few µs each).
+pub(crate) const MAX_CALLS: usize = 64;
+
+/// The calls waiting, per script and hash tag.
+#[derive(Default)]
+pub(crate) struct Batches {
+    queues: Mutex<HashMap<(&'static str, String), Queue>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Pending>,
+    running: usize,
+}
+
+struct Pending {
+    keys: Vec<String>,
+    args: Vec<String>,
+    /// Reply elements of this call.
+    len: usize,
+    reply: oneshot::Sender<Result<Vec<Value>, BackendError>>,
+}
+
+/// A queue's key: the script, and on a cluster the hash tag of the call's first key (a batch
+/// goes to one slot).
+type QueueKey = (&'static str, String);
+
+impl Redis {
+    /// Runs `script` for one call (`keys`, `args`) that replies `len` elements, batched with the
+    /// calls of the same script that arrive meanwhile (see the module docs); the call's elements
+    /// of the reply. The script must take its calls one after the other (see the module docs).
+    ///
+    /// Within this handle's deadline; a run that fails fails each of its calls with its error
+    /// (a script that catches a call's error replies it in that call's place instead).
+    pub(crate) async fn batched(
+        &self,
+        script: &'static Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+        len: usize,
+    ) -> Result<Vec<Value>, BackendError> {
+        let tag = if self.is_cluster() {
+            keys.first().map(|k| hash_tag(k).to_owned()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let queue: QueueKey = (script.get_hash(), tag);
+        let (reply, answer) = oneshot::channel();
+        let start = {
+            let mut queues = self.batches().queues.lock().unwrap_or_else(|e| e.into_inner());
+            let q = queues.entry(queue.clone()).or_default();
+            q.pending.push_back(Pending { keys, args, len, reply });
+            let start = q.running < IN_FLIGHT;
+            q.running += usize::from(start);
+            start
+        };
+        if start {
+            tokio::spawn(self.clone().run(script, queue));
+        }
+        match tokio::time::timeout(self.deadline(), answer).await {
+            Err(_) => Err(BackendError::Timeout(self.deadline())),
+            Ok(Ok(answer)) => answer,
+            // The run ended without answering: its runtime shut down, or it panicked (a bug).
+            Ok(Err(_)) => Err(BackendError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "the batch this call was in ended without an answer",
+            )))),
+        }
+    }
+
+    /// One runner of `queue`: sends what waits there, run after run, until nothing does.
+    async fn run(self, script: &'static Script, queue: QueueKey) {
+        // Counted out when the runner finds nothing waiting, in the same lock as the callers
+        // count themselves in (else a call could queue behind a runner about to leave), or when
+        // a run panics (a bug), so that later calls start a runner again.
+        struct Running<'a>(&'a Redis, &'a QueueKey, bool);
+        impl Running<'_> {
+            fn leave(&mut self, queues: &mut HashMap<QueueKey, Queue>) {
+                self.2 = true;
+                if let Some(q) = queues.get_mut(self.1) {
+                    q.running -= 1;
+                    if q.running == 0 && q.pending.is_empty() {
+                        queues.remove(self.1);
+                    }
+                }
+            }
+        }
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                if !self.2 {
+                    let batches = self.0.batches();
+                    self.leave(&mut batches.queues.lock().unwrap_or_else(|e| e.into_inner()));
+                }
+            }
+        }
+        let mut running = Running(&self, &queue, false);
+        loop {
+            let calls: Vec<Pending> = {
+                let mut queues = self.batches().queues.lock().unwrap_or_else(|e| e.into_inner());
+                let n = queues.get(&queue).map_or(0, |q| q.pending.len().min(MAX_CALLS));
+                if n == 0 {
+                    running.leave(&mut queues);
+                    return;
+                }
+                queues.get_mut(&queue).expect("counted above").pending.drain(..n).collect()
+            };
+            self.run_once(script, calls).await;
+        }
+    }
+
+    /// One script run of `calls`, each answered with its part of the reply.
+    async fn run_once(&self, script: &'static Script, calls: Vec<Pending>) {
+        let (keys, args): (Vec<String>, Vec<String>) = if let [one] = calls.as_slice() {
+            (one.keys.clone(), one.args.clone())
+        } else {
+            (
+                calls.iter().flat_map(|c| c.keys.iter().cloned()).collect(),
+                calls.iter().flat_map(|c| c.args.iter().cloned()).collect(),
+            )
+        };
+        let reply = self.invoke::<Value>(script, &keys, &args).await;
+        let mut elements = match reply {
+            Ok(Value::Array(elements)) if elements.len() == calls.iter().map(|c| c.len).sum::<usize>() => {
+                elements.into_iter()
+            }
+            Ok(other) => {
+                let e = redis::RedisError::from((redis::ErrorKind::Parse, "a batch's reply", format!("{other:?}")));
+                for call in calls {
+                    let _ = call.reply.send(Err(BackendError::Redis(e.clone())));
+                }
+                return;
+            }
+            Err(e) => {
+                for call in calls {
+                    let _ = call.reply.send(Err(e.clone()));
+                }
+                return;
+            }
+        };
+        for call in calls {
+            // A caller that gave up is no longer listening: its answer is dropped.
+            let _ = call.reply.send(Ok(elements.by_ref().take(call.len).collect()));
+        }
+    }
+}
+
+/// What Redis Cluster hashes of `key`: the part between the first `{` and the next `}` when it
+/// is not empty, else the whole key.
+fn hash_tag(key: &str) -> &str {
+    match key.find('{') {
+        Some(open) => match key[open + 1..].find('}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hash_tag;
+
+    #[test]
+    fn hash_tag_is_what_cluster_hashes() {
+        assert_eq!(hash_tag("rl:{api}:user:7"), "api");
+        assert_eq!(hash_tag("{}x"), "{}x", "an empty tag hashes the whole key");
+        assert_eq!(hash_tag("a{b"), "a{b");
+        assert_eq!(hash_tag("plain"), "plain");
+        assert_eq!(hash_tag("{a}{b}"), "a");
+    }
+}
