@@ -1,5 +1,6 @@
 -- fixed_window.lua: fixed-window counters, one or more decided together, all-or-nothing.
 -- A window opens at the first admitted request after the previous one ended (as Limitador).
+-- Written for one call; run in batches of calls (batch.lua wraps it, scripts.rs's `batched!`).
 --
 -- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.

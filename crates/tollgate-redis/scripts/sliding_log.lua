@@ -1,6 +1,7 @@
 -- sliding_log.lua: exact sliding logs (one sorted-set member per permit, scored by the time it
 -- was taken), one or more decided together, all-or-nothing. Never more than `limit` permits in
 -- any window of `period`.
+-- Written for one call; run in batches of calls (batch.lua wraps it, scripts.rs's `batched!`).
 --
 -- KEYS[i]   log i: a sorted set; member "<time>:<j>", score = time in µs.
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.

@@ -1,4 +1,5 @@
 -- token_bucket.lua: GCRA token buckets, one or more decided together, all-or-nothing.
+-- Written for one call; run in batches of calls (batch.lua wraps it, scripts.rs's `batched!`).
 --
 -- KEYS[i]   bucket i: a string holding its theoretical arrival time (TAT) in microseconds.
 --           All keys of one call share a hash tag (Redis Cluster).

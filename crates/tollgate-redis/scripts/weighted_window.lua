@@ -1,6 +1,7 @@
 -- weighted_window.lua: weighted two-window sliding counters (previous window's count weighted by
 -- its overlap with the sliding window, plus the current window's), all-or-nothing.
 -- Windows are aligned to multiples of the period since the clock's origin.
+-- Written for one call; run in batches of calls (batch.lua wraps it, scripts.rs's `batched!`).
 --
 -- KEYS[i]   counter i: a hash {i = window index, p = previous count, c = current count}.
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.

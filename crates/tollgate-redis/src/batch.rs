@@ -11,17 +11,18 @@
 //! tasks, not the callers: a caller that gives up (its request was cancelled) loses nothing for
 //! the others.
 //!
-//! A script that serves batches takes the calls' KEYS and ARGV one call after the other, and
-//! replies with each call's elements one after the other (a call's element count is known to
-//! its caller); it decides each call alone, as if each were its own run. On a cluster, a run is
-//! one slot's: calls are batched per hash tag.
+//! A batched script ([`Batched`], `batch.lua`) takes the calls' KEYS and ARGV one call after the
+//! other, each call's ARGV after its key count, and replies with each call's elements one after
+//! the other; it decides each call alone, as if each were its own run. On a cluster, a run is one
+//! slot's: calls are batched per hash tag.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use redis::{Script, Value};
+use redis::{FromRedisValue, Value};
 use tokio::sync::oneshot;
 
+use crate::scripts::Batched;
 use crate::{BackendError, Redis};
 
 /// Runs of one script (on one hash tag) under way at once, at most.
@@ -55,25 +56,28 @@ struct Pending {
 type QueueKey = (&'static str, String);
 
 impl Redis {
-    /// Runs `script` for one call (`keys`, `args`) that replies `len` elements, batched with the
-    /// calls of the same script that arrive meanwhile (see the module docs); the call's elements
-    /// of the reply. The script must take its calls one after the other (see the module docs).
+    /// Runs `script` for one call (`keys`, `args`: as the script's body takes them), batched with
+    /// the calls of the same script that arrive meanwhile (see the module docs); the call's
+    /// elements of the reply, as `T`.
     ///
-    /// Within this handle's deadline; a run that fails fails each of its calls with its error
-    /// (a script that catches a call's error replies it in that call's place instead).
-    pub(crate) async fn batched(
+    /// Within this handle's deadline. A run that fails fails each of its calls with its error; a
+    /// call that fails alone (a key of another type) fails with its error, its first key named.
+    pub(crate) async fn batched<T: FromRedisValue>(
         &self,
-        script: &'static Script,
+        script: &'static Batched,
         keys: Vec<String>,
-        args: Vec<String>,
-        len: usize,
-    ) -> Result<Vec<Value>, BackendError> {
+        mut args: Vec<String>,
+    ) -> Result<T, BackendError> {
+        debug_assert_eq!(args.len(), script.args_len(keys.len()), "a call's arguments, as the script's shape says");
+        args.insert(0, keys.len().to_string());
+        let len = script.reply_len(keys.len());
+        let first_key = keys.first().cloned();
         let tag = if self.is_cluster() {
             keys.first().map(|k| hash_tag(k).to_owned()).unwrap_or_default()
         } else {
             String::new()
         };
-        let queue: QueueKey = (script.get_hash(), tag);
+        let queue: QueueKey = (script.script.get_hash(), tag);
         let (reply, answer) = oneshot::channel();
         let start = {
             let mut queues = self.batches().queues.lock().unwrap_or_else(|e| e.into_inner());
@@ -86,19 +90,30 @@ impl Redis {
         if start {
             tokio::spawn(self.clone().run(script, queue));
         }
-        match tokio::time::timeout(self.deadline(), answer).await {
-            Err(_) => Err(BackendError::Timeout(self.deadline())),
-            Ok(Ok(answer)) => answer,
+        let reply = match tokio::time::timeout(self.deadline(), answer).await {
+            Err(_) => return Err(BackendError::Timeout(self.deadline())),
+            Ok(Ok(reply)) => reply?,
             // The run ended without answering: its runtime shut down, or it panicked (a bug).
-            Ok(Err(_)) => Err(BackendError::Redis(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "the batch this call was in ended without an answer",
-            )))),
+            Ok(Err(_)) => {
+                let ended = (redis::ErrorKind::Io, "the batch this call was in ended without an answer");
+                return Err(BackendError::Redis(ended.into()));
+            }
+        };
+        if let Some(Value::BulkString(text)) = reply.first() {
+            // The text of the error the call alone would have had (`WRONGTYPE ...`).
+            let error = match redis::parse_redis_value(&[b"-", &text[..], b"\r\n"].concat()) {
+                Ok(Value::ServerError(e)) => e.into(),
+                _ => redis::RedisError::from((redis::ErrorKind::Parse, "a call's error", format!("{text:?}"))),
+            };
+            return Err(self.classify(error, first_key.as_deref()));
         }
+        T::from_redis_value(Value::Array(reply)).map_err(|e| {
+            BackendError::Redis(redis::RedisError::from((redis::ErrorKind::Parse, "a call's reply", e.to_string())))
+        })
     }
 
     /// One runner of `queue`: sends what waits there, run after run, until nothing does.
-    async fn run(self, script: &'static Script, queue: QueueKey) {
+    async fn run(self, script: &'static Batched, queue: QueueKey) {
         // Counted out when the runner finds nothing waiting, in the same lock as the callers
         // count themselves in (else a call could queue behind a runner about to leave), or when
         // a run panics (a bug), so that later calls start a runner again.
@@ -138,7 +153,7 @@ impl Redis {
     }
 
     /// One script run of `calls`, each answered with its part of the reply.
-    async fn run_once(&self, script: &'static Script, calls: Vec<Pending>) {
+    async fn run_once(&self, script: &'static Batched, calls: Vec<Pending>) {
         let (keys, args): (Vec<String>, Vec<String>) = if let [one] = calls.as_slice() {
             (one.keys.clone(), one.args.clone())
         } else {
@@ -147,7 +162,7 @@ impl Redis {
                 calls.iter().flat_map(|c| c.args.iter().cloned()).collect(),
             )
         };
-        let reply = self.invoke::<Value>(script, &keys, &args).await;
+        let reply = self.invoke::<Value>(&script.script, &keys, &args).await;
         let mut elements = match reply {
             Ok(Value::Array(elements)) if elements.len() == calls.iter().map(|c| c.len).sum::<usize>() => {
                 elements.into_iter()

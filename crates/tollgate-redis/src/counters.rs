@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use redis::FromRedisValue;
 use tollgate::Meta;
 
 use crate::{BackendError, Redis, RedisTime, scripts};
@@ -153,8 +152,8 @@ pub async fn decide_windows(
     }
     let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
     let (now, min_ttl) = time.script_now();
-    let mut args = Vec::with_capacity(4 + 7 * counters.len());
-    args.extend([now, (mode as u8).to_string(), min_ttl.to_string(), counters.len().to_string()]);
+    let mut args = Vec::with_capacity(3 + 7 * counters.len());
+    args.extend([now, (mode as u8).to_string(), min_ttl.to_string()]);
     for c in counters {
         args.push(c.limit.to_string());
         args.push(c.window.as_micros().max(1).to_string());
@@ -169,26 +168,8 @@ pub async fn decide_windows(
         args.push(end.to_string());
         args.push(c.opened_ago.as_micros().min(c.window.as_micros()).to_string());
     }
-    // Batched with the calls that arrive meanwhile (`Redis::batched`); this call's part of the
-    // reply is its own, or its error (a key of another type).
-    let reply = redis.batched(&scripts::COUNTERS, keys, args, 1 + 2 * counters.len()).await?;
-    let reply = match reply.first() {
-        // The text of the error a call of its own would have had (`-WRONGTYPE ...`).
-        Some(redis::Value::BulkString(text)) => {
-            let error = match redis::parse_redis_value(&[b"-", &text[..], b"\r\n"].concat()) {
-                Ok(redis::Value::ServerError(e)) => e.into(),
-                _ => redis::RedisError::from((redis::ErrorKind::Parse, "counters.lua's error", format!("{text:?}"))),
-            };
-            return Err(redis.classify(error, Some(&counters[0].key)));
-        }
-        _ => Vec::<i64>::from_redis_value(redis::Value::Array(reply)).map_err(|e| {
-            BackendError::Redis(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "counters.lua's reply",
-                e.to_string(),
-            )))
-        })?,
-    };
+    // Batched with the calls that arrive meanwhile (`Redis::batched`).
+    let reply: Vec<i64> = redis.batched(&scripts::COUNTERS, keys, args).await?;
     let get = |k: usize| reply.get(k).copied().unwrap_or(0);
     let answer = CountersAnswer {
         admitted: get(0) == 1,

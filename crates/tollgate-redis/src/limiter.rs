@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Script;
+use crate::scripts::Batched;
 use tollgate::{
     Acquire, AlgorithmKind, Answer, Check, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected,
 };
@@ -20,7 +20,7 @@ use crate::time::RedisTime;
 
 /// The script that runs `kind` (one of the catalogue's `support().redis` algorithms, which
 /// [`RedisLimiterBuilder::build`] checks).
-fn script(kind: AlgorithmKind) -> &'static Script {
+fn script(kind: AlgorithmKind) -> &'static Batched {
     match kind {
         AlgorithmKind::TokenBucket => &scripts::TOKEN_BUCKET,
         AlgorithmKind::FixedWindow => &scripts::FIXED_WINDOW,
@@ -532,12 +532,13 @@ impl RedisLimiter {
         }
         let (mode, max_wait_us) = mode.args();
         let args = self.args(n, mode.to_string(), max_wait_us.to_string());
-        let reply: Vec<i64> = i.redis.invoke(script(i.algorithm), &self.keys_for(tag, keys), &args).await?;
+        // Batched with the calls that arrive meanwhile (`Redis::batched`).
+        let reply: Vec<i64> = i.redis.batched(script(i.algorithm), self.keys_for(tag, keys), args).await?;
         let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
         Ok(Reply {
             admitted: get(0) == 1,
             meta: Meta { limit: get(1), remaining: get(2), reset_ns: get(3) * 1000, retry_ns: Some(get(4) * 1000) },
-            // meta.reply (all_or_nothing.lua): the wait only when there is one.
+            // meta.reply (all_or_nothing.lua): the wait only when there is one (0 padded in).
             now_us: get(5),
             wait_us: get(6),
         })

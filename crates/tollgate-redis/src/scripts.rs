@@ -1,7 +1,8 @@
 //! The Lua scripts, one file per algorithm under `scripts/` (each states KEYS, ARGV and its
 //! return shape on top), compiled in and hashed once. `clock.lua` (the time source) is prepended
 //! to each, and `all_or_nothing.lua` (how several keys are decided together) to each script that
-//! decides several, so a decision is still one script and one round trip.
+//! decides several, so a decision is still one script and one round trip. A decision script
+//! runs batches of calls ([`Batched`], `batch.lua`).
 
 use std::sync::LazyLock;
 
@@ -17,14 +18,63 @@ macro_rules! script {
     };
 }
 
-pub(crate) static TOKEN_BUCKET: LazyLock<Script> = script!("all_or_nothing.lua", "token_bucket.lua");
-pub(crate) static FIXED_WINDOW: LazyLock<Script> = script!("window_lib.lua", "all_or_nothing.lua", "fixed_window.lua");
-pub(crate) static WEIGHTED_WINDOW: LazyLock<Script> =
-    script!("window_lib.lua", "all_or_nothing.lua", "weighted_window.lua");
-pub(crate) static SLIDING_LOG: LazyLock<Script> = script!("all_or_nothing.lua", "sliding_log.lua");
+/// A decision script that runs a batch of calls (see `batch.lua`, and [`crate::Redis::batched`]):
+/// its body, written for one call, wrapped as `decide_call(KEYS, ARGV)`, and its shape.
+pub(crate) struct Batched {
+    pub(crate) script: Script,
+    /// A call's arguments: `.0 + .1` per key.
+    pub(crate) args: (usize, usize),
+    /// A call's reply elements: `.0 + .1` per key.
+    pub(crate) reply: (usize, usize),
+}
+
+impl Batched {
+    /// The elements of the reply of a call on `keys` keys.
+    pub(crate) fn reply_len(&self, keys: usize) -> usize {
+        self.reply.0 + self.reply.1 * keys
+    }
+
+    /// The arguments of a call on `keys` keys.
+    pub(crate) fn args_len(&self, keys: usize) -> usize {
+        self.args.0 + self.args.1 * keys
+    }
+}
+
+/// `clock.lua`, the libraries, the body of one call wrapped as `decide_call`, its shape (ARGV:
+/// `args + args_per_key * keys`, reply: `reply + reply_per_key * keys`), then `batch.lua`.
+macro_rules! batched {
+    ([$($lib:literal),*], $body:literal, args: ($a:literal, $ak:literal), reply: ($r:literal, $rk:literal)) => {
+        LazyLock::new(|| Batched {
+            script: Script::new(concat!(
+                include_str!("../scripts/clock.lua"),
+                $(include_str!(concat!("../scripts/", $lib)),)*
+                "local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = ", $a, ", ", $ak, ", ", $r, ", ", $rk, "\n",
+                "local function decide_call(KEYS, ARGV)\n",
+                include_str!(concat!("../scripts/", $body)),
+                "end\n",
+                include_str!("../scripts/batch.lua"),
+            )),
+            args: ($a, $ak),
+            reply: ($r, $rk),
+        })
+    };
+}
+
+// The limiter scripts: now, n, mode, max_wait, min_ttl, then 2 per key; reply (all_or_nothing.lua's
+// `reply`) 6 or 7 elements.
+pub(crate) static TOKEN_BUCKET: LazyLock<Batched> =
+    batched!(["all_or_nothing.lua"], "token_bucket.lua", args: (5, 2), reply: (7, 0));
+pub(crate) static FIXED_WINDOW: LazyLock<Batched> =
+    batched!(["window_lib.lua", "all_or_nothing.lua"], "fixed_window.lua", args: (5, 2), reply: (7, 0));
+pub(crate) static WEIGHTED_WINDOW: LazyLock<Batched> =
+    batched!(["window_lib.lua", "all_or_nothing.lua"], "weighted_window.lua", args: (5, 2), reply: (7, 0));
+pub(crate) static SLIDING_LOG: LazyLock<Batched> =
+    batched!(["all_or_nothing.lua"], "sliding_log.lua", args: (5, 2), reply: (7, 0));
 pub(crate) static REFUND: LazyLock<Script> = script!("window_lib.lua", "refund.lua");
 pub(crate) static CHARGE: LazyLock<Script> = script!("window_lib.lua", "charge.lua");
-pub(crate) static COUNTERS: LazyLock<Script> = script!("window_lib.lua", "all_or_nothing.lua", "counters.lua");
+// now, mode, min_ttl, then 7 per counter; reply: admitted, then 2 per counter.
+pub(crate) static COUNTERS: LazyLock<Batched> =
+    batched!(["window_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (3, 7), reply: (1, 2));
 pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("counters_scan.lua");
 pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("counters_reset.lua");
 pub(crate) static RESET: LazyLock<Script> = script!("reset.lua");

@@ -1,12 +1,13 @@
-//! Calls of the server's counters that arrive together share script runs (`Redis::batched`):
-//! fewer EVALSHA than calls, each call decided alone and exactly (as one EVALSHA each would
-//! decide it), a failing call failing alone, and on a cluster one run per hash tag.
+//! Decisions that arrive together share script runs (`Redis::batched`), the server's counters and
+//! every `RedisLimiter` algorithm: fewer EVALSHA than calls, each call decided alone and exactly
+//! (as one EVALSHA each would decide it), a failing call failing alone, and on a cluster one run
+//! per hash tag.
 
 use std::time::Duration;
 
-use tollgate::ManualClock;
+use tollgate::{AlgorithmKind, ManualClock, Quota};
 use tollgate_redis::counters::{CountersMode, WindowCounter, decide_windows};
-use tollgate_redis::{BackendError, Redis, RedisOptions, RedisTime};
+use tollgate_redis::{BackendError, Redis, RedisLimiter, RedisOptions, RedisTime};
 use tollgate_testkit::{RedisCluster, RedisServer};
 
 fn options() -> RedisOptions {
@@ -69,6 +70,43 @@ fn calls_that_arrive_together_share_runs_and_are_each_decided_alone() {
         let runs = evalsha_calls(&server) - before;
         assert!((1..=10).contains(&runs), "200 calls in {runs} EVALSHA");
     });
+}
+
+/// The same for each algorithm of `RedisLimiter`: 200 decisions on one key of 50 at once admit
+/// exactly 50, in a handful of runs.
+#[test]
+fn limiter_decisions_that_arrive_together_share_runs_on_every_algorithm() {
+    for kind in [
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::WeightedWindow,
+        AlgorithmKind::SlidingLog,
+    ] {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let server = RedisServer::start();
+        runtime.block_on(async {
+            let redis = Redis::connect_with(&server.url(), options()).await.unwrap();
+            let limiter = RedisLimiter::builder(&redis, "rl", kind)
+                .limit("user", Quota::per_hour(50).unwrap())
+                .time(clock_time())
+                .build()
+                .unwrap();
+            let before = evalsha_calls(&server);
+            let calls: Vec<_> = (0..200)
+                .map(|_| {
+                    let limiter = limiter.clone();
+                    tokio::spawn(async move { limiter.try_acquire_or_error("alice", 1).await.unwrap().is_ok() })
+                })
+                .collect();
+            let mut admitted = 0;
+            for call in calls {
+                admitted += usize::from(call.await.unwrap());
+            }
+            assert_eq!(admitted, 50, "{kind}");
+            let runs = evalsha_calls(&server) - before;
+            assert!((1..=10).contains(&runs), "{kind}: 200 decisions in {runs} EVALSHA");
+        });
+    }
 }
 
 /// A call on a key that holds another type fails alone, with its key named, and writes nothing;
