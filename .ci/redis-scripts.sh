@@ -36,5 +36,5 @@ script_text() {
   for f in clock.lua $files; do show "scripts/$f"; done
 }
 is_batched() {
-  script_text "$@" | grep -q '^local function decide_call(KEYS, ARGV)$'
+  [[ $(script_text "$@") == *$'\nlocal function decide_call(KEYS, ARGV)\n'* ]]
 }

@@ -6,23 +6,28 @@
 --   REPLY + REPLY_PER_KEY * (keys)  the elements of its reply (a shorter reply is padded with 0).
 --
 -- KEYS   each call's keys, call after call.
--- ARGV   each call after the other: its key count, then its arguments.
--- Returns each call's reply, call after call. A call that fails (a key of another type:
--- WRONGTYPE) fails alone, as its own EVALSHA would: the decision scripts read before they write,
--- so it wrote nothing; its reply is the error's text (not an error reply: one inside the reply
--- would fail the whole run), then zeros.
+-- ARGV   each call's arguments, call after call; then, for more than one call, each call's key
+--        count; last, the number of calls. A call alone sees its KEYS and ARGV as they are (the
+--        '1' after its arguments is read by no script), and runs with nothing around it.
+-- Returns the reply of a call alone as it is (its error, if it fails); for a batch, each call's
+-- reply, call after call. In a batch, a call that fails (a key of another type: WRONGTYPE) fails
+-- alone, as its own EVALSHA would: the decision scripts read before they write, so it wrote
+-- nothing; its reply is the error's text (not an error reply: one inside the reply would fail
+-- the whole run), then zeros.
 --
 -- Each call is decided alone, one after the other, as if each were its own EVALSHA: a call sees
 -- what the calls before it took. What a run costs Redis apart from its calls (the command, the
 -- script's start, reading TIME: clock.lua reads it once per run) is paid once per batch.
 
-local answer, k, a = {}, 1, 1
-while a <= #ARGV do
-  local nkeys = tonumber(ARGV[a])
+local calls = ARGV[#ARGV]
+if calls == '1' then return decide_call(KEYS, ARGV) end  -- compared as text: a tonumber is a strtod
+calls = tonumber(calls)
+local answer, k, a, counts = {}, 1, 1, #ARGV - calls - 1
+for c = 1, calls do
+  local nkeys = tonumber(ARGV[counts + c])
   local nargs, nreply = ARGS + ARGS_PER_KEY * nkeys, REPLY + REPLY_PER_KEY * nkeys
-  local keys, args = {}, {}
-  for i = 1, nkeys do keys[i] = KEYS[k + i - 1] end
-  for i = 1, nargs do args[i] = ARGV[a + i] end
+  -- Built whole (a table filled one element at a time grows, and rehashes, at each power of 2).
+  local keys, args = {unpack(KEYS, k, k + nkeys - 1)}, {unpack(ARGV, a, a + nargs - 1)}
   local ok, reply = pcall(decide_call, keys, args)
   local n = #answer
   if ok then
@@ -32,6 +37,6 @@ while a <= #ARGV do
     answer[n + 1] = tostring(reply)
     for i = 2, nreply do answer[n + i] = 0 end
   end
-  k, a = k + nkeys, a + 1 + nargs
+  k, a = k + nkeys, a + nargs
 end
 return answer

@@ -12,8 +12,9 @@
 //! the others.
 //!
 //! A batched script ([`Batched`], `batch.lua`) takes the calls' KEYS and ARGV one call after the
-//! other, each call's ARGV after its key count, and replies with each call's elements one after
-//! the other; it decides each call alone, as if each were its own run. On a cluster, a run is one
+//! other (then, for more than one, each call's key count; last, how many calls), and replies with each call's elements
+//! one after the other; it decides each call alone, as if each were its own run. A call alone
+//! runs as the script's body alone would (its arguments as they are, its error as the run's). On a cluster, a run is one
 //! slot's: calls are batched per hash tag.
 
 use std::collections::{HashMap, VecDeque};
@@ -46,7 +47,8 @@ struct Queue {
 struct Pending {
     keys: Vec<String>,
     args: Vec<String>,
-    /// Reply elements of this call.
+    keys_count: usize,
+    /// Reply elements of this call (a call alone may reply fewer: the rest are 0).
     len: usize,
     reply: oneshot::Sender<Result<Vec<Value>, BackendError>>,
 }
@@ -66,10 +68,9 @@ impl Redis {
         &self,
         script: &'static Batched,
         keys: Vec<String>,
-        mut args: Vec<String>,
+        args: Vec<String>,
     ) -> Result<T, BackendError> {
         debug_assert_eq!(args.len(), script.args_len(keys.len()), "a call's arguments, as the script's shape says");
-        args.insert(0, keys.len().to_string());
         let len = script.reply_len(keys.len());
         let first_key = keys.first().cloned();
         let tag = if self.is_cluster() {
@@ -82,7 +83,7 @@ impl Redis {
         let start = {
             let mut queues = self.batches().queues.lock().unwrap_or_else(|e| e.into_inner());
             let q = queues.entry(queue.clone()).or_default();
-            q.pending.push_back(Pending { keys, args, len, reply });
+            q.pending.push_back(Pending { keys_count: keys.len(), keys, args, len, reply });
             let start = q.running < IN_FLIGHT;
             q.running += usize::from(start);
             start
@@ -153,18 +154,26 @@ impl Redis {
     }
 
     /// One script run of `calls`, each answered with its part of the reply.
-    async fn run_once(&self, script: &'static Batched, calls: Vec<Pending>) {
-        let (keys, args): (Vec<String>, Vec<String>) = if let [one] = calls.as_slice() {
-            (one.keys.clone(), one.args.clone())
-        } else {
-            (
-                calls.iter().flat_map(|c| c.keys.iter().cloned()).collect(),
-                calls.iter().flat_map(|c| c.args.iter().cloned()).collect(),
-            )
-        };
+    async fn run_once(&self, script: &'static Batched, mut calls: Vec<Pending>) {
+        // batch.lua: the calls' keys and arguments, then (for more than one) each call's key
+        // count, then how many.
+        let mut keys = Vec::with_capacity(calls.iter().map(|c| c.keys.len()).sum());
+        let mut args = Vec::with_capacity(calls.iter().map(|c| c.args.len() + 1).sum::<usize>() + 1);
+        for call in &mut calls {
+            keys.append(&mut call.keys);
+            args.append(&mut call.args);
+        }
+        if calls.len() > 1 {
+            args.extend(calls.iter().map(|c| c.keys_count.to_string()));
+        }
+        args.push(calls.len().to_string());
         let reply = self.invoke::<Value>(&script.script, &keys, &args).await;
+        let expected: usize = calls.iter().map(|c| c.len).sum();
         let mut elements = match reply {
-            Ok(Value::Array(elements)) if elements.len() == calls.iter().map(|c| c.len).sum::<usize>() => {
+            // A call alone replies as its script does: up to its length (the rest are 0).
+            Ok(Value::Array(elements))
+                if elements.len() == expected || (calls.len() == 1 && elements.len() < expected) =>
+            {
                 elements.into_iter()
             }
             Ok(other) => {
