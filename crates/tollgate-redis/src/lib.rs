@@ -4,6 +4,8 @@
 //!
 //! - one round trip per decision: a Lua script per algorithm (in `scripts/*.lua`, each with its
 //!   KEYS/ARGV/return contract on top), run with `EVALSHA` and loaded only on `NOSCRIPT`;
+//!   decisions that arrive while two runs of their script are under way go together in the next
+//!   run, each decided alone (Redis's cost of a run is paid once per batch);
 //! - time from Redis `TIME`, never from the client;
 //! - several limits (per user, per tenant) decided together, all-or-nothing;
 //! - keys that expire as soon as they stop mattering;
