@@ -11,7 +11,8 @@
 --        '1' after its arguments is read by no script), and runs with nothing around it.
 -- Returns the reply of a call alone as it is (its error, if it fails); for a batch, each call's
 -- reply, call after call. In a batch, a call that fails (a key of another type: WRONGTYPE) fails
--- alone, as its own EVALSHA would: the decision scripts read before they write, so it wrote
+-- alone, as its own EVALSHA would: the decision scripts read every key before they count on any
+-- (sliding_log.lua drops a key's expired entries first: no count changes), so it counted
 -- nothing; its reply is the error's text (not an error reply: one inside the reply would fail
 -- the whole run), then zeros.
 --

@@ -1,8 +1,8 @@
 //! Calls of one script that arrive together go to Redis as one script run: [`Redis::batched`].
 //!
 //! What Redis spends on a script call apart from the decision itself (reading the command,
-//! starting the script, reading `TIME`, writing the reply) is most of a small decision's cost
-//! (`docs/benchmarks.md#redis-cpu-per-decision`). A batch pays it once for many calls.
+//! starting the script, reading `TIME`) is paid once per run: about 13,000 of a decision's 85,000
+//! instructions (`docs/benchmarks.md#batches-decisions-that-arrive-together-share-one-script-run`).
 //!
 //! No call waits for a batch to fill: a call is sent at once while fewer than [`IN_FLIGHT`] runs
 //! of its script are under way; otherwise it waits for one of them to end, and goes with every
@@ -12,10 +12,10 @@
 //! the others.
 //!
 //! A batched script ([`Batched`], `batch.lua`) takes the calls' KEYS and ARGV one call after the
-//! other (then, for more than one, each call's key count; last, how many calls), and replies with each call's elements
-//! one after the other; it decides each call alone, as if each were its own run. A call alone
-//! runs as the script's body alone would (its arguments as they are, its error as the run's). On a cluster, a run is one
-//! slot's: calls are batched per hash tag.
+//! other (then, for more than one, each call's key count; last, how many calls), and replies with
+//! each call's elements one after the other; it decides each call alone, as if each were its own
+//! run. A call alone runs as the script's body alone would (its arguments as they are, its error
+//! as the run's). On a cluster, a run is one hash tag's (one slot's).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -35,7 +35,7 @@ pub(crate) const MAX_CALLS: usize = 64;
 /// The calls waiting, per script and hash tag.
 #[derive(Default)]
 pub(crate) struct Batches {
-    queues: Mutex<HashMap<(&'static str, String), Queue>>,
+    queues: Mutex<HashMap<QueueKey, Queue>>,
 }
 
 #[derive(Default)]
