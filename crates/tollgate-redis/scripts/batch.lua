@@ -3,7 +3,8 @@
 -- its KEYS, its ARGV, `return` its reply) as `local function decide_call(KEYS, ARGV)`, defines
 -- its shape, and appends this file:
 --   ARGS + ARGS_PER_KEY * (keys)    the arguments of a call,
---   REPLY + REPLY_PER_KEY * (keys)  the elements of its reply (a shorter reply is padded with 0).
+--   REPLY + REPLY_PER_KEY * (keys)  the elements of its reply at most (in a batch, a shorter one
+--                                   is padded with 0; a call alone replies as its body does).
 --
 -- KEYS   each call's keys, call after call.
 -- ARGV   each call's arguments, call after call; then, for more than one call, each call's key

@@ -446,7 +446,7 @@ impl Redis {
             Err(_) => Err(BackendError::Timeout(deadline)),
             Ok(Err(e)) => {
                 let key = key(failed_command(&e));
-                Err(BackendError::classify(e, &self.inner.shown, key.as_deref()))
+                Err(self.classify(e, key.as_deref()))
             }
             Ok(Ok(v)) => Ok(v),
         };

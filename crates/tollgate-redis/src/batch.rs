@@ -15,11 +15,12 @@
 //! other (then, for more than one, each call's key count; last, how many calls), and replies with
 //! each call's elements one after the other; it decides each call alone, as if each were its own
 //! run. A call alone runs as the script's body alone would (its arguments as they are, its error
-//! as the run's). On a cluster, a run is one hash tag's (one slot's).
+//! as the run's). On a cluster, a run is one slot's (a call's keys share a hash tag).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
+use redis::cluster_routing::Slot;
 use redis::{FromRedisValue, Value};
 use tokio::sync::oneshot;
 
@@ -47,15 +48,14 @@ struct Queue {
 struct Pending {
     keys: Vec<String>,
     args: Vec<String>,
-    keys_count: usize,
     /// Reply elements of this call (a call alone may reply fewer: the rest are 0).
     len: usize,
     reply: oneshot::Sender<Result<Vec<Value>, BackendError>>,
 }
 
-/// A queue's key: the script, and on a cluster the hash tag of the call's first key (a batch
-/// goes to one slot).
-type QueueKey = (&'static str, String);
+/// A queue's key: the script, and on a cluster the slot of the call's first key (a batch goes to
+/// one slot; the keys of a call share a hash tag, so its slot).
+type QueueKey = (&'static str, Option<Slot>);
 
 impl Redis {
     /// Runs `script` for one call (`keys`, `args`: as the script's body takes them), batched with
@@ -72,18 +72,13 @@ impl Redis {
     ) -> Result<T, BackendError> {
         debug_assert_eq!(args.len(), script.args_len(keys.len()), "a call's arguments, as the script's shape says");
         let len = script.reply_len(keys.len());
-        let first_key = keys.first().cloned();
-        let tag = if self.is_cluster() {
-            keys.first().map(|k| hash_tag(k).to_owned()).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        let queue: QueueKey = (script.script.get_hash(), tag);
+        let slot = if self.is_cluster() { keys.first().map(Slot::for_key) } else { None };
+        let queue: QueueKey = (script.script.get_hash(), slot);
         let (reply, answer) = oneshot::channel();
         let start = {
             let mut queues = self.batches().queues.lock().unwrap_or_else(|e| e.into_inner());
-            let q = queues.entry(queue.clone()).or_default();
-            q.pending.push_back(Pending { keys_count: keys.len(), keys, args, len, reply });
+            let q = queues.entry(queue).or_default();
+            q.pending.push_back(Pending { keys, args, len, reply });
             let start = q.running < IN_FLIGHT;
             q.running += usize::from(start);
             start
@@ -100,14 +95,6 @@ impl Redis {
                 return Err(BackendError::Redis(ended.into()));
             }
         };
-        if let Some(Value::BulkString(text)) = reply.first() {
-            // The text of the error the call alone would have had (`WRONGTYPE ...`).
-            let error = match redis::parse_redis_value(&[b"-", &text[..], b"\r\n"].concat()) {
-                Ok(Value::ServerError(e)) => e.into(),
-                _ => redis::RedisError::from((redis::ErrorKind::Parse, "a call's error", format!("{text:?}"))),
-            };
-            return Err(self.classify(error, first_key.as_deref()));
-        }
         T::from_redis_value(Value::Array(reply)).map_err(|e| {
             BackendError::Redis(redis::RedisError::from((redis::ErrorKind::Parse, "a call's reply", e.to_string())))
         })
@@ -156,15 +143,18 @@ impl Redis {
     /// One script run of `calls`, each answered with its part of the reply.
     async fn run_once(&self, script: &'static Batched, mut calls: Vec<Pending>) {
         // batch.lua: the calls' keys and arguments, then (for more than one) each call's key
-        // count, then how many.
+        // count, then how many. `firsts`: where each call's keys start.
+        let mut firsts = Vec::with_capacity(calls.len());
         let mut keys = Vec::with_capacity(calls.iter().map(|c| c.keys.len()).sum());
         let mut args = Vec::with_capacity(calls.iter().map(|c| c.args.len() + 1).sum::<usize>() + 1);
         for call in &mut calls {
+            firsts.push(keys.len());
             keys.append(&mut call.keys);
             args.append(&mut call.args);
         }
         if calls.len() > 1 {
-            args.extend(calls.iter().map(|c| c.keys_count.to_string()));
+            let ends = firsts.iter().skip(1).copied().chain([keys.len()]);
+            args.extend(firsts.iter().zip(ends).map(|(first, end)| (end - first).to_string()));
         }
         args.push(calls.len().to_string());
         let reply = self.invoke::<Value>(&script.script, &keys, &args).await;
@@ -190,35 +180,21 @@ impl Redis {
                 return;
             }
         };
-        for call in calls {
+        for (call, first) in calls.into_iter().zip(firsts) {
+            let reply: Vec<Value> = elements.by_ref().take(call.len).collect();
+            let answer = match reply.first() {
+                // The text of the error the call alone would have had (`WRONGTYPE ...`).
+                Some(Value::BulkString(text)) => {
+                    let error = match redis::parse_redis_value(&[b"-", &text[..], b"\r\n"].concat()) {
+                        Ok(Value::ServerError(e)) => e.into(),
+                        _ => redis::RedisError::from((redis::ErrorKind::Parse, "a call's error", format!("{text:?}"))),
+                    };
+                    Err(self.classify(error, keys.get(first).map(String::as_str)))
+                }
+                _ => Ok(reply),
+            };
             // A caller that gave up is no longer listening: its answer is dropped.
-            let _ = call.reply.send(Ok(elements.by_ref().take(call.len).collect()));
+            let _ = call.reply.send(answer);
         }
-    }
-}
-
-/// What Redis Cluster hashes of `key`: the part between the first `{` and the next `}` when it
-/// is not empty, else the whole key.
-fn hash_tag(key: &str) -> &str {
-    match key.find('{') {
-        Some(open) => match key[open + 1..].find('}') {
-            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
-            _ => key,
-        },
-        None => key,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hash_tag;
-
-    #[test]
-    fn hash_tag_is_what_cluster_hashes() {
-        assert_eq!(hash_tag("rl:{api}:user:7"), "api");
-        assert_eq!(hash_tag("{}x"), "{}x", "an empty tag hashes the whole key");
-        assert_eq!(hash_tag("a{b"), "a{b");
-        assert_eq!(hash_tag("plain"), "plain");
-        assert_eq!(hash_tag("{a}{b}"), "a");
     }
 }

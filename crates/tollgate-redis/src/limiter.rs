@@ -538,7 +538,7 @@ impl RedisLimiter {
         Ok(Reply {
             admitted: get(0) == 1,
             meta: Meta { limit: get(1), remaining: get(2), reset_ns: get(3) * 1000, retry_ns: Some(get(4) * 1000) },
-            // meta.reply (all_or_nothing.lua): the wait only when there is one (0 padded in).
+            // meta.reply (all_or_nothing.lua): the wait only when there is one (a missing element reads 0).
             now_us: get(5),
             wait_us: get(6),
         })
