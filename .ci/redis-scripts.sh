@@ -7,11 +7,14 @@
 #                            body wrapped as decide_call with its shape, then batch.lua;
 #                            a reference (reference/NAME.lua, the least work a decision needs)
 #                            alone, always from the working tree.
-#   is_batched NAME [REV]    true when scripts.rs runs NAME.lua in batches (its calls' ARGV then
-#                            start with their key count).
+#   is_batched NAME [REV]    true when scripts.rs runs NAME.lua in batches (a batch's ARGV then
+#                            ends with the key counts and the number of calls).
+#   counter_args REV         counters.lua's ARGV for one enforcing counter of LIMIT per WINDOW
+#                            µs (their values from the environment), as at REV: 4 words, or 7
+#                            before the role took the calendar and `ago` in (3, 7 in scripts.rs).
 redis_scripts_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/crates/tollgate-redis"
 script_text() {
-  local name=$1 rev=${2:-} f files
+  local name=$1 rev=${2:-} f files call
   if [[ $name == reference/* ]]; then
     cat "$redis_scripts_dir/scripts/$name.lua"
     return
@@ -25,9 +28,15 @@ script_text() {
     local shape
     shape=$(echo "$line" | grep -o '([0-9]*, [0-9]*)' | tr -d '()' | tr '\n' ' ' | awk '{ printf "%s %s %s %s", $1, $2, $3, $4 }' | tr -d ',')
     show scripts/clock.lua
+    if show src/scripts.rs | grep -q 'local KEYS, ARGV, answer = KEYS, ARGV, {}'; then
+      printf 'local KEYS, ARGV, answer = KEYS, ARGV, {}\n'
+      call='local function decide_call(k, a, nkeys)'
+    else
+      call='local function decide_call(KEYS, ARGV)'  # before bodies took offsets
+    fi
     for f in $files; do [[ $f == "$name.lua" ]] || show "scripts/$f"; done
     read -r a ak r rk <<<"$shape"
-    printf 'local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = %s, %s, %s, %s\nlocal function decide_call(KEYS, ARGV)\n' "$a" "$ak" "$r" "$rk"
+    printf 'local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = %s, %s, %s, %s\n%s\n' "$a" "$ak" "$r" "$rk" "$call"
     show "scripts/$name.lua"
     printf 'end\n'
     show scripts/batch.lua
@@ -36,5 +45,13 @@ script_text() {
   for f in clock.lua $files; do show "scripts/$f"; done
 }
 is_batched() {
-  [[ $(script_text "$@") == *$'\nlocal function decide_call(KEYS, ARGV)\n'* ]]
+  [[ $(script_text "$@") == *$'\nlocal function decide_call('* ]]
+}
+counter_args() {
+  local rev=${1:-}
+  if script_text counters "$rev" | grep -q '^local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = 3, 7,'; then
+    echo "$LIMIT $WINDOW 1 1 0 0 0"
+  else
+    echo "$LIMIT $WINDOW 1 1"
+  fi
 }

@@ -6,14 +6,18 @@
 -- takes, else none does (a script decides under Redis's lock, so nothing is taken to be given
 -- back).
 --
--- decide(parts) -> admitted (0|1), limiting
---   parts[i] is part i (of KEYS[i]), a table with `fits` (part i alone has room) and `enforce`
---   (false for a part that only counts; nil enforces). limiting is the first enforcing part
---   without room (1-based; 0 when admitted).
+-- part(i) -> the table of the call's part i (of its i-th key): the script sets its fields, `fits`
+--   (part i alone has room) and `enforce` (false for a part that only counts; nil enforces)
+--   among them. The tables are kept across the calls of a run (a table per part is an
+--   allocation; a field set again is not): a script sets every field it reads, for each part.
+-- decide(n) -> admitted (0|1), limiting
+--   Over parts 1..n: limiting is the first enforcing part without room (1-based; 0 when
+--   admitted).
 -- tighter(meta, limit, remaining, reset, retry)
 --   Folds a part's metadata into meta (a table, first {reset = 0, retry = 0}): the smallest
 --   remaining (and its limit), the latest reset and the longest retry.
--- reply(admitted, meta, now, wait) -> the limiter scripts' reply
+-- reply(admitted, meta, now, wait)
+--   Appends the limiter scripts' reply to `answer` (batch.lua):
 --   {admitted (0|1), limit, remaining, reset_us, retry_us, now_us (the decision's time)[, wait_us]},
 --   wait_us only when not 0 (Redis converts each element: a reply is as short as it can be).
 --
@@ -21,10 +25,21 @@
 -- script's locals (a callback per call) costs an allocation per local and the collector's time,
 -- a tenth of a small script's instructions (`.ci/redis-instructions`).
 
-local function decide(parts)
-  for i = 1, #parts do
-    local part = parts[i]
-    if not part.fits and part.enforce ~= false then return 0, i end
+local PARTS = {}
+
+local function part(i)
+  local p = PARTS[i]
+  if p == nil then
+    p = {}
+    PARTS[i] = p
+  end
+  return p
+end
+
+local function decide(n)
+  for i = 1, n do
+    local p = PARTS[i]
+    if not p.fits and p.enforce ~= false then return 0, i end
   end
   return 1, 0
 end
@@ -38,6 +53,8 @@ local function tighter(meta, limit, remaining, reset, retry)
 end
 
 local function reply(admitted, meta, now, wait)
-  if wait > 0 then return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, now, wait} end
-  return {admitted, meta.limit, meta.remaining, meta.reset, meta.retry, now}
+  local n = #answer
+  answer[n + 1], answer[n + 2], answer[n + 3] = admitted, meta.limit, meta.remaining
+  answer[n + 4], answer[n + 5], answer[n + 6] = meta.reset, meta.retry, now
+  if wait > 0 then answer[n + 7] = wait end
 end

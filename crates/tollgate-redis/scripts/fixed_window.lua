@@ -1,6 +1,8 @@
 -- fixed_window.lua: fixed-window counters, one or more decided together, all-or-nothing.
 -- A window opens at the first admitted request after the previous one ended (as Limitador).
--- Written for one call; run in batches of calls (batch.lua wraps it, scripts.rs's `batched!`).
+-- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
+-- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
+-- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`.
 --
 -- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.
@@ -15,30 +17,30 @@
 --          (all_or_nothing.lua).
 -- A key lives until its window ends.
 
-local now = now_us(ARGV[1])  -- from clock.lua, prepended
-local n = tonumber(ARGV[2])
-local mode = ARGV[3]
+local now = now_us(ARGV[a])  -- from clock.lua, prepended
+local n = ARGV[a + 1] + 0
+local mode = ARGV[a + 2]
 
 -- Does every window admit? (decide: from all_or_nothing.lua, prepended)
-local windows = {}
-for i, key in ipairs(KEYS) do
-  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
-  local period = tonumber(ARGV[7 + 2 * (i - 1)])
-  local start, count, open = fixed_state(key, period, now)  -- from window_lib.lua, prepended
-  windows[i] = {lim = lim, period = period, start = start, count = count, open = open, fits = count + n <= lim}
+for i = 1, nkeys do
+  local lim = ARGV[a + 3 + 2 * i] + 0  -- ARGV[6 + 2(i-1)]
+  local period = ARGV[a + 4 + 2 * i] + 0
+  local start, count, open = fixed_state(KEYS[k + i - 1], period, now)  -- from window_lib.lua, prepended
+  local w = part(i)
+  w.lim, w.period, w.start, w.count, w.open, w.fits = lim, period, start, count, open, count + n <= lim
 end
-local admitted = decide(windows)
+local admitted = decide(nkeys)
 
 -- Taken only if all admitted; metadata of the state each window is left in.
 local take = admitted == 1 and n > 0 and mode ~= '0'
-local min_ttl = take and tonumber(ARGV[5])  -- read where used: each tonumber is a strtod
+local min_ttl = take and ARGV[a + 4] + 0  -- read where used: each conversion is a strtod
 local meta = {reset = 0, retry = 0}  -- folded by tighter (all_or_nothing.lua)
-for i, key in ipairs(KEYS) do
-  local w = windows[i]
+for i = 1, nkeys do
+  local w = PARTS[i]
   local ends = w.start + w.period - now
   if take then
     local count = w.count + n
-    fixed_store(key, w, count, math.max(math.ceil(ends / 1000), 1, min_ttl))
+    fixed_store(KEYS[k + i - 1], w.start, w.open, w.count, count, math.max(math.ceil(ends / 1000), 1, min_ttl))
     local retry = 0
     if count >= w.lim then retry = ends end
     tighter(meta, w.lim, w.lim - count, ends, retry)

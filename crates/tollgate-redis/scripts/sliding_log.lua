@@ -1,7 +1,9 @@
 -- sliding_log.lua: exact sliding logs (one sorted-set member per permit, scored by the time it
 -- was taken), one or more decided together, all-or-nothing. Never more than `limit` permits in
 -- any window of `period`.
--- Written for one call; run in batches of calls (batch.lua wraps it, scripts.rs's `batched!`).
+-- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
+-- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
+-- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`.
 --
 -- KEYS[i]   log i: a sorted set; member "<time>:<j>", score = time in µs.
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.
@@ -16,34 +18,36 @@
 --          (all_or_nothing.lua).
 -- A key lives until its newest member leaves the window.
 
-local now = now_us(ARGV[1])  -- from clock.lua, prepended
-local n = tonumber(ARGV[2])
-local mode = tonumber(ARGV[3])
-local min_ttl = tonumber(ARGV[5])
+local now = now_us(ARGV[a])  -- from clock.lua, prepended
+local n = ARGV[a + 1] + 0
+local mode = ARGV[a + 2]
+local min_ttl = ARGV[a + 4] + 0
 
--- Microseconds until `k` more fit: the (total + k - lim)-th oldest member must have left.
-local function wait_for(key, total, lim, p, k)
-  if total + k <= lim then return 0 end
-  local oldest = redis.call('ZRANGE', key, total + k - lim - 1, total + k - lim - 1, 'WITHSCORES')
+-- Microseconds until `hits` more fit: the (total + hits - lim)-th oldest member must have left.
+local function wait_for(key, total, lim, p, hits)
+  if total + hits <= lim then return 0 end
+  local oldest = redis.call('ZRANGE', key, total + hits - lim - 1, total + hits - lim - 1, 'WITHSCORES')
   return math.max(tonumber(oldest[2]) + p - now, 0)
 end
 
 -- Does every log admit? (decide: from all_or_nothing.lua, prepended)
-local logs = {}
-for i, key in ipairs(KEYS) do
-  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
-  local p = tonumber(ARGV[7 + 2 * (i - 1)])
+for i = 1, nkeys do
+  local key = KEYS[k + i - 1]
+  local lim = ARGV[a + 3 + 2 * i] + 0  -- ARGV[6 + 2(i-1)]
+  local p = ARGV[a + 4 + 2 * i] + 0
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p))
   local total = redis.call('ZCARD', key)
-  logs[i] = {lim = lim, p = p, total = total, fits = total + n <= lim}
+  local l = part(i)
+  l.lim, l.p, l.total, l.fits = lim, p, total, total + n <= lim
 end
-local admitted, limiting = decide(logs)
+local admitted, limiting = decide(nkeys)
 
 -- Taken only if all admitted; metadata of the state each log is left in.
-local take = admitted == 1 and n > 0 and mode ~= 0
+local take = admitted == 1 and n > 0 and mode ~= '0'
 local meta = {reset = 0, retry = 0}  -- folded by tighter (all_or_nothing.lua)
-for i, key in ipairs(KEYS) do
-  local l = logs[i]
+for i = 1, nkeys do
+  local key = KEYS[k + i - 1]
+  local l = PARTS[i]
   local total = l.total
   if take then
     local stamp = string.format('%.0f', now)
@@ -60,8 +64,8 @@ for i, key in ipairs(KEYS) do
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     rst = math.max(tonumber(newest[2]) + l.p - now, 0)
   end
-  local k = 1
-  if admitted == 0 and i == limiting then k = n end
-  tighter(meta, l.lim, math.max(l.lim - total, 0), rst, wait_for(key, total, l.lim, l.p, k))
+  local wanted = 1
+  if admitted == 0 and i == limiting then wanted = n end
+  tighter(meta, l.lim, math.max(l.lim - total, 0), rst, wait_for(key, total, l.lim, l.p, wanted))
 end
 return reply(admitted, meta, now, 0)

@@ -1,5 +1,7 @@
 -- token_bucket.lua: GCRA token buckets, one or more decided together, all-or-nothing.
--- Written for one call; run in batches of calls (batch.lua wraps it, scripts.rs's `batched!`).
+-- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
+-- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
+-- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`.
 --
 -- KEYS[i]   bucket i: a string holding its theoretical arrival time (TAT) in microseconds.
 --           All keys of one call share a hash tag (Redis Cluster).
@@ -16,31 +18,33 @@
 --          (all_or_nothing.lua).
 -- A key is written only when permits are taken, and expires when its bucket would be full.
 
-local now = now_us(ARGV[1])  -- from clock.lua, prepended
-local n = tonumber(ARGV[2])
--- Compared as text, and max_wait and min_ttl read only where used: each tonumber is a strtod.
-local mode = ARGV[3]
-local max_wait = mode == '2' and tonumber(ARGV[4])
+local now = now_us(ARGV[a])  -- from clock.lua, prepended
+local n = ARGV[a + 1] + 0
+-- Compared as text, and max_wait and min_ttl read only where used: each conversion is a strtod.
+local mode = ARGV[a + 2]
+local max_wait = mode == '2' and ARGV[a + 3] + 0
 
 -- Does every bucket admit? (decide: from all_or_nothing.lua, prepended)
-local buckets = {}
-for i, key in ipairs(KEYS) do
-  local t = tonumber(ARGV[6 + 2 * (i - 1)])
-  local burst = tonumber(ARGV[7 + 2 * (i - 1)])
+for i = 1, nkeys do
+  local t = ARGV[a + 3 + 2 * i] + 0  -- ARGV[6 + 2(i-1)]
+  local burst = ARGV[a + 4 + 2 * i] + 0
   local horizon = now + t * burst
-  local base = math.max(tonumber(redis.call('GET', key)) or 0, now)
+  local tat = redis.call('GET', KEYS[k + i - 1])  -- false when not stored
+  local base = now
+  if tat and tat + 0 > now then base = tat + 0 end
   local new_tat = base + n * t
-  local fits = new_tat <= horizon or (max_wait and new_tat - horizon <= max_wait)
-  buckets[i] = {t = t, burst = burst, horizon = horizon, base = base, new_tat = new_tat, fits = fits}
+  local b = part(i)
+  b.t, b.burst, b.horizon, b.base, b.new_tat = t, burst, horizon, base, new_tat
+  b.fits = new_tat <= horizon or (max_wait and new_tat - horizon <= max_wait)
 end
-local admitted = decide(buckets)
+local admitted = decide(nkeys)
 
 -- Taken only if all admitted; metadata of the state each bucket is left in.
 local take = admitted == 1 and n > 0 and mode ~= '0'
-local min_ttl = take and tonumber(ARGV[5])
+local min_ttl = take and ARGV[a + 4] + 0
 local meta, wait = {reset = 0, retry = 0}, 0
-for i, key in ipairs(KEYS) do
-  local b = buckets[i]
+for i = 1, nkeys do
+  local b = PARTS[i]
   local state_tat = take and b.new_tat or b.base
   local remaining = math.floor(math.max(b.horizon - state_tat, 0) / b.t)
   local retry
@@ -55,7 +59,7 @@ for i, key in ipairs(KEYS) do
   if take then
     wait = math.max(wait, b.new_tat - b.horizon, 0)
     local ttl = math.max(math.ceil((b.new_tat - now) / 1000) + 1, min_ttl)
-    redis.call('SET', key, string.format('%.0f', b.new_tat), 'PX', ttl)
+    redis.call('SET', KEYS[k + i - 1], string.format('%.0f', b.new_tat), 'PX', ttl)
   end
 end
 return reply(admitted, meta, now, wait)

@@ -1,7 +1,9 @@
 -- weighted_window.lua: weighted two-window sliding counters (previous window's count weighted by
 -- its overlap with the sliding window, plus the current window's), all-or-nothing.
 -- Windows are aligned to multiples of the period since the clock's origin.
--- Written for one call; run in batches of calls (batch.lua wraps it, scripts.rs's `batched!`).
+-- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
+-- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
+-- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`.
 --
 -- KEYS[i]   counter i: a hash {i = window index, p = previous count, c = current count}.
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.
@@ -17,26 +19,26 @@
 --          (all_or_nothing.lua).
 -- A key lives until both of its counts have left the sliding window.
 
-local now = now_us(ARGV[1])  -- from clock.lua, prepended
-local n = tonumber(ARGV[2])
-local mode = tonumber(ARGV[3])
-local min_ttl = tonumber(ARGV[5])
+local now = now_us(ARGV[a])  -- from clock.lua, prepended
+local n = ARGV[a + 1] + 0
+local mode = ARGV[a + 2]
+local min_ttl = ARGV[a + 4] + 0
 
--- floor(a / b) for non-negative integers held in doubles, corrected for rounding.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 end
-  if (q + 1) * b <= a then q = q + 1 end
+-- floor(x / y) for non-negative integers held in doubles, corrected for rounding.
+local function idiv(x, y)
+  local q = math.floor(x / y)
+  if q * y > x then q = q - 1 end
+  if (q + 1) * y <= x then q = q + 1 end
   return q
 end
 
--- Microseconds from now until `k` more fit, given counts (prev, curr) of window `index`.
-local function wait_for(index, prev, curr, lim, p, k)
+-- Microseconds from now until `hits` more fit, given counts (prev, curr) of window `index`.
+local function wait_for(index, prev, curr, lim, p, hits)
   local start = index * p
   local function earliest(pv, cu)
-    if cu + k > lim then return nil end
+    if cu + hits > lim then return nil end
     if pv == 0 then return 0 end
-    return p - math.min(idiv((lim - cu - k) * p, pv), p)
+    return p - math.min(idiv((lim - cu - hits) * p, pv), p)
   end
   local e = earliest(prev, curr)
   if e ~= nil then return math.max(start + e - now, 0) end
@@ -54,22 +56,23 @@ local function state_meta(index, prev, curr, lim, p)
 end
 
 -- Does every counter admit? (decide: from all_or_nothing.lua, prepended)
-local states = {}
-for i, key in ipairs(KEYS) do
-  local lim = tonumber(ARGV[6 + 2 * (i - 1)])
-  local p = tonumber(ARGV[7 + 2 * (i - 1)])
-  local index, prev, curr = weighted_state(key, p, now)  -- from window_lib.lua, prepended
+for i = 1, nkeys do
+  local lim = ARGV[a + 3 + 2 * i] + 0  -- ARGV[6 + 2(i-1)]
+  local p = ARGV[a + 4 + 2 * i] + 0
+  local index, prev, curr = weighted_state(KEYS[k + i - 1], p, now)  -- from window_lib.lua, prepended
   local elapsed = now - index * p
-  local fits = prev * (p - elapsed) + (curr + n) * p <= lim * p
-  states[i] = {index = index, prev = prev, curr = curr, lim = lim, p = p, fits = fits}
+  local s = part(i)
+  s.index, s.prev, s.curr, s.lim, s.p = index, prev, curr, lim, p
+  s.fits = prev * (p - elapsed) + (curr + n) * p <= lim * p
 end
-local admitted, limiting = decide(states)
+local admitted, limiting = decide(nkeys)
 
 -- Taken only if all admitted; metadata of the state each counter is left in.
-local take = admitted == 1 and n > 0 and mode ~= 0
+local take = admitted == 1 and n > 0 and mode ~= '0'
 local meta = {reset = 0, retry = 0}  -- folded by tighter (all_or_nothing.lua)
-for i, key in ipairs(KEYS) do
-  local s = states[i]
+for i = 1, nkeys do
+  local key = KEYS[k + i - 1]
+  local s = PARTS[i]
   local curr = s.curr
   if take then
     curr = curr + n

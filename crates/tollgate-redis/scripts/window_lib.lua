@@ -6,10 +6,10 @@
 --   A fixed window is a hash {s = start µs, c = count}; one that is empty or over is a new window
 --   opening now (count 0, open false). `at`: a calendar window's start (µs): the stored window is
 --   the current one only if it started then (else a new one opens at `at`).
--- fixed_store(key, state, count, ttl_ms)
+-- fixed_store(key, start, open, before, count, ttl_ms)
 --   Writes a window's count: a window that opens stores its start and lives ttl_ms; one already
---   open (state.open) moves its count alone (one HINCRBY: no TTL, no start to format).
---   state = {start, count (before), open}, as fixed_state read it.
+--   open moves its count alone (one HINCRBY from `before`: no TTL, no start to format). start,
+--   open and before as fixed_state read them.
 -- weighted_state(key, period, now) -> index, prev, curr
 --   A weighted window is a hash {i = window index, p = previous count, c = current count}, rolled
 --   to now's index floor(now / period): one window on, the current count becomes the previous;
@@ -17,23 +17,24 @@
 
 local function fixed_state(key, period, now, at)
   local stored = redis.call('HMGET', key, 's', 'c')
-  local start, count = tonumber(stored[1]), tonumber(stored[2]) or 0
+  local start, count = stored[1], stored[2]  -- false when not stored
+  count = count and count + 0 or 0  -- (clock.lua: arithmetic converts once, tonumber twice)
   if at then
-    if start ~= at then return at, 0, false end
+    if not start or start + 0 ~= at then return at, 0, false end
     return at, count, count > 0
   end
-  if count == 0 or now >= start + period then
-    return now, 0, false
-  end
+  if count == 0 then return now, 0, false end
+  start = start + 0
+  if now >= start + period then return now, 0, false end
   return start, count, true
 end
 
-local function fixed_store(key, state, count, ttl_ms)
-  if not state.open then
-    redis.call('HSET', key, 's', string.format('%.0f', state.start), 'c', count)
+local function fixed_store(key, start, open, before, count, ttl_ms)
+  if not open then
+    redis.call('HSET', key, 's', string.format('%.0f', start), 'c', count)
     redis.call('PEXPIRE', key, ttl_ms)
-  elseif count ~= state.count then
-    redis.call('HINCRBY', key, 'c', count - state.count)
+  elseif count ~= before then
+    redis.call('HINCRBY', key, 'c', count - before)
   end
 end
 

@@ -1,8 +1,10 @@
 //! Calls of one script that arrive together go to Redis as one script run: [`Redis::batched`].
 //!
 //! What Redis spends on a script call apart from the decision itself (reading the command,
-//! starting the script, reading `TIME`) is paid once per run: about 13,000 of a decision's 85,000
-//! instructions (`docs/benchmarks.md#batches-decisions-that-arrive-together-share-one-script-run`).
+//! starting the script, reading `TIME`) is paid once per run: about 13,000 instructions a call
+//! (`docs/benchmarks.md#batches-decisions-that-arrive-together-share-one-script-run`). Each call
+//! of a run is decided at its offsets into the run's KEYS and ARGV and appends to one reply: no
+//! table is built for a call and no reply copied.
 //!
 //! No call waits for a batch to fill: a call is sent at once while fewer than [`IN_FLIGHT`] runs
 //! of its script are under way; otherwise it waits for one of them to end, and goes with every

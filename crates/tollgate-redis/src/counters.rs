@@ -100,6 +100,25 @@ impl WindowCounter {
     }
 }
 
+/// A counter's role as `counters.lua` takes it, in one word: what it does with the call's
+/// outcome, then its calendar window and how long ago its first hit was seen, when it has them.
+fn role(c: &WindowCounter) -> String {
+    use std::fmt::Write;
+    let mut role = match (c.pooled, c.charge, c.enforce) {
+        (Some(limit), _, _) => format!("p{limit}"),
+        (None, true, _) => "2".to_string(),
+        (None, false, enforce) => u8::from(enforce).to_string(),
+    };
+    if let Some((start, end)) = c.calendar {
+        let _ = write!(role, "@{start}-{end}");
+    }
+    let ago = c.opened_ago.as_micros().min(c.window.as_micros());
+    if ago > 0 {
+        let _ = write!(role, "~{ago}");
+    }
+    role
+}
+
 /// What a call does with its counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CountersMode {
@@ -152,21 +171,13 @@ pub async fn decide_windows(
     }
     let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
     let (now, min_ttl) = time.script_now();
-    let mut args = Vec::with_capacity(3 + 7 * counters.len());
+    let mut args = Vec::with_capacity(3 + 4 * counters.len());
     args.extend([now, (mode as u8).to_string(), min_ttl.to_string()]);
     for c in counters {
         args.push(c.limit.to_string());
         args.push(c.window.as_micros().max(1).to_string());
         args.push(c.hits.to_string());
-        args.push(match (c.pooled, c.charge, c.enforce) {
-            (Some(limit), _, _) => format!("p{limit}"),
-            (None, true, _) => "2".to_string(),
-            (None, false, enforce) => u8::from(enforce).to_string(),
-        });
-        let (start, end) = c.calendar.unwrap_or((0, 0));
-        args.push(start.to_string());
-        args.push(end.to_string());
-        args.push(c.opened_ago.as_micros().min(c.window.as_micros()).to_string());
+        args.push(role(c));
     }
     // Batched with the calls that arrive meanwhile (`Redis::batched`).
     let reply: Vec<i64> = redis.batched(&scripts::COUNTERS, keys, args).await?;

@@ -19,7 +19,8 @@ macro_rules! script {
 }
 
 /// A decision script that runs a batch of calls (see `batch.lua`, and [`crate::Redis::batched`]):
-/// its body, written for one call, wrapped as `decide_call(KEYS, ARGV)`, and its shape.
+/// its body, which decides one call at offsets into KEYS and ARGV, wrapped as
+/// `decide_call(k, a, nkeys)`, and its shape.
 pub(crate) struct Batched {
     pub(crate) script: Script,
     /// A call's arguments: `.0 + .1` per key.
@@ -40,16 +41,19 @@ impl Batched {
     }
 }
 
-/// `clock.lua`, the libraries, the body of one call wrapped as `decide_call`, its shape (ARGV:
-/// `args + args_per_key * keys`, reply: `reply + reply_per_key * keys`), then `batch.lua`.
+/// `clock.lua`, the skeleton's locals (KEYS and ARGV as locals: a global is a lookup in Redis's
+/// protected globals table; `answer`, the reply each call appends to), the libraries, the body of
+/// one call wrapped as `decide_call(k, a, nkeys)`, its shape (ARGV: `args + args_per_key * keys`,
+/// reply: `reply + reply_per_key * keys`), then `batch.lua`.
 macro_rules! batched {
     ([$($lib:literal),*], $body:literal, args: ($a:literal, $ak:literal), reply: ($r:literal, $rk:literal)) => {
         LazyLock::new(|| Batched {
             script: Script::new(concat!(
                 include_str!("../scripts/clock.lua"),
+                "local KEYS, ARGV, answer = KEYS, ARGV, {}\n",
                 $(include_str!(concat!("../scripts/", $lib)),)*
                 "local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = ", $a, ", ", $ak, ", ", $r, ", ", $rk, "\n",
-                "local function decide_call(KEYS, ARGV)\n",
+                "local function decide_call(k, a, nkeys)\n",
                 include_str!(concat!("../scripts/", $body)),
                 "end\n",
                 include_str!("../scripts/batch.lua"),
@@ -72,9 +76,9 @@ pub(crate) static SLIDING_LOG: LazyLock<Batched> =
     batched!(["all_or_nothing.lua"], "sliding_log.lua", args: (5, 2), reply: (7, 0));
 pub(crate) static REFUND: LazyLock<Script> = script!("window_lib.lua", "refund.lua");
 pub(crate) static CHARGE: LazyLock<Script> = script!("window_lib.lua", "charge.lua");
-// now, mode, min_ttl, then 7 per counter; reply: admitted, then 2 per counter.
+// now, mode, min_ttl, then 4 per counter; reply: admitted, then 2 per counter.
 pub(crate) static COUNTERS: LazyLock<Batched> =
-    batched!(["window_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (3, 7), reply: (1, 2));
+    batched!(["window_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (3, 4), reply: (1, 2));
 pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("counters_scan.lua");
 pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("counters_reset.lua");
 pub(crate) static RESET: LazyLock<Script> = script!("reset.lua");
