@@ -9,17 +9,25 @@
 #                            alone, always from the working tree.
 #   is_batched NAME [REV]    true when scripts.rs runs NAME.lua in batches (a batch's ARGV then
 #                            ends with the key counts and the number of calls).
-#   counter_args REV         counters.lua's ARGV for one enforcing counter of LIMIT per WINDOW
-#                            µs (their values from the environment), as at REV: 4 words, or 7
-#                            before the role took the calendar and `ago` in (3, 7 in scripts.rs).
+#   call_words NAME REV NOW  one call's ARGV of a decision script as at REV, one word a line:
+#                            mode 1 (take) of a quota no call exhausts, on NOW ('' for Redis
+#                            TIME). Before run.lua, each call took now and the minimum TTL
+#                            itself; before the role took the calendar and `ago` in, a counter
+#                            took 7 words.
+#   run_words NAME REV NOW   what a batched run takes after its calls' ARGV (and key counts),
+#                            before the number of calls: now and the minimum TTL (run.lua), or
+#                            nothing before it.
 redis_scripts_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/crates/tollgate-redis"
+show_at() { # REV FILE (under crates/tollgate-redis) -> its text
+  if [[ -z $1 ]]; then cat "$redis_scripts_dir/$2"; else git -C "$redis_scripts_dir" show "$1:./$2"; fi
+}
 script_text() {
   local name=$1 rev=${2:-} f files call
   if [[ $name == reference/* ]]; then
     cat "$redis_scripts_dir/scripts/$name.lua"
     return
   fi
-  show() { if [[ -z $rev ]]; then cat "$redis_scripts_dir/$1"; else git -C "$redis_scripts_dir" show "$rev:./$1"; fi; }
+  show() { show_at "$rev" "$1"; }
   local line
   line=$(show src/scripts.rs | tr -d '\n' | grep -o "\(script\|batched\)!([^;]*\"$name.lua\"[^;]*;")
   [[ -n $line ]] || { echo "scripts.rs${rev:+ at $rev} has no script ending in $name.lua" >&2; return 1; }
@@ -28,8 +36,11 @@ script_text() {
     local shape
     shape=$(echo "$line" | grep -o '([0-9]*, [0-9]*)' | tr -d '()' | tr '\n' ' ' | awk '{ printf "%s %s %s %s", $1, $2, $3, $4 }' | tr -d ',')
     show scripts/clock.lua
-    if show src/scripts.rs | grep -q 'local KEYS, ARGV, answer = KEYS, ARGV, {}'; then
-      printf 'local KEYS, ARGV, answer = KEYS, ARGV, {}\n'
+    if show src/scripts.rs | grep -q 'scripts/run.lua'; then
+      show scripts/run.lua
+      call='local function decide_call(k, a, nkeys)'
+    elif show src/scripts.rs | grep -q 'local KEYS, ARGV, answer = KEYS, ARGV, {}'; then
+      printf 'local KEYS, ARGV, answer = KEYS, ARGV, {}\n'  # offsets, before run.lua
       call='local function decide_call(k, a, nkeys)'
     else
       call='local function decide_call(KEYS, ARGV)'  # before bodies took offsets
@@ -47,11 +58,26 @@ script_text() {
 is_batched() {
   [[ $(script_text "$@") == *$'\nlocal function decide_call('* ]]
 }
-counter_args() {
-  local rev=${1:-}
+call_words() {
+  local name=$1 rev=${2:-} now=$3 run=true
+  local -a params counter=(1000000000000 60000000 1 1)
+  show_at "$rev" src/scripts.rs | grep -q 'scripts/run.lua' || run=false
   if script_text counters "$rev" | grep -q '^local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = 3, 7,'; then
-    echo "$LIMIT $WINDOW 1 1 0 0 0"
-  else
-    echo "$LIMIT $WINDOW 1 1"
+    counter+=(0 0 0)
   fi
+  case $name in
+    token_bucket) params=(10 1000000000) ;;
+    fixed_window | weighted_window) params=(1000000000000 60000000) ;;
+    sliding_log) params=(100000000 60000000) ;;
+    counters) ;;
+    *) echo "call_words: no call of $name" >&2; return 1 ;;
+  esac
+  if [[ $name == counters ]]; then
+    if $run; then printf '%s\n' 1 "${counter[@]}"; else printf '%s\n' "$now" 1 0 "${counter[@]}"; fi
+  else
+    if $run; then printf '%s\n' 1 1 0 "${params[@]}"; else printf '%s\n' "$now" 1 1 0 0 "${params[@]}"; fi
+  fi
+}
+run_words() { # NAME REV NOW -> what a batched run takes after its calls (and key counts), before the number of calls
+  if is_batched "$1" "${2:-}" && show_at "${2:-}" src/scripts.rs | grep -q 'scripts/run.lua'; then printf '%s\n' "$3" 0; fi
 }

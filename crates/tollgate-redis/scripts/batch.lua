@@ -1,6 +1,6 @@
 -- batch.lua: runs a batch of calls of one decision script in one EVALSHA (`Redis::batched`).
--- Not run alone: scripts.rs's `batched!` assembles clock.lua, the skeleton's locals (KEYS, ARGV
--- and `answer`, the reply being built), the libraries, the script's body wrapped as
+-- Not run alone: scripts.rs's `batched!` assembles clock.lua, run.lua (NOW, MIN_TTL and `answer`,
+-- the reply being built), the libraries, the script's body wrapped as
 -- `local function decide_call(k, a, nkeys)`, its shape, and this file last:
 --   ARGS + ARGS_PER_KEY * nkeys    the arguments of a call,
 --   REPLY + REPLY_PER_KEY * nkeys  the elements of its reply at most (in a batch, a shorter one
@@ -11,7 +11,7 @@
 --
 -- KEYS   each call's keys, call after call.
 -- ARGV   each call's arguments, call after call; then, for more than one call, each call's key
---        count; last, the number of calls.
+--        count; then now and the minimum key TTL (run.lua); last, the number of calls.
 -- Returns the reply of a call alone as its body built it (its error, if it fails, is the run's);
 -- for a batch, each call's reply, call after call. In a batch, a call that fails (a key of
 -- another type: WRONGTYPE) fails alone, as its own EVALSHA would: the decision scripts read
@@ -21,7 +21,7 @@
 --
 -- Each call is decided alone, one after the other, as if each were its own EVALSHA: a call sees
 -- what the calls before it took. What a run costs Redis apart from its calls (the command, the
--- script's start, reading TIME: clock.lua reads it once per run) is paid once per batch.
+-- script's start, reading TIME, the clock's arguments: run.lua) is paid once per batch.
 
 local calls = ARGV[#ARGV]
 if calls == '1' then  -- compared as text: a conversion is a strtod
@@ -29,7 +29,7 @@ if calls == '1' then  -- compared as text: a conversion is a strtod
   return answer
 end
 calls = calls + 0
-local k, a, counts = 1, 1, #ARGV - calls - 1
+local k, a, counts = 1, 1, #ARGV - calls - 3
 for c = 1, calls do
   local nkeys = ARGV[counts + c] + 0
   local n = #answer

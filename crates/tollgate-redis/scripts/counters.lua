@@ -3,21 +3,20 @@
 -- first hit after the previous one ended (as Limitador, and as tollgate's FixedWindow).
 -- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
 -- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
--- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`.
+-- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`. The time (NOW, on the server's TIME
+-- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
 -- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
--- ARGV[1]   now in microseconds, or '' to read the server's TIME.
--- ARGV[2]   mode: 0 = check (take nothing), 1 = check and take: every counter takes its hits if
+-- ARGV[1]   mode: 0 = check (take nothing), 1 = check and take: every counter takes its hits if
 --           they fit in every enforcing counter, else none does (a counter that does not
 --           enforce takes its hits only if they fit),
 --           2 = report: each counter takes its hits if they fit, on its own;
 --           3 = flush: each counter takes its hits, or what is left of its limit if less (a
 --               cache's hits that were already allowed, counted as far as the window can hold them).
--- ARGV[3]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
--- ARGV[4 + 4(i-1)]  counter i: limit (max_value).
--- ARGV[5 + 4(i-1)]  counter i: window in microseconds.
--- ARGV[6 + 4(i-1)]  counter i: hits (0 = probe).
--- ARGV[7 + 4(i-1)]  counter i: its role, one word (each argument costs Redis about 800
+-- ARGV[2 + 4(i-1)]  counter i: limit (max_value).
+-- ARGV[3 + 4(i-1)]  counter i: window in microseconds.
+-- ARGV[4 + 4(i-1)]  counter i: hits (0 = probe).
+-- ARGV[5 + 4(i-1)]  counter i: its role, one word (each argument costs Redis about 800
 --                   instructions; the rare parts are read only when the word is longer than one
 --                   character):
 --   '1'   enforcing; '0' never denies (a shadow or quota limit); '2' charged: never denies, and
@@ -42,13 +41,13 @@
 -- each (clock.lua); a counter's state is its part's table, kept across the calls of a run
 -- (all_or_nothing.lua) (`.ci/redis-instructions counters`).
 
-local now = now_us(ARGV[a])  -- from clock.lua, prepended
-local mode = ARGV[a + 1]
+local now = NOW  -- from run.lua, prepended
+local mode = ARGV[a]
 local any_pooled = false
 
 -- Does every enforcing counter admit? (part, decide: from all_or_nothing.lua, prepended)
 for i = 1, nkeys do
-  local at = a - 1 + 4 * i  -- ARGV[4 + 4(i-1)]
+  local at = a - 3 + 4 * i  -- ARGV[2 + 4(i-1)]
   local lim, period, hits, role = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0, ARGV[at + 3]
   local kind, pooled, from, till, ago = role, nil, nil, nil, nil
   if #role > 1 then
@@ -94,7 +93,7 @@ for i = 1, nkeys do
   if w.hits > 0 and ((mode == '1' and ((admitted == 1 and fits) or w.charge)) or (mode == '2' and fits) or mode == '3') then
     local before = count
     if count + w.hits <= lim then count = count + w.hits elseif lim > count then count = lim end
-    local ttl = not w.open and math.max(math.ceil((w.start + w.period - now) / 1000), 1, ARGV[a + 2] + 0)
+    local ttl = not w.open and math.max(math.ceil((w.start + w.period - now) / 1000), 1, MIN_TTL)
     fixed_store(KEYS[k + i - 1], w.start, w.open, before, count, ttl)  -- from window_lib.lua
   end
   -- Compared, not math.max: a call to a library function costs about 700 instructions.

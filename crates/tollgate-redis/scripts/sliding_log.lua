@@ -3,25 +3,23 @@
 -- any window of `period`.
 -- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
 -- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
--- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`.
+-- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`. The time (NOW, on the server's TIME
+-- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
 -- KEYS[i]   log i: a sorted set; member "<time>:<j>", score = time in µs.
--- ARGV[1]   now in microseconds, or '' to read the server's TIME.
--- ARGV[2]   n: permits asked for (0 = probe).
--- ARGV[3]   mode: 0 = check (take nothing), 1 = take.
--- ARGV[4]   unused.
--- ARGV[5]   minimum key TTL in milliseconds.
--- ARGV[6 + 2(i-1)]  log i: limit.
--- ARGV[7 + 2(i-1)]  log i: period in microseconds.
+-- ARGV[1]   n: permits asked for (0 = probe).
+-- ARGV[2]   mode: 0 = check (take nothing), 1 = take.
+-- ARGV[3]   unused.
+-- ARGV[4 + 2(i-1)]  log i: limit.
+-- ARGV[5 + 2(i-1)]  log i: period in microseconds.
 --
 -- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, now_us[, wait_us]}: reply
 --          (all_or_nothing.lua).
 -- A key lives until its newest member leaves the window.
 
-local now = now_us(ARGV[a])  -- from clock.lua, prepended
-local n = ARGV[a + 1] + 0
-local mode = ARGV[a + 2]
-local min_ttl = ARGV[a + 4] + 0
+local now = NOW  -- from run.lua, prepended
+local n = ARGV[a] + 0
+local mode = ARGV[a + 1]
 
 -- Microseconds until `hits` more fit: the (total + hits - lim)-th oldest member must have left.
 local function wait_for(key, total, lim, p, hits)
@@ -33,8 +31,8 @@ end
 -- Does every log admit? (decide: from all_or_nothing.lua, prepended)
 for i = 1, nkeys do
   local key = KEYS[k + i - 1]
-  local lim = ARGV[a + 3 + 2 * i] + 0  -- ARGV[6 + 2(i-1)]
-  local p = ARGV[a + 4 + 2 * i] + 0
+  local lim = ARGV[a + 1 + 2 * i] + 0  -- ARGV[4 + 2(i-1)]
+  local p = ARGV[a + 2 + 2 * i] + 0
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p))
   local total = redis.call('ZCARD', key)
   local l = part(i)
@@ -57,7 +55,7 @@ for i = 1, nkeys do
       redis.call('ZADD', key, stamp, stamp .. ':' .. (first + j))
     end
     total = total + n
-    redis.call('PEXPIRE', key, math.max(math.ceil(l.p / 1000), 1, min_ttl))
+    redis.call('PEXPIRE', key, math.max(math.ceil(l.p / 1000), 1, MIN_TTL))
   end
   local rst = 0
   if total > 0 then

@@ -1,33 +1,32 @@
 -- token_bucket.lua: GCRA token buckets, one or more decided together, all-or-nothing.
 -- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
 -- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
--- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`.
+-- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`. The time (NOW, on the server's TIME
+-- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
 -- KEYS[i]   bucket i: a string holding its theoretical arrival time (TAT) in microseconds.
 --           All keys of one call share a hash tag (Redis Cluster).
--- ARGV[1]   now in microseconds, or '' to read the server's TIME (never the client's clock).
--- ARGV[2]   n: permits asked for (0 = probe: report, take nothing).
--- ARGV[3]   mode: 0 = check (take nothing), 1 = take if it fits now,
+-- ARGV[1]   n: permits asked for (0 = probe: report, take nothing).
+-- ARGV[2]   mode: 0 = check (take nothing), 1 = take if it fits now,
 --           2 = reserve: take the earliest slot if it is at most max_wait away.
--- ARGV[4]   max_wait in microseconds (mode 2).
--- ARGV[5]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
--- ARGV[6 + 2(i-1)]  bucket i: emission interval in microseconds (one permit per interval).
--- ARGV[7 + 2(i-1)]  bucket i: burst (most permits at once).
+-- ARGV[3]   max_wait in microseconds (mode 2).
+-- ARGV[4 + 2(i-1)]  bucket i: emission interval in microseconds (one permit per interval).
+-- ARGV[5 + 2(i-1)]  bucket i: burst (most permits at once).
 --
 -- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, now_us[, wait_us]}: reply
 --          (all_or_nothing.lua).
 -- A key is written only when permits are taken, and expires when its bucket would be full.
 
-local now = now_us(ARGV[a])  -- from clock.lua, prepended
-local n = ARGV[a + 1] + 0
--- Compared as text, and max_wait and min_ttl read only where used: each conversion is a strtod.
-local mode = ARGV[a + 2]
-local max_wait = mode == '2' and ARGV[a + 3] + 0
+local now = NOW  -- from run.lua, prepended
+local n = ARGV[a] + 0
+-- Compared as text, and max_wait read only where used: each conversion is a strtod.
+local mode = ARGV[a + 1]
+local max_wait = mode == '2' and ARGV[a + 2] + 0
 
 -- Does every bucket admit? (decide: from all_or_nothing.lua, prepended)
 for i = 1, nkeys do
-  local t = ARGV[a + 3 + 2 * i] + 0  -- ARGV[6 + 2(i-1)]
-  local burst = ARGV[a + 4 + 2 * i] + 0
+  local t = ARGV[a + 1 + 2 * i] + 0  -- ARGV[4 + 2(i-1)]
+  local burst = ARGV[a + 2 + 2 * i] + 0
   local horizon = now + t * burst
   local tat = redis.call('GET', KEYS[k + i - 1])  -- false when not stored
   local base = now
@@ -41,7 +40,6 @@ local admitted = decide(nkeys)
 
 -- Taken only if all admitted; metadata of the state each bucket is left in.
 local take = admitted == 1 and n > 0 and mode ~= '0'
-local min_ttl = take and ARGV[a + 4] + 0
 local meta, wait = {reset = 0, retry = 0}, 0
 for i = 1, nkeys do
   local b = PARTS[i]
@@ -58,7 +56,7 @@ for i = 1, nkeys do
   tighter(meta, b.burst, remaining, math.max(state_tat - now, 0), retry)
   if take then
     wait = math.max(wait, b.new_tat - b.horizon, 0)
-    local ttl = math.max(math.ceil((b.new_tat - now) / 1000) + 1, min_ttl)
+    local ttl = math.max(math.ceil((b.new_tat - now) / 1000) + 1, MIN_TTL)
     redis.call('SET', KEYS[k + i - 1], string.format('%.0f', b.new_tat), 'PX', ttl)
   end
 end

@@ -3,26 +3,24 @@
 -- Windows are aligned to multiples of the period since the clock's origin.
 -- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
 -- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
--- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`.
+-- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`. The time (NOW, on the server's TIME
+-- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
 -- KEYS[i]   counter i: a hash {i = window index, p = previous count, c = current count}.
--- ARGV[1]   now in microseconds, or '' to read the server's TIME.
--- ARGV[2]   n: permits asked for (0 = probe).
--- ARGV[3]   mode: 0 = check (take nothing), 1 = take.
--- ARGV[4]   unused.
--- ARGV[5]   minimum key TTL in milliseconds.
--- ARGV[6 + 2(i-1)]  counter i: limit.
--- ARGV[7 + 2(i-1)]  counter i: period in microseconds.
+-- ARGV[1]   n: permits asked for (0 = probe).
+-- ARGV[2]   mode: 0 = check (take nothing), 1 = take.
+-- ARGV[3]   unused.
+-- ARGV[4 + 2(i-1)]  counter i: limit.
+-- ARGV[5 + 2(i-1)]  counter i: period in microseconds.
 --
 -- Admits when prev * (P - elapsed) + (curr + n) * P <= limit * P, in exact integers.
 -- Returns {admitted (0|1), limit, remaining, reset_us, retry_us, now_us[, wait_us]}: reply
 --          (all_or_nothing.lua).
 -- A key lives until both of its counts have left the sliding window.
 
-local now = now_us(ARGV[a])  -- from clock.lua, prepended
-local n = ARGV[a + 1] + 0
-local mode = ARGV[a + 2]
-local min_ttl = ARGV[a + 4] + 0
+local now = NOW  -- from run.lua, prepended
+local n = ARGV[a] + 0
+local mode = ARGV[a + 1]
 
 -- floor(x / y) for non-negative integers held in doubles, corrected for rounding.
 local function idiv(x, y)
@@ -57,8 +55,8 @@ end
 
 -- Does every counter admit? (decide: from all_or_nothing.lua, prepended)
 for i = 1, nkeys do
-  local lim = ARGV[a + 3 + 2 * i] + 0  -- ARGV[6 + 2(i-1)]
-  local p = ARGV[a + 4 + 2 * i] + 0
+  local lim = ARGV[a + 1 + 2 * i] + 0  -- ARGV[4 + 2(i-1)]
+  local p = ARGV[a + 2 + 2 * i] + 0
   local index, prev, curr = weighted_state(KEYS[k + i - 1], p, now)  -- from window_lib.lua, prepended
   local elapsed = now - index * p
   local s = part(i)
@@ -77,7 +75,7 @@ for i = 1, nkeys do
   if take then
     curr = curr + n
     redis.call('HSET', key, 'i', s.index, 'p', s.prev, 'c', curr)
-    redis.call('PEXPIRE', key, math.max(math.ceil(((s.index + 2) * s.p - now) / 1000), 1, min_ttl))
+    redis.call('PEXPIRE', key, math.max(math.ceil(((s.index + 2) * s.p - now) / 1000), 1, MIN_TTL))
   end
   local rem, rst, rty = state_meta(s.index, s.prev, curr, s.lim, s.p)
   if admitted == 0 and i == limiting then rty = wait_for(s.index, s.prev, curr, s.lim, s.p, n) end

@@ -14,10 +14,11 @@
 //! the others.
 //!
 //! A batched script ([`Batched`], `batch.lua`) takes the calls' KEYS and ARGV one call after the
-//! other (then, for more than one, each call's key count; last, how many calls), and replies with
-//! each call's elements one after the other; it decides each call alone, as if each were its own
-//! run. A call alone runs as the script's body alone would (its arguments as they are, its error
-//! as the run's). On a cluster, a run is one slot's (a call's keys share a hash tag).
+//! other (then, for more than one, each call's key count; then the clock's now and minimum key
+//! TTL, `run.lua`; last, how many calls), and replies with each call's elements one after the
+//! other; it decides each call alone, as if each were its own run. A call alone runs as the
+//! script's body alone would (its error is the run's). A run is one clock's calls (in production
+//! every call's: Redis `TIME`), and on a cluster one slot's (a call's keys share a hash tag).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -27,7 +28,7 @@ use redis::{FromRedisValue, Value};
 use tokio::sync::oneshot;
 
 use crate::scripts::Batched;
-use crate::{BackendError, Redis};
+use crate::{BackendError, Redis, RedisTime};
 
 /// Runs of one script (on one hash tag) under way at once, at most.
 pub(crate) const IN_FLIGHT: usize = 2;
@@ -55,31 +56,33 @@ struct Pending {
     reply: oneshot::Sender<Result<Vec<Value>, BackendError>>,
 }
 
-/// A queue's key: the script, and on a cluster the slot of the call's first key (a batch goes to
-/// one slot; the keys of a call share a hash tag, so its slot).
-type QueueKey = (&'static str, Option<Slot>);
+/// A queue's key: the script, on a cluster the slot of the call's first key (a batch goes to one
+/// slot; the keys of a call share a hash tag, so its slot), and the clock's arguments the run
+/// takes once for all its calls (now, '' for Redis `TIME`, and the minimum key TTL).
+type QueueKey = (&'static str, Option<Slot>, (String, u64));
 
 impl Redis {
-    /// Runs `script` for one call (`keys`, `args`: as the script's body takes them), batched with
-    /// the calls of the same script that arrive meanwhile (see the module docs); the call's
-    /// elements of the reply, as `T`.
+    /// Runs `script` for one call (`keys`, `args`: as the script's body takes them) on `time`,
+    /// batched with the calls of the same script and clock that arrive meanwhile (see the module
+    /// docs); the call's elements of the reply, as `T`.
     ///
     /// Within this handle's deadline. A run that fails fails each of its calls with its error; a
     /// call that fails alone (a key of another type) fails with its error, its first key named.
     pub(crate) async fn batched<T: FromRedisValue>(
         &self,
         script: &'static Batched,
+        time: &RedisTime,
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<T, BackendError> {
         debug_assert_eq!(args.len(), script.args_len(keys.len()), "a call's arguments, as the script's shape says");
         let len = script.reply_len(keys.len());
         let slot = if self.is_cluster() { keys.first().map(Slot::for_key) } else { None };
-        let queue: QueueKey = (script.script.get_hash(), slot);
+        let queue: QueueKey = (script.script.get_hash(), slot, time.script_now());
         let (reply, answer) = oneshot::channel();
         let start = {
             let mut queues = self.batches().queues.lock().unwrap_or_else(|e| e.into_inner());
-            let q = queues.entry(queue).or_default();
+            let q = queues.entry(queue.clone()).or_default();
             q.pending.push_back(Pending { keys, args, len, reply });
             let start = q.running < IN_FLIGHT;
             q.running += usize::from(start);
@@ -138,17 +141,18 @@ impl Redis {
                 }
                 queues.get_mut(&queue).expect("counted above").pending.drain(..n).collect()
             };
-            self.run_once(script, calls).await;
+            self.run_once(script, &queue, calls).await;
         }
     }
 
     /// One script run of `calls`, each answered with its part of the reply.
-    async fn run_once(&self, script: &'static Batched, mut calls: Vec<Pending>) {
+    async fn run_once(&self, script: &'static Batched, queue: &QueueKey, mut calls: Vec<Pending>) {
         // batch.lua: the calls' keys and arguments, then (for more than one) each call's key
-        // count, then how many. `firsts`: where each call's keys start.
+        // count, then the clock's arguments (run.lua), then how many. `firsts`: where each
+        // call's keys start.
         let mut firsts = Vec::with_capacity(calls.len());
         let mut keys = Vec::with_capacity(calls.iter().map(|c| c.keys.len()).sum());
-        let mut args = Vec::with_capacity(calls.iter().map(|c| c.args.len() + 1).sum::<usize>() + 1);
+        let mut args = Vec::with_capacity(calls.iter().map(|c| c.args.len() + 1).sum::<usize>() + 3);
         for call in &mut calls {
             firsts.push(keys.len());
             keys.append(&mut call.keys);
@@ -158,7 +162,8 @@ impl Redis {
             let ends = firsts.iter().skip(1).copied().chain([keys.len()]);
             args.extend(firsts.iter().zip(ends).map(|(first, end)| (end - first).to_string()));
         }
-        args.push(calls.len().to_string());
+        let (now, min_ttl) = &queue.2;
+        args.extend([now.clone(), min_ttl.to_string(), calls.len().to_string()]);
         let reply = self.invoke::<Value>(&script.script, &keys, &args).await;
         let expected: usize = calls.iter().map(|c| c.len).sum();
         let mut elements = match reply {

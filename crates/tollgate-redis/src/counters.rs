@@ -170,9 +170,8 @@ pub async fn decide_windows(
         return Ok(CountersAnswer { admitted: true, counters: Vec::new() });
     }
     let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
-    let (now, min_ttl) = time.script_now();
-    let mut args = Vec::with_capacity(3 + 4 * counters.len());
-    args.extend([now, (mode as u8).to_string(), min_ttl.to_string()]);
+    let mut args = Vec::with_capacity(1 + 4 * counters.len());
+    args.push((mode as u8).to_string());
     for c in counters {
         args.push(c.limit.to_string());
         args.push(c.window.as_micros().max(1).to_string());
@@ -180,7 +179,7 @@ pub async fn decide_windows(
         args.push(role(c));
     }
     // Batched with the calls that arrive meanwhile (`Redis::batched`).
-    let reply: Vec<i64> = redis.batched(&scripts::COUNTERS, keys, args).await?;
+    let reply: Vec<i64> = redis.batched(&scripts::COUNTERS, time, keys, args).await?;
     let get = |k: usize| reply.get(k).copied().unwrap_or(0);
     let answer = CountersAnswer {
         admitted: get(0) == 1,

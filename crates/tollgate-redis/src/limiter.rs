@@ -227,8 +227,8 @@ enum Mode {
 }
 
 impl Mode {
-    /// ARGV[3] and ARGV[4] of a decision script: the mode's number, and the longest wait (µs) of
-    /// a reservation (0 otherwise).
+    /// ARGV[2] and ARGV[3] of a decision script's call: the mode's number, and the longest wait
+    /// (µs) of a reservation (0 otherwise).
     fn args(self) -> (u8, u64) {
         match self {
             Mode::Check => (0, 0),
@@ -531,9 +531,9 @@ impl RedisLimiter {
             }
         }
         let (mode, max_wait_us) = mode.args();
-        let args = self.args(n, mode.to_string(), max_wait_us.to_string());
+        let args = self.call_args(n, mode.to_string(), max_wait_us.to_string());
         // Batched with the calls that arrive meanwhile (`Redis::batched`).
-        let reply: Vec<i64> = i.redis.batched(script(i.algorithm), self.keys_for(tag, keys), args).await?;
+        let reply: Vec<i64> = i.redis.batched(script(i.algorithm), &i.time, self.keys_for(tag, keys), args).await?;
         let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
         Ok(Reply {
             admitted: get(0) == 1,
@@ -544,16 +544,25 @@ impl RedisLimiter {
         })
     }
 
-    /// ARGV of the decision and refund scripts: now, n, two script-specific values, the minimum
-    /// TTL, then each limit's two numbers.
-    fn args(&self, n: u64, third: String, fourth: String) -> Vec<String> {
+    /// ARGV of a decision script's call: n, two script-specific values, then each limit's two
+    /// numbers (a batched run takes now and the minimum TTL once, for all its calls).
+    fn call_args(&self, n: u64, third: String, fourth: String) -> Vec<String> {
         let i = &self.inner;
-        let (now_arg, min_ttl) = i.time.script_now();
-        let mut args = Vec::with_capacity(5 + 2 * i.limits.len());
-        args.extend([now_arg, n.to_string(), third, fourth, min_ttl.to_string()]);
+        let mut args = Vec::with_capacity(3 + 2 * i.limits.len());
+        args.extend([n.to_string(), third, fourth]);
         for l in &i.limits {
             args.extend(l.params.iter().map(u64::to_string));
         }
+        args
+    }
+
+    /// ARGV of the refund and charge scripts (one call each): now, the call's n and two values,
+    /// the minimum TTL, then each limit's two numbers.
+    fn args(&self, n: u64, third: String, fourth: String) -> Vec<String> {
+        let (now_arg, min_ttl) = self.inner.time.script_now();
+        let mut args = self.call_args(n, third, fourth);
+        args.insert(0, now_arg);
+        args.insert(4, min_ttl.to_string());
         args
     }
 }

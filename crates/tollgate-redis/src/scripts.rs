@@ -41,16 +41,16 @@ impl Batched {
     }
 }
 
-/// `clock.lua`, the skeleton's locals (KEYS and ARGV as locals: a global is a lookup in Redis's
-/// protected globals table; `answer`, the reply each call appends to), the libraries, the body of
-/// one call wrapped as `decide_call(k, a, nkeys)`, its shape (ARGV: `args + args_per_key * keys`,
-/// reply: `reply + reply_per_key * keys`), then `batch.lua`.
+/// `clock.lua`, `run.lua` (what the calls of a run share: the time, the key TTL floor and the
+/// reply they append to), the libraries, the body of one call wrapped as
+/// `decide_call(k, a, nkeys)`, its shape (ARGV: `args + args_per_key * keys`, reply:
+/// `reply + reply_per_key * keys`), then `batch.lua`.
 macro_rules! batched {
     ([$($lib:literal),*], $body:literal, args: ($a:literal, $ak:literal), reply: ($r:literal, $rk:literal)) => {
         LazyLock::new(|| Batched {
             script: Script::new(concat!(
                 include_str!("../scripts/clock.lua"),
-                "local KEYS, ARGV, answer = KEYS, ARGV, {}\n",
+                include_str!("../scripts/run.lua"),
                 $(include_str!(concat!("../scripts/", $lib)),)*
                 "local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = ", $a, ", ", $ak, ", ", $r, ", ", $rk, "\n",
                 "local function decide_call(k, a, nkeys)\n",
@@ -64,21 +64,21 @@ macro_rules! batched {
     };
 }
 
-// The limiter scripts: now, n, mode, max_wait, min_ttl, then 2 per key; reply (all_or_nothing.lua's
-// `reply`) 6 or 7 elements.
+// The limiter scripts: n, mode, max_wait, then 2 per key; reply (all_or_nothing.lua's `reply`) 6 or
+// 7 elements.
 pub(crate) static TOKEN_BUCKET: LazyLock<Batched> =
-    batched!(["all_or_nothing.lua"], "token_bucket.lua", args: (5, 2), reply: (7, 0));
+    batched!(["all_or_nothing.lua"], "token_bucket.lua", args: (3, 2), reply: (7, 0));
 pub(crate) static FIXED_WINDOW: LazyLock<Batched> =
-    batched!(["window_lib.lua", "all_or_nothing.lua"], "fixed_window.lua", args: (5, 2), reply: (7, 0));
+    batched!(["window_lib.lua", "all_or_nothing.lua"], "fixed_window.lua", args: (3, 2), reply: (7, 0));
 pub(crate) static WEIGHTED_WINDOW: LazyLock<Batched> =
-    batched!(["window_lib.lua", "all_or_nothing.lua"], "weighted_window.lua", args: (5, 2), reply: (7, 0));
+    batched!(["window_lib.lua", "all_or_nothing.lua"], "weighted_window.lua", args: (3, 2), reply: (7, 0));
 pub(crate) static SLIDING_LOG: LazyLock<Batched> =
-    batched!(["all_or_nothing.lua"], "sliding_log.lua", args: (5, 2), reply: (7, 0));
+    batched!(["all_or_nothing.lua"], "sliding_log.lua", args: (3, 2), reply: (7, 0));
 pub(crate) static REFUND: LazyLock<Script> = script!("window_lib.lua", "refund.lua");
 pub(crate) static CHARGE: LazyLock<Script> = script!("window_lib.lua", "charge.lua");
-// now, mode, min_ttl, then 4 per counter; reply: admitted, then 2 per counter.
+// mode, then 4 per counter; reply: admitted, then 2 per counter.
 pub(crate) static COUNTERS: LazyLock<Batched> =
-    batched!(["window_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (3, 4), reply: (1, 2));
+    batched!(["window_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (1, 4), reply: (1, 2));
 pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("counters_scan.lua");
 pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("counters_reset.lua");
 pub(crate) static RESET: LazyLock<Script> = script!("reset.lua");
