@@ -12,8 +12,8 @@
 #   call_words NAME REV NOW  one call's ARGV of a decision script as at REV, one word a line:
 #                            mode 1 (take) of a quota no call exhausts, on NOW ('' for Redis
 #                            TIME). Before run.lua, each call took now and the minimum TTL
-#                            itself; before the role took the calendar and `ago` in, a counter
-#                            took 7 words.
+#                            itself; a counter took 7 words before the role took the calendar
+#                            and `ago` in, 4 before it took the hits in.
 #   run_words NAME REV NOW   what a batched run takes after its calls' ARGV (and key counts),
 #                            before the number of calls: now and the minimum TTL (run.lua), or
 #                            nothing before it.
@@ -60,11 +60,14 @@ is_batched() {
 }
 call_words() {
   local name=$1 rev=${2:-} now=$3 run=true
-  local -a params counter=(1000000000000 60000000 1 1)
+  local -a params counter
   show_at "$rev" src/scripts.rs | grep -q 'scripts/run.lua' || run=false
-  if script_text counters "$rev" | grep -q '^local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = 3, 7,'; then
-    counter+=(0 0 0)
-  fi
+  # A counter's words: limit, window, then hits and role, or the role with its hits in.
+  case $(script_text counters "$rev" | sed -n 's/^local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = [0-9]*, \([0-9]*\),.*/\1/p') in
+    7 | "") counter=(1000000000000 60000000 1 1 0 0 0) ;;  # "": before batches
+    4) counter=(1000000000000 60000000 1 1) ;;
+    *) counter=(1000000000000 60000000 1) ;;
+  esac
   case $name in
     token_bucket) params=(10 1000000000) ;;
     fixed_window | weighted_window) params=(1000000000000 60000000) ;;

@@ -30,7 +30,7 @@ for i, key in ipairs(KEYS) do
   elseif algorithm == 'fixed_window' then
     -- a = limit, b = period: counted in the current window, or in one opened now.
     local start, count, open = fixed_state(key, b, now)  -- from window_lib.lua, prepended
-    fixed_store(key, start, open, count, count + n, math.max(math.ceil((start + b - now) / 1000), 1, min_ttl))
+    fixed_store(key, start, b, open, count, count + n, now, min_ttl)
   elseif algorithm == 'weighted_window' then
     -- b = period: counted in the current window.
     local index, prev, curr = weighted_state(key, b, now)

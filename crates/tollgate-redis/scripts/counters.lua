@@ -13,10 +13,9 @@
 --           2 = report: each counter takes its hits if they fit, on its own;
 --           3 = flush: each counter takes its hits, or what is left of its limit if less (a
 --               cache's hits that were already allowed, counted as far as the window can hold them).
--- ARGV[2 + 4(i-1)]  counter i: limit (max_value).
--- ARGV[3 + 4(i-1)]  counter i: window in microseconds.
--- ARGV[4 + 4(i-1)]  counter i: hits (0 = probe).
--- ARGV[5 + 4(i-1)]  counter i: its role, one word (each argument costs Redis about 800
+-- ARGV[2 + 3(i-1)]  counter i: limit (max_value).
+-- ARGV[3 + 3(i-1)]  counter i: window in microseconds.
+-- ARGV[4 + 3(i-1)]  counter i: its role and hits, one word (each argument costs Redis about 800
 --                   instructions; the rare parts are read only when the word is longer than one
 --                   character):
 --   '1'   enforcing; '0' never denies (a shadow or quota limit); '2' charged: never denies, and
@@ -25,12 +24,13 @@
 --         hold); 'p' and a number: pooled: charged as '2', and over when its count (after the
 --         call's hits) passes that number; when every pooled counter of the call is over, the
 --         call is not admitted (envoy/ratelimit's quota_mode). Then, optionally:
+--   '*' hits  the hits the call counts on it: 0 = a probe; 1 when not given.
 --   '@' start '-' end  a calendar window: its start and end in microseconds on the same clock as
 --         now. A counter stored for another start is from another window: it starts at 0.
 --   '~' ago  for a window opened by the first hit, how long ago (µs) the caller saw that hit (a
 --         cache flushing the hits it allowed): a window not stored yet starts then rather than
 --         now, so that it is the caller's. Below the window's length.
---   e.g. '1', 'p500', '0@1700000000000000-1700000060000000', '1~250000'.
+--   e.g. '1', '1*0', 'p500*3', '0@1700000000000000-1700000060000000', '1~250000'.
 --
 -- Appends {admitted (0|1), then for each counter i: remaining_i, reset_us_i}, counters as they
 -- are after the call; remaining_i is -(remaining + 1) when counter i alone had no room (in modes
@@ -47,11 +47,12 @@ local any_pooled = false
 
 -- Does every enforcing counter admit? (part, decide: from all_or_nothing.lua, prepended)
 for i = 1, nkeys do
-  local at = a - 3 + 4 * i  -- ARGV[2 + 4(i-1)]
-  local lim, period, hits, role = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0, ARGV[at + 3]
-  local kind, pooled, from, till, ago = role, nil, nil, nil, nil
+  local at = a - 2 + 3 * i  -- ARGV[2 + 3(i-1)]
+  local lim, period, role = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2]
+  local kind, hits, pooled, from, till, ago = role, 1, nil, nil, nil, nil
   if #role > 1 then
     kind = string.sub(role, 1, 1)
+    hits = tonumber(string.match(role, '%*(%d+)')) or 1
     pooled = tonumber(string.match(role, '^p(%d+)'))
     from, till = string.match(role, '@(%d+)-(%d+)')
     ago = tonumber(string.match(role, '~(%d+)'))
@@ -93,8 +94,7 @@ for i = 1, nkeys do
   if w.hits > 0 and ((mode == '1' and ((admitted == 1 and fits) or w.charge)) or (mode == '2' and fits) or mode == '3') then
     local before = count
     if count + w.hits <= lim then count = count + w.hits elseif lim > count then count = lim end
-    local ttl = not w.open and math.max(math.ceil((w.start + w.period - now) / 1000), 1, MIN_TTL)
-    fixed_store(KEYS[k + i - 1], w.start, w.open, before, count, ttl)  -- from window_lib.lua
+    fixed_store(KEYS[k + i - 1], w.start, w.period, w.open, before, count, now, MIN_TTL)  -- from window_lib.lua
   end
   -- Compared, not math.max: a call to a library function costs about 700 instructions.
   local reset, remaining = 0, lim - count

@@ -38,7 +38,7 @@ for i = 1, nkeys do
   local ends = w.start + w.period - now
   if take then
     local count = w.count + n
-    fixed_store(KEYS[k + i - 1], w.start, w.open, w.count, count, math.max(math.ceil(ends / 1000), 1, MIN_TTL))
+    fixed_store(KEYS[k + i - 1], w.start, w.period, w.open, w.count, count, now, MIN_TTL)
     local retry = 0
     if count >= w.lim then retry = ends end
     tighter(meta, w.lim, w.lim - count, ends, retry)

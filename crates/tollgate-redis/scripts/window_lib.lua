@@ -6,10 +6,13 @@
 --   A fixed window is a hash {s = start µs, c = count}; one that is empty or over is a new window
 --   opening now (count 0, open false). `at`: a calendar window's start (µs): the stored window is
 --   the current one only if it started then (else a new one opens at `at`).
--- fixed_store(key, start, open, before, count, ttl_ms)
---   Writes a window's count: a window that opens stores its start and lives ttl_ms; one already
---   open moves its count alone (one HINCRBY from `before`: no TTL, no start to format). start,
---   open and before as fixed_state read them.
+-- fixed_store(key, start, period, open, before, count, now, min_ttl)
+--   Writes a window's count: a window that opens stores its start and lives until it ends (at
+--   least 1 and min_ttl ms); one already open moves its count alone (one HINCRBY from `before`:
+--   no TTL, no start to format). start, open and before as fixed_state read them. A start of
+--   `now` is written as now's text, formatted once per run (a string.format is about 3,000
+--   instructions, and most windows open now); the TTL is rounded up by arithmetic, not
+--   math.ceil and math.max (a library call is about 700).
 -- weighted_state(key, period, now) -> index, prev, curr
 --   A weighted window is a hash {i = window index, p = previous count, c = current count}, rolled
 --   to now's index floor(now / period): one window on, the current count becomes the previous;
@@ -29,10 +32,23 @@ local function fixed_state(key, period, now, at)
   return start, count, true
 end
 
-local function fixed_store(key, start, open, before, count, ttl_ms)
+local now_text, now_of_text = nil, nil
+local function fixed_store(key, start, period, open, before, count, now, min_ttl)
   if not open then
-    redis.call('HSET', key, 's', string.format('%.0f', start), 'c', count)
-    redis.call('PEXPIRE', key, ttl_ms)
+    local ends = start + period - now
+    local ttl = (ends - ends % 1000) / 1000
+    if ends % 1000 > 0 then ttl = ttl + 1 end
+    if ttl < 1 then ttl = 1 end
+    if ttl < min_ttl then ttl = min_ttl end
+    local text
+    if start == now then
+      if now_of_text ~= now then now_text, now_of_text = string.format('%.0f', now), now end
+      text = now_text
+    else
+      text = string.format('%.0f', start)
+    end
+    redis.call('HSET', key, 's', text, 'c', count)
+    redis.call('PEXPIRE', key, ttl)
   elseif count ~= before then
     redis.call('HINCRBY', key, 'c', count - before)
   end

@@ -101,7 +101,8 @@ impl WindowCounter {
 }
 
 /// A counter's role as `counters.lua` takes it, in one word: what it does with the call's
-/// outcome, then its calendar window and how long ago its first hit was seen, when it has them.
+/// outcome, then its hits unless 1, its calendar window and how long ago its first hit was seen,
+/// when it has them (each argument costs Redis a conversion: the common counter is one character).
 fn role(c: &WindowCounter) -> String {
     use std::fmt::Write;
     let mut role = match (c.pooled, c.charge, c.enforce) {
@@ -109,6 +110,9 @@ fn role(c: &WindowCounter) -> String {
         (None, true, _) => "2".to_string(),
         (None, false, enforce) => u8::from(enforce).to_string(),
     };
+    if c.hits != 1 {
+        let _ = write!(role, "*{}", c.hits);
+    }
     if let Some((start, end)) = c.calendar {
         let _ = write!(role, "@{start}-{end}");
     }
@@ -170,12 +174,11 @@ pub async fn decide_windows(
         return Ok(CountersAnswer { admitted: true, counters: Vec::new() });
     }
     let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
-    let mut args = Vec::with_capacity(1 + 4 * counters.len());
+    let mut args = Vec::with_capacity(1 + 3 * counters.len());
     args.push((mode as u8).to_string());
     for c in counters {
         args.push(c.limit.to_string());
         args.push(c.window.as_micros().max(1).to_string());
-        args.push(c.hits.to_string());
         args.push(role(c));
     }
     // Batched with the calls that arrive meanwhile (`Redis::batched`).

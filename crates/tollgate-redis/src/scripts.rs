@@ -76,9 +76,9 @@ pub(crate) static SLIDING_LOG: LazyLock<Batched> =
     batched!(["all_or_nothing.lua"], "sliding_log.lua", args: (3, 2), reply: (7, 0));
 pub(crate) static REFUND: LazyLock<Script> = script!("window_lib.lua", "refund.lua");
 pub(crate) static CHARGE: LazyLock<Script> = script!("window_lib.lua", "charge.lua");
-// mode, then 4 per counter; reply: admitted, then 2 per counter.
+// mode, then 3 per counter; reply: admitted, then 2 per counter.
 pub(crate) static COUNTERS: LazyLock<Batched> =
-    batched!(["window_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (1, 4), reply: (1, 2));
+    batched!(["window_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (1, 3), reply: (1, 2));
 pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("counters_scan.lua");
 pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("counters_reset.lua");
 pub(crate) static RESET: LazyLock<Script> = script!("reset.lua");
