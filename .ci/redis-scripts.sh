@@ -38,7 +38,9 @@ script_text() {
     show scripts/clock.lua
     if show src/scripts.rs | grep -q 'scripts/run.lua'; then
       show scripts/run.lua
-      call='local function decide_call(k, a, nkeys)'
+      call='local function decide_call(k, a, nkeys'
+      show src/scripts.rs | grep -q 'decide_call(k, a, nkeys, r)' && call+=', r'
+      call+=')'
     elif show src/scripts.rs | grep -q 'local KEYS, ARGV, answer = KEYS, ARGV, {}'; then
       printf 'local KEYS, ARGV, answer = KEYS, ARGV, {}\n'  # offsets, before run.lua
       call='local function decide_call(k, a, nkeys)'

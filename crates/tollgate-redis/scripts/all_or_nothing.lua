@@ -16,10 +16,10 @@
 -- tighter(meta, limit, remaining, reset, retry)
 --   Folds a part's metadata into meta (a table, first {reset = 0, retry = 0}): the smallest
 --   remaining (and its limit), the latest reset and the longest retry.
--- reply(admitted, meta, now, wait)
---   Appends the limiter scripts' reply to `answer` (batch.lua):
+-- reply(r, admitted, meta, now, wait)
+--   Writes the limiter scripts' reply at answer[r + 1 ..] (batch.lua):
 --   {admitted (0|1), limit, remaining, reset_us, retry_us, now_us (the decision's time)[, wait_us]},
---   wait_us only when not 0 (Redis converts each element: a reply is as short as it can be).
+--   wait_us left 0 when there is none.
 --
 -- Cost: these take what they need as arguments and make no closures: a closure that captures the
 -- script's locals (a callback per call) costs an allocation per local and the collector's time,
@@ -52,9 +52,8 @@ local function tighter(meta, limit, remaining, reset, retry)
   if retry > meta.retry then meta.retry = retry end
 end
 
-local function reply(admitted, meta, now, wait)
-  local n = #answer
-  answer[n + 1], answer[n + 2], answer[n + 3] = admitted, meta.limit, meta.remaining
-  answer[n + 4], answer[n + 5], answer[n + 6] = meta.reset, meta.retry, now
-  if wait > 0 then answer[n + 7] = wait end
+local function reply(r, admitted, meta, now, wait)
+  answer[r + 1], answer[r + 2], answer[r + 3] = admitted, meta.limit, meta.remaining
+  answer[r + 4], answer[r + 5], answer[r + 6] = meta.reset, meta.retry, now
+  if wait > 0 then answer[r + 7] = wait end
 end

@@ -2,8 +2,8 @@
 -- together, reporting every counter (Envoy wants a status per descriptor). A window opens at the
 -- first hit after the previous one ended (as Limitador, and as tollgate's FixedWindow).
 -- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
--- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
--- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`. The time (NOW, on the server's TIME
+-- decide_call(k, a, nkeys, r), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
+-- ARGV[j] is ARGV[a + j - 1]; it writes its reply at answer[r + 1 ..]. The time (NOW, on the server's TIME
 -- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
 -- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
@@ -32,7 +32,7 @@
 --         now, so that it is the caller's. Below the window's length.
 --   e.g. '1', '1*0', 'p500*3', '0@1700000000000000-1700000060000000', '1~250000'.
 --
--- Appends {admitted (0|1), then for each counter i: remaining_i, reset_us_i}, counters as they
+-- Replies {admitted (0|1), then for each counter i: remaining_i, reset_us_i}, counters as they
 -- are after the call; remaining_i is -(remaining + 1) when counter i alone had no room (in modes
 -- 0 and 1), enforcing or not: a small reply, as Redis converts each element. A key lives until its
 -- window ends; a window's start is written when it opens, then only its count moves (HINCRBY).
@@ -86,8 +86,7 @@ if any_pooled then
   if not under then admitted = 0 end
 end
 
-local n = #answer
-answer[n + 1] = admitted
+answer[r + 1] = admitted
 for i = 1, nkeys do
   local w = PARTS[i]
   local fits, count, lim = w.fits, w.count, w.lim
@@ -102,6 +101,6 @@ for i = 1, nkeys do
   if reset < 0 then reset = 0 end
   if remaining < 0 then remaining = 0 end
   if not fits and (mode == '0' or mode == '1') then remaining = -remaining - 1 end
-  answer[n + 2 * i] = remaining
-  answer[n + 2 * i + 1] = reset
+  answer[r + 2 * i] = remaining
+  answer[r + 2 * i + 1] = reset
 end

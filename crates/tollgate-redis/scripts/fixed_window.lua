@@ -1,8 +1,8 @@
 -- fixed_window.lua: fixed-window counters, one or more decided together, all-or-nothing.
 -- A window opens at the first admitted request after the previous one ended (as Limitador).
 -- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
--- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
--- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`. The time (NOW, on the server's TIME
+-- decide_call(k, a, nkeys, r), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
+-- ARGV[j] is ARGV[a + j - 1]; it writes its reply at answer[r + 1 ..]. The time (NOW, on the server's TIME
 -- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
 -- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
@@ -53,4 +53,4 @@ for i = 1, nkeys do
     tighter(meta, w.lim, remaining, reset, retry)
   end
 end
-return reply(admitted, meta, now, 0)
+reply(r, admitted, meta, now, 0)

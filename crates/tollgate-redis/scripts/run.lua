@@ -9,7 +9,7 @@
 --
 -- NOW       the time every call of the run is decided at.
 -- MIN_TTL   the minimum key TTL (ms).
--- answer    the run's reply: each call appends its elements (batch.lua).
+-- answer    the run's reply: each call writes its elements at its offset (batch.lua).
 -- KEYS and ARGV as locals: a global is a lookup in Redis's protected globals table.
-local KEYS, ARGV, answer = KEYS, ARGV, {}
+local KEYS, ARGV, answer = KEYS, ARGV, nil  -- answer: made at its size by batch.lua
 local NOW, MIN_TTL = now_us(ARGV[#ARGV - 2]), ARGV[#ARGV - 1] + 0

@@ -2,8 +2,8 @@
 -- was taken), one or more decided together, all-or-nothing. Never more than `limit` permits in
 -- any window of `period`.
 -- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
--- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
--- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`. The time (NOW, on the server's TIME
+-- decide_call(k, a, nkeys, r), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
+-- ARGV[j] is ARGV[a + j - 1]; it writes its reply at answer[r + 1 ..]. The time (NOW, on the server's TIME
 -- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
 -- KEYS[i]   log i: a sorted set; member "<time>:<j>", score = time in µs.
@@ -66,4 +66,4 @@ for i = 1, nkeys do
   if admitted == 0 and i == limiting then wanted = n end
   tighter(meta, l.lim, math.max(l.lim - total, 0), rst, wait_for(key, total, l.lim, l.p, wanted))
 end
-return reply(admitted, meta, now, 0)
+reply(r, admitted, meta, now, 0)

@@ -1,7 +1,7 @@
 -- token_bucket.lua: GCRA token buckets, one or more decided together, all-or-nothing.
 -- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
--- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
--- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`. The time (NOW, on the server's TIME
+-- decide_call(k, a, nkeys, r), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
+-- ARGV[j] is ARGV[a + j - 1]; it writes its reply at answer[r + 1 ..]. The time (NOW, on the server's TIME
 -- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
 -- KEYS[i]   bucket i: a string holding its theoretical arrival time (TAT) in microseconds.
@@ -60,4 +60,4 @@ for i = 1, nkeys do
     redis.call('SET', KEYS[k + i - 1], string.format('%.0f', b.new_tat), 'PX', ttl)
   end
 end
-return reply(admitted, meta, now, wait)
+reply(r, admitted, meta, now, wait)

@@ -2,8 +2,8 @@
 -- its overlap with the sliding window, plus the current window's), all-or-nothing.
 -- Windows are aligned to multiples of the period since the clock's origin.
 -- Written for one call, at offsets into the run's KEYS and ARGV (batch.lua wraps it as
--- decide_call(k, a, nkeys), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
--- ARGV[j] is ARGV[a + j - 1]; it appends its reply to `answer`. The time (NOW, on the server's TIME
+-- decide_call(k, a, nkeys, r), scripts.rs's `batched!`): its KEYS[i] below is KEYS[k + i - 1], its
+-- ARGV[j] is ARGV[a + j - 1]; it writes its reply at answer[r + 1 ..]. The time (NOW, on the server's TIME
 -- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
 -- KEYS[i]   counter i: a hash {i = window index, p = previous count, c = current count}.
@@ -81,4 +81,4 @@ for i = 1, nkeys do
   if admitted == 0 and i == limiting then rty = wait_for(s.index, s.prev, curr, s.lim, s.p, n) end
   tighter(meta, s.lim, rem, rst, rty)
 end
-return reply(admitted, meta, now, 0)
+reply(r, admitted, meta, now, 0)

@@ -20,7 +20,7 @@ macro_rules! script {
 
 /// A decision script that runs a batch of calls (see `batch.lua`, and [`crate::Redis::batched`]):
 /// its body, which decides one call at offsets into KEYS and ARGV, wrapped as
-/// `decide_call(k, a, nkeys)`, and its shape.
+/// `decide_call(k, a, nkeys, r)`, and its shape.
 pub(crate) struct Batched {
     pub(crate) script: Script,
     /// A call's arguments: `.0 + .1` per key.
@@ -43,7 +43,7 @@ impl Batched {
 
 /// `clock.lua`, `run.lua` (what the calls of a run share: the time, the key TTL floor and the
 /// reply they append to), the libraries, the body of one call wrapped as
-/// `decide_call(k, a, nkeys)`, its shape (ARGV: `args + args_per_key * keys`, reply:
+/// `decide_call(k, a, nkeys, r)`, its shape (ARGV: `args + args_per_key * keys`, reply:
 /// `reply + reply_per_key * keys`), then `batch.lua`.
 macro_rules! batched {
     ([$($lib:literal),*], $body:literal, args: ($a:literal, $ak:literal), reply: ($r:literal, $rk:literal)) => {
@@ -53,7 +53,7 @@ macro_rules! batched {
                 include_str!("../scripts/run.lua"),
                 $(include_str!(concat!("../scripts/", $lib)),)*
                 "local ARGS, ARGS_PER_KEY, REPLY, REPLY_PER_KEY = ", $a, ", ", $ak, ", ", $r, ", ", $rk, "\n",
-                "local function decide_call(k, a, nkeys)\n",
+                "local function decide_call(k, a, nkeys, r)\n",
                 include_str!(concat!("../scripts/", $body)),
                 "end\n",
                 include_str!("../scripts/batch.lua"),
