@@ -6,10 +6,13 @@
 -- takes, else none does (a script decides under Redis's lock, so nothing is taken to be given
 -- back).
 --
--- part(i) -> the table of the call's part i (of its i-th key): the script sets its fields, `fits`
---   (part i alone has room) and `enforce` (false for a part that only counts; nil enforces)
---   among them. The tables are kept across the calls of a run (a table per part is an
---   allocation; a field set again is not): a script sets every field it reads, for each part.
+-- PARTS[i] or part(i, {field = value, ...}) -> the table of the call's part i (of its i-th key):
+--   the script sets its fields, `fits` (part i alone has room) and `enforce` (false for a part
+--   that only counts; nil enforces) among them. The tables are kept across the calls of a run (a
+--   table per part is an allocation; a field set again is not), made once with a constructor
+--   naming every field the script sets (one filled field by field grows, and rehashes, at each
+--   power of 2); `or` makes it only when PARTS[i] is nil. A script sets every field it reads,
+--   for each part.
 -- decide(n) -> admitted (0|1), limiting
 --   Over parts 1..n: limiting is the first enforcing part without room (1-based; 0 when
 --   admitted).
@@ -27,13 +30,9 @@
 
 local PARTS = {}
 
-local function part(i)
-  local p = PARTS[i]
-  if p == nil then
-    p = {}
-    PARTS[i] = p
-  end
-  return p
+local function part(i, new)
+  PARTS[i] = new
+  return new
 end
 
 local function decide(n)

@@ -69,7 +69,8 @@ for i = 1, nkeys do
   else
     start, count, open = fixed_state(key, period, now)
   end
-  local w = part(i)
+  local w = PARTS[i] or part(i, {lim = 0, period = 0, hits = 0, start = 0, count = 0, open = false,
+                                  charge = false, pooled = false, calendar = false, fits = false, enforce = false})
   w.lim, w.period, w.hits, w.start, w.count, w.open = lim, period, hits, start, count, open
   w.charge, w.pooled, w.calendar = kind ~= '1' and kind ~= '0', pooled, till ~= nil
   w.fits, w.enforce = mode == '3' or count + hits <= lim, kind == '1'

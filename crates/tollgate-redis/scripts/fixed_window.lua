@@ -25,7 +25,7 @@ for i = 1, nkeys do
   local lim = ARGV[a + 1 + 2 * i] + 0  -- ARGV[4 + 2(i-1)]
   local period = ARGV[a + 2 + 2 * i] + 0
   local start, count, open = fixed_state(KEYS[k + i - 1], period, now)  -- from window_lib.lua, prepended
-  local w = part(i)
+  local w = PARTS[i] or part(i, {lim = 0, period = 0, start = 0, count = 0, open = false, fits = false})
   w.lim, w.period, w.start, w.count, w.open, w.fits = lim, period, start, count, open, count + n <= lim
 end
 local admitted = decide(nkeys)

@@ -35,7 +35,7 @@ for i = 1, nkeys do
   local p = ARGV[a + 2 + 2 * i] + 0
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p))
   local total = redis.call('ZCARD', key)
-  local l = part(i)
+  local l = PARTS[i] or part(i, {lim = 0, p = 0, total = 0, fits = false})
   l.lim, l.p, l.total, l.fits = lim, p, total, total + n <= lim
 end
 local admitted, limiting = decide(nkeys)

@@ -32,7 +32,7 @@ for i = 1, nkeys do
   local base = now
   if tat and tat + 0 > now then base = tat + 0 end
   local new_tat = base + n * t
-  local b = part(i)
+  local b = PARTS[i] or part(i, {t = 0, burst = 0, horizon = 0, base = 0, new_tat = 0, fits = false})
   b.t, b.burst, b.horizon, b.base, b.new_tat = t, burst, horizon, base, new_tat
   b.fits = new_tat <= horizon or (max_wait and new_tat - horizon <= max_wait)
 end

@@ -11,7 +11,7 @@
 //! call that queued meanwhile (up to [`MAX_CALLS`]). Under light load each call is its own run;
 //! under heavy load a run carries what arrived during the last one's round trip. The runs are
 //! tasks, not the callers: a caller that gives up (its request was cancelled) loses nothing for
-//! the others.
+//! the others, and its call, if not sent yet, is not sent.
 //!
 //! A batched script ([`Batched`], `batch.lua`) takes the calls' KEYS and ARGV one call after the
 //! other (then, for more than one, each call's key count; then the clock's now and minimum key
@@ -141,7 +141,12 @@ impl Redis {
                 }
                 queues.get_mut(&queue).expect("counted above").pending.drain(..n).collect()
             };
-            self.run_once(script, &queue, calls).await;
+            // A call whose caller gave up (its deadline passed while it queued behind runs that
+            // Redis did not answer) is not sent: nobody would learn that it took permits.
+            let calls: Vec<Pending> = calls.into_iter().filter(|c| !c.reply.is_closed()).collect();
+            if !calls.is_empty() {
+                self.run_once(script, &queue, calls).await;
+            }
         }
     }
 
