@@ -139,11 +139,11 @@ impl Redis {
                     running.leave(&mut queues);
                     return;
                 }
-                queues.get_mut(&queue).expect("counted above").pending.drain(..n).collect()
+                // A call whose caller gave up (its deadline passed while it queued behind runs
+                // that Redis did not answer) is not sent: nobody would learn that it took permits.
+                let pending = &mut queues.get_mut(&queue).expect("counted above").pending;
+                pending.drain(..n).filter(|c| !c.reply.is_closed()).collect()
             };
-            // A call whose caller gave up (its deadline passed while it queued behind runs that
-            // Redis did not answer) is not sent: nobody would learn that it took permits.
-            let calls: Vec<Pending> = calls.into_iter().filter(|c| !c.reply.is_closed()).collect();
             if !calls.is_empty() {
                 self.run_once(script, &queue, calls).await;
             }
