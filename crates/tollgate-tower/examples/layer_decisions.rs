@@ -2,7 +2,9 @@
 //! do not depend on the machine's load (see `.ci/instructions`, which subtracts the no-op's own
 //! count to get the layer's overhead).
 //!
-//! Paths: `layer/{noop,tollgate,tower_governor}` (one client IP) and `layer_1k/...` (1,000 IPs).
+//! Paths: `layer/{noop,tollgate,tower_governor}` (one client IP), `layer_1k/...` (1,000 IPs), and
+//! `layer_two/...` (one client IP, two limits: two policies all-or-nothing in one Tollgate layer,
+//! two `GovernorLayer`s stacked).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -44,13 +46,14 @@ where
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: layer_decisions <layer|layer_1k>/<noop|tollgate|tower_governor> <count>";
+    let usage = "usage: layer_decisions <layer|layer_1k|layer_two>/<noop|tollgate|tower_governor> <count>";
     let path = args.next().ok_or(usage)?;
     let count: u64 = args.next().ok_or(usage)?.parse()?;
     let (walk, side) = path.split_once('/').ok_or(usage)?;
-    let ips = match walk {
-        "layer" => 1,
-        "layer_1k" => 1000,
+    let (ips, limits) = match walk {
+        "layer" => (1, 1),
+        "layer_1k" => (1000, 1),
+        "layer_two" => (1, 2),
         _ => return Err(usage.into()),
     };
     // Every request admitted, and every client stays active (1 per second, burst 1e9: a key hit at
@@ -58,20 +61,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quota = Quota::per_second(1)?.with_burst(1_000_000_000)?;
     match side {
         "noop" => measured(noop(), ips, count),
-        "tollgate" => measured(
-            RateLimitLayer::new(Policy::new("per-ip", ClientIp::new(), Keyed::new(TokenBucket::new(quota))))
-                .layer(noop()),
-            ips,
-            count,
-        ),
+        "tollgate" => {
+            let policy = |name| Policy::new(name, ClientIp::new(), Keyed::new(TokenBucket::new(quota)));
+            let layer = RateLimitLayer::new(policy("per-ip"));
+            if limits == 1 {
+                measured(layer.layer(noop()), ips, count)
+            } else {
+                measured(layer.and(policy("per-ip-2")).layer(noop()), ips, count)
+            }
+        }
         "tower_governor" => {
-            let config = GovernorConfigBuilder::default()
-                .per_second(1)
-                .burst_size(1_000_000_000)
-                .key_extractor(PeerIpKeyExtractor)
-                .finish()
-                .ok_or("tower_governor config")?;
-            measured(tower_governor::GovernorLayer::new(config).layer(noop()), ips, count)
+            // Each layer its own limiter, as each Tollgate policy has its own.
+            let governor = || {
+                let config = GovernorConfigBuilder::default()
+                    .per_second(1)
+                    .burst_size(1_000_000_000)
+                    .key_extractor(PeerIpKeyExtractor)
+                    .finish()
+                    .ok_or("tower_governor config");
+                config.map(tower_governor::GovernorLayer::new)
+            };
+            if limits == 1 {
+                measured(governor()?.layer(noop()), ips, count)
+            } else {
+                measured(governor()?.layer(governor()?.layer(noop())), ips, count)
+            }
         }
         _ => return Err(usage.into()),
     }

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
-use tollgate::{Answer, Lease, Meta, RateLimiter, Refund, Rejected};
+use tollgate::{
+    AllOrNothing, Answer, Lease, Meta, Outcome, PartAnswer, PartState, RateLimiter, Refund, Rejected, Reply, Step,
+};
 
 use crate::key::{KeyExtractor, RequestInfo};
 use crate::metrics::PolicyMetrics;
@@ -143,6 +145,13 @@ pub struct Denied {
 /// A policies' answer: at once, or after the distributed limiters among them answered.
 pub type Verdict<P> = Answer<Result<P, Box<Denied>>>;
 
+/// A denial's state is the state of the policy that said no.
+impl PartState for Box<Denied> {
+    fn meta(&self) -> Meta {
+        self.policy.meta
+    }
+}
+
 /// One or more policies decided together, all-or-nothing.
 pub trait Policies: Clone + Send + Sync + 'static {
     /// What an admitted request holds until its response body ends.
@@ -157,6 +166,12 @@ pub trait Policies: Clone + Send + Sync + 'static {
 
     /// Decides; `status` is what a rejection answers with.
     fn run(&self, prepared: &Self::Prepared, status: StatusCode) -> Verdict<Self::Permit>;
+
+    /// Checks, taking nothing: would the request's cost go now (`probe`: its cost taken as 0,
+    /// to read the state)? Asked of a policy after an earlier one denied the request, and to read
+    /// one's state after a refund; `status` is what a rejection would answer with. It counts
+    /// nothing in the metrics.
+    fn check(&self, prepared: &Self::Prepared, probe: bool, status: StatusCode) -> Answer<Result<Meta, Box<Denied>>>;
 
     /// Undoes an admission (a later policy said no) for the request `prepared` was read from: a
     /// real refund, pending while a distributed limiter's refund is on its way.
@@ -183,11 +198,16 @@ pub struct PolicyPermit {
 
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
     fn denied(&self, status: StatusCode, rejected: Rejected) -> Box<Denied> {
-        let policy = PolicyState { name: self.name.clone(), meta: rejected.meta(), window: self.limit.window() };
-        let denied = Box::new(Denied { status, policy, rejected: Some(rejected) });
+        let denied = denial(self.name.clone(), self.limit.window(), status, rejected);
         self.metrics.denied(&denied);
         denied
     }
+}
+
+/// What a policy named `name` answers when its limit rejected the request.
+fn denial(name: Arc<str>, window: Option<Duration>, status: StatusCode, rejected: Rejected) -> Box<Denied> {
+    let policy = PolicyState { name, meta: rejected.meta(), window };
+    Box::new(Denied { status, policy, rejected: Some(rejected) })
 }
 
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L> {
@@ -232,6 +252,13 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
         }
     }
 
+    fn check(&self, prepared: &Self::Prepared, probe: bool, status: StatusCode) -> Answer<Result<Meta, Box<Denied>>> {
+        let Some((key, n)) = prepared else { return Answer::Ready(Ok(Meta::default())) };
+        let (name, window) = (self.name.clone(), self.limit.window());
+        let n = if probe { 0 } else { *n };
+        self.limit.check(key, n).map(move |checked| checked.map_err(|rejected| denial(name, window, status, rejected)))
+    }
+
     fn give_back(&self, prepared: &Self::Prepared, permit: Self::Permit) -> Refund {
         match (prepared, permit.taken) {
             (Some((key, _)), Some(lease)) => self.limit.give_back(key, lease),
@@ -255,23 +282,160 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
     }
 }
 
-/// Two policies, all-or-nothing: when the second rejects, the first's admission is given back.
+/// Two policies, all-or-nothing, by the rules of [`AllOrNothing`]: when the second rejects, the
+/// first's admission is given back; when the first rejects, the second is only checked.
 #[derive(Clone)]
 pub struct Both<A, B>(pub A, pub B);
 
-impl<A: Policies, B: Policies> Both<A, B> {
-    /// The second policy answered: both permits, or the first one refunded and the denial.
-    fn second(
-        &self,
-        pa: &A::Prepared,
-        a: A::Permit,
-        b: Result<B::Permit, Box<Denied>>,
-    ) -> Verdict<(A::Permit, B::Permit)> {
-        match b {
-            Ok(b) => Answer::Ready(Ok((a, b))),
-            Err(denied) => self.0.give_back(pa, a).map(move |()| Err(denied)),
+/// What one of two policies took.
+enum Held<A, B> {
+    First(A),
+    Second(B),
+}
+
+/// What either of two policies took.
+type HeldBy<A, B> = Held<<A as Policies>::Permit, <B as Policies>::Permit>;
+
+/// What the two policies took while their call is decided. It is kept here, not in the
+/// combinator (which hears only that a policy took): a permit moved through each step is copied
+/// at each, and that cost a two-policy layer 58% more instructions per request.
+struct Holding<A, B> {
+    first: Option<A>,
+    second: Option<B>,
+}
+
+impl<A, B> Holding<A, B> {
+    /// The combinator's step for the policies: a give-back carries the permit kept here.
+    fn lend(&mut self, step: Step<()>) -> Step<Held<A, B>> {
+        match step {
+            Step::Take(i) => Step::Take(i),
+            Step::Check(i) => Step::Check(i),
+            Step::Probe(i) => Step::Probe(i),
+            Step::GiveBack(0, ()) => Step::GiveBack(0, Held::First(self.first.take().expect("the first took"))),
+            Step::GiveBack(i, ()) => Step::GiveBack(i, Held::Second(self.second.take().expect("the second took"))),
         }
     }
+
+    /// The policies' reply for the combinator: a take's permit stays here.
+    fn keep<E>(&mut self, reply: Reply<Held<A, B>, E>) -> Reply<(), E> {
+        match reply {
+            Reply::Took(Ok(Held::First(a))) => {
+                self.first = Some(a);
+                Reply::Took(Ok(()))
+            }
+            Reply::Took(Ok(Held::Second(b))) => {
+                self.second = Some(b);
+                Reply::Took(Ok(()))
+            }
+            Reply::Took(Err(denied)) => Reply::Took(Err(denied)),
+            Reply::Checked(checked) => Reply::Checked(checked),
+            Reply::GaveBack => Reply::GaveBack,
+        }
+    }
+}
+
+/// The two policies' call, by the one all-or-nothing rule; what they took is kept in a
+/// [`Holding`].
+type Call = AllOrNothing<(), Box<Denied>>;
+
+/// How the two policies' call came out.
+type Decided = Outcome<(), Box<Denied>>;
+
+/// A policy's answer to one step of the two policies' call.
+type Ran<A, B> = Answer<Reply<HeldBy<A, B>, Box<Denied>>>;
+
+impl<A: Policies, B: Policies> Both<A, B> {
+    /// Runs one step of the two policies' call on the policy it names; a check is a probe when
+    /// `probe` (the call reads the states).
+    #[inline]
+    fn step(
+        &self,
+        step: Step<HeldBy<A, B>>,
+        (pa, pb): &(A::Prepared, B::Prepared),
+        probe: bool,
+        status: StatusCode,
+    ) -> Ran<A, B> {
+        match step {
+            Step::Take(0) => self.0.run(pa, status).map(|taken| Reply::Took(taken.map(Held::First))),
+            Step::Take(_) => self.1.run(pb, status).map(|taken| Reply::Took(taken.map(Held::Second))),
+            Step::Check(0) => self.0.check(pa, probe, status).map(Reply::Checked),
+            Step::Check(_) => self.1.check(pb, probe, status).map(Reply::Checked),
+            Step::Probe(0) => self.0.check(pa, true, status).map(Reply::Checked),
+            Step::Probe(_) => self.1.check(pb, true, status).map(Reply::Checked),
+            Step::GiveBack(_, Held::First(a)) => self.0.give_back(pa, a).map(|()| Reply::GaveBack),
+            Step::GiveBack(_, Held::Second(b)) => self.1.give_back(pb, b).map(|()| Reply::GaveBack),
+        }
+    }
+
+    /// Runs `call` to its end: at once while every step answers at once, else in one future.
+    /// `known` answers its first steps (the takes already run).
+    #[inline]
+    fn decide<T: Send + 'static>(
+        &self,
+        mut call: Call,
+        known: [Option<Ran<A, B>>; 2],
+        prepared: &(A::Prepared, B::Prepared),
+        probe: bool,
+        status: StatusCode,
+        answer: fn(Decided, Holding<A::Permit, B::Permit>) -> T,
+    ) -> Answer<T> {
+        let mut held = Holding { first: None, second: None };
+        let mut known = known.into_iter().flatten();
+        while let Some(step) = call.step() {
+            let reply = match known.next() {
+                Some(reply) => reply,
+                None => self.step(held.lend(step), prepared, probe, status),
+            };
+            match reply.now() {
+                Ok(reply) => call.reply(held.keep(reply)),
+                Err(pending) => {
+                    // A distributed limiter answers later: the rest of the call runs when it has.
+                    let (this, prepared) = (self.clone(), prepared.clone());
+                    return Answer::Pending(Box::pin(async move {
+                        call.reply(held.keep(pending.await));
+                        while let Some(step) = call.step() {
+                            let reply = match known.next() {
+                                Some(reply) => reply.await,
+                                None => this.step(held.lend(step), &prepared, probe, status).await,
+                            };
+                            call.reply(held.keep(reply));
+                        }
+                        answer(call.finish(), held)
+                    }));
+                }
+            }
+        }
+        Answer::Ready(answer(call.finish(), held))
+    }
+}
+
+/// The denial of part `i`, the policy that said no.
+fn denial_of(outcome: Decided, i: usize) -> Box<Denied> {
+    match outcome.into_parts().nth(i) {
+        Some(PartAnswer::NoRoom(denied) | PartAnswer::Checked(Err(denied))) => denied,
+        _ => unreachable!("the policy that denied a call had no room"),
+    }
+}
+
+/// Both permits of a granted call, or the denial.
+fn permits<A, B>(outcome: Decided, held: Holding<A, B>) -> Result<(A, B), Box<Denied>> {
+    match (outcome.denied_by(), held.first, held.second) {
+        (None, Some(a), Some(b)) => Ok((a, b)),
+        (Some(i), ..) => Err(denial_of(outcome, i)),
+        (None, ..) => unreachable!("a granted call took from both policies"),
+    }
+}
+
+/// Both states, checked: the tighter, or the denial.
+fn checked<A, B>(outcome: Decided, _: Holding<A, B>) -> Result<Meta, Box<Denied>> {
+    if let Some(i) = outcome.denied_by() {
+        return Err(denial_of(outcome, i));
+    }
+    let states = outcome.parts().iter().map(|part| match part {
+        PartAnswer::Checked(Ok(meta)) => *meta,
+        _ => unreachable!("a check only checks"),
+    });
+    Ok(states.reduce(Meta::tightest).unwrap_or_default())
 }
 
 impl<A: Policies, B: Policies> Policies for Both<A, B> {
@@ -284,25 +448,23 @@ impl<A: Policies, B: Policies> Policies for Both<A, B> {
     }
 
     #[inline]
-    fn run(&self, (pa, pb): &Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
-        match self.0.run(pa, status) {
-            Answer::Ready(Err(denied)) => Answer::Ready(Err(denied)),
+    fn run(&self, prepared: &Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
+        let (pa, pb) = prepared;
+        let took = |taken: Result<_, _>| Reply::Took(taken.map(Held::First));
+        let known = match self.0.run(pa, status) {
             Answer::Ready(Ok(a)) => match self.1.run(pb, status) {
-                Answer::Ready(b) => self.second(pa, a, b),
-                Answer::Pending(fb) => {
-                    let (this, pa) = (self.clone(), pa.clone());
-                    Answer::Pending(Box::pin(async move { this.second(&pa, a, fb.await).await }))
-                }
+                // Both took at once, as the combinator would have them: the common case needs
+                // none of its bookkeeping (a two-policy layer would pay ~50% more per request).
+                Answer::Ready(Ok(b)) => return Answer::Ready(Ok((a, b))),
+                second => [Some(Answer::Ready(took(Ok(a)))), Some(second.map(|b| Reply::Took(b.map(Held::Second))))],
             },
-            Answer::Pending(fa) => {
-                let (this, pa, pb) = (self.clone(), pa.clone(), pb.clone());
-                Answer::Pending(Box::pin(async move {
-                    let a = fa.await?;
-                    let b = this.1.run(&pb, status).await;
-                    this.second(&pa, a, b).await
-                }))
-            }
-        }
+            first => [Some(first.map(took)), None],
+        };
+        self.decide(AllOrNothing::new([true, true]), known, prepared, false, status, permits)
+    }
+
+    fn check(&self, prepared: &Self::Prepared, probe: bool, status: StatusCode) -> Answer<Result<Meta, Box<Denied>>> {
+        self.decide(AllOrNothing::check([true, true]), [None, None], prepared, probe, status, checked)
     }
 
     fn give_back(&self, (pa, pb): &Self::Prepared, (a, b): Self::Permit) -> Refund {
@@ -352,5 +514,64 @@ impl std::fmt::Debug for PolicyPermit {
 impl<A: std::fmt::Debug, B: std::fmt::Debug> std::fmt::Debug for Both<A, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Both").field(&self.0).field(&self.1).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `Both` decides by `AllOrNothing`'s rules: what each policy holds after a denial.
+    use super::*;
+    use crate::key::Global;
+    use tollgate::{FixedWindow, Limiter, ManualClock, Quota};
+
+    type Window = Limiter<FixedWindow, ManualClock>;
+
+    fn policy(name: &str, limit: u64, clock: &ManualClock) -> Policy<Global, Window> {
+        let window = FixedWindow::new(Quota::per_minute(limit).unwrap());
+        Policy::new(name, Global, Limiter::builder(window).clock(clock.clone()).build())
+    }
+
+    fn left(policy: &Policy<Global, Window>) -> u64 {
+        policy.limit().statistics().available
+    }
+
+    const LIMITED: StatusCode = StatusCode::TOO_MANY_REQUESTS;
+
+    #[test]
+    fn a_denial_leaves_both_policies_as_they_were_and_names_the_first_that_said_no() {
+        let clock = ManualClock::new();
+        let both = Both(policy("first", 3, &clock), policy("second", 2, &clock));
+        let two = (Some(((), 2)), Some(((), 2)));
+        let Ok(Ok(permits)) = both.run(&two, LIMITED).now() else { panic!("both have room for 2") };
+        drop(permits);
+        assert_eq!((left(&both.0), left(&both.1)), (1, 0));
+
+        // The second has no room: the first's take is given back.
+        let one = (Some(((), 1)), Some(((), 1)));
+        let Ok(Err(denied)) = both.run(&one, LIMITED).now() else { panic!("the second is spent") };
+        assert_eq!(&*denied.policy.name, "second");
+        assert_eq!((left(&both.0), left(&both.1)), (1, 0), "the first got its permit back");
+
+        // The first has no room: the second is only checked, and takes nothing.
+        let both = Both(policy("first", 1, &clock), policy("second", 5, &clock));
+        let (first_only, then_both) = ((Some(((), 1)), None), (Some(((), 1)), Some(((), 1))));
+        assert!(matches!(both.run(&first_only, LIMITED).now(), Ok(Ok(_))));
+        let Ok(Err(denied)) = both.run(&then_both, LIMITED).now() else { panic!("the first is spent") };
+        assert_eq!(&*denied.policy.name, "first");
+        assert_eq!(left(&both.1), 5, "the second took nothing");
+    }
+
+    #[test]
+    fn a_check_of_both_takes_nothing_and_reports_the_tighter_state() {
+        let clock = ManualClock::new();
+        let both = Both(policy("first", 3, &clock), policy("second", 10, &clock));
+        let one = (Some(((), 1)), Some(((), 1)));
+        let Ok(Ok(meta)) = both.check(&one, false, LIMITED).now() else { panic!("both have room") };
+        assert_eq!((meta.limit, meta.remaining), (3, 3));
+        let four = (Some(((), 4)), Some(((), 4)));
+        let Ok(Err(denied)) = both.check(&four, false, LIMITED).now() else { panic!("the first has 3") };
+        assert_eq!(&*denied.policy.name, "first");
+        let Ok(Ok(_)) = both.check(&four, true, LIMITED).now() else { panic!("a probe asks for nothing") };
+        assert_eq!((left(&both.0), left(&both.1)), (3, 10));
     }
 }

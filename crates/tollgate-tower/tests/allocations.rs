@@ -63,3 +63,17 @@ fn the_allow_path_allocates_nothing_beyond_the_inner_service() {
     // Not vacuous: the counter counts (building a body's response allocates nothing, a Vec does).
     assert!(counting::count() > 0);
 }
+
+#[test]
+fn two_policies_decided_all_or_nothing_allocate_nothing_either() {
+    let quota = Quota::per_second(1).unwrap().with_burst(1_000_000).unwrap();
+    let policy = |name| Policy::new(name, ClientIp::new(), Keyed::new(TokenBucket::new(quota)));
+    let mut limited = RateLimitLayer::new(policy("per-ip")).and(policy("per-ip-again")).layer(noop());
+    for ip in 0..10 {
+        block_on(limited.ready()).unwrap_or_else(|e| match e {});
+        drop(block_on(limited.call(request(ip))));
+    }
+    let inner = allocations_of_100(noop());
+    let layered = allocations_of_100(limited);
+    assert_eq!(layered, inner, "two policies allocated {} times in 100 admitted requests", layered - inner);
+}

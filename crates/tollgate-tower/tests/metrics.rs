@@ -70,7 +70,7 @@ async fn decisions_are_counted_by_policy_and_outcome_and_never_by_key() {
     assert_eq!(decisions(&metrics, "per-key", "limited"), Some(1.0));
     assert_eq!(decisions(&metrics, "per-key", "no_key"), Some(1.0));
     assert_eq!(decisions(&metrics, "per-key", "unavailable"), Some(0.0));
-    // The second policy is asked only for what the first admitted.
+    // The second counts only what the first admitted (after the first says no it is only checked).
     assert_eq!(decisions(&metrics, "global", "allowed"), Some(3.0));
     assert_eq!(decisions(&metrics, "global", "limited"), Some(0.0));
     let text = metrics.render();

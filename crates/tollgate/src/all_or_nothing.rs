@@ -2,33 +2,61 @@
 //! holds their state (in this process, across the network, behind a lock or not). Its rules are
 //! on the type, where the public documentation shows them.
 
+use smallvec::SmallVec;
+
 use crate::answer::Answer;
 use crate::decision::{Lease, Rejected};
 use crate::rate_limiter::RateLimiter;
 use crate::snapshot::Meta;
 
-/// What to run on one part next (parts are numbered in the order they were given).
+/// Parts kept inline before a call's answers spill to the heap: a [`Chain`](crate::Chain) and a
+/// tower layer's two policies allocate nothing.
+const INLINE: usize = 2;
+
+/// What a part answers with carries the part's state: a [`Lease`], a [`Rejected`], or a caller's
+/// own taken/denied types (a tower policy's permit and denial).
+pub trait PartState {
+    /// The part's state as this answer left it.
+    fn meta(&self) -> Meta;
+}
+
+impl PartState for Lease {
+    fn meta(&self) -> Meta {
+        Lease::meta(self)
+    }
+}
+
+impl PartState for Rejected {
+    fn meta(&self) -> Meta {
+        Rejected::meta(self)
+    }
+}
+
+/// What to run on one part next (parts are numbered in the order they were given). `T` is what a
+/// take holds ([`Lease`] unless the caller's parts hold something else).
 #[derive(Debug)]
 #[must_use = "a Step is work the caller must run, then reply to"]
-pub enum Step {
+pub enum Step<T = Lease> {
     /// Take the part's permits; reply [`Reply::Took`].
     Take(usize),
     /// Check the part's permits, taking nothing; reply [`Reply::Checked`].
     Check(usize),
-    /// Give this lease back to the part it came from; reply [`Reply::GaveBack`].
-    GiveBack(usize, Lease),
+    /// Give what this part took back to it; reply [`Reply::GaveBack`].
+    GiveBack(usize, T),
     /// Probe the part (`n = 0`) after its refund; reply [`Reply::Checked`].
     Probe(usize),
 }
 
-impl Step {
+impl<T> Step<T> {
     /// The part this step runs on.
     pub fn part(&self) -> usize {
         match *self {
             Step::Take(i) | Step::Check(i) | Step::GiveBack(i, _) | Step::Probe(i) => i,
         }
     }
+}
 
+impl Step {
     /// Runs this step on `limiter`, the part it names, asked for `n` permits of `key`.
     pub fn run<K: ?Sized, L: RateLimiter<K> + ?Sized>(self, limiter: &L, key: &K, n: u64) -> Answer<Reply> {
         match self {
@@ -40,40 +68,43 @@ impl Step {
     }
 }
 
-/// What running a [`Step`] answered.
+/// What running a [`Step`] answered. `T` is what a take holds, `E` what a part without room
+/// answers ([`Lease`] and [`Rejected`] unless the caller's parts answer otherwise).
 #[derive(Debug)]
-pub enum Reply {
+pub enum Reply<T = Lease, E = Rejected> {
     /// A take's answer.
-    Took(Result<Lease, Rejected>),
+    Took(Result<T, E>),
     /// A check's or a probe's answer.
-    Checked(Result<Meta, Rejected>),
-    /// The lease went back.
+    Checked(Result<Meta, E>),
+    /// What was taken went back.
     GaveBack,
 }
 
 /// How one part came out of the call.
 #[derive(Debug)]
-pub enum PartAnswer {
+pub enum PartAnswer<T = Lease, E = Rejected> {
     /// Its permits were taken: the call was granted, or the part is still being decided.
-    Taken(Lease),
+    Taken(T),
     /// It had room, but the call was denied: what it took went back, and this is its state after.
     GivenBack(Meta),
     /// It had no room (the call is denied if the part enforces).
-    NoRoom(Rejected),
+    NoRoom(E),
     /// It was only checked: the call was a check, or an earlier part had denied it.
-    Checked(Result<Meta, Rejected>),
+    Checked(Result<Meta, E>),
 }
 
-impl PartAnswer {
+impl<T: PartState, E: PartState> PartAnswer<T, E> {
     /// The part's state as the call left it.
     pub fn meta(&self) -> Meta {
         match self {
-            PartAnswer::Taken(lease) => lease.meta(),
+            PartAnswer::Taken(taken) => taken.meta(),
             PartAnswer::GivenBack(meta) | PartAnswer::Checked(Ok(meta)) => *meta,
-            PartAnswer::NoRoom(rejected) | PartAnswer::Checked(Err(rejected)) => rejected.meta(),
+            PartAnswer::NoRoom(denied) | PartAnswer::Checked(Err(denied)) => denied.meta(),
         }
     }
+}
 
+impl<T, E> PartAnswer<T, E> {
     /// True when the part had no room for the call's permits.
     pub fn is_limited(&self) -> bool {
         matches!(self, PartAnswer::NoRoom(_) | PartAnswer::Checked(Err(_)))
@@ -115,16 +146,21 @@ impl PartAnswer {
 /// assert_eq!(outcome.parts()[0].meta().remaining, 10, "the first got its permit back");
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
-pub struct AllOrNothing {
-    enforces: Vec<bool>,
-    answers: Vec<PartAnswer>,
+///
+/// A take holds a `T` and a part without room answers an `E`: [`Lease`] and [`Rejected`] for
+/// [`RateLimiter`]s ([`Step::run`]); a caller whose parts are not limiters (tower's policies,
+/// whose permits and denials are their own) names its own. A call of up to two parts allocates
+/// nothing.
+pub struct AllOrNothing<T = Lease, E = Rejected> {
+    enforces: Enforces,
+    answers: SmallVec<[PartAnswer<T, E>; INLINE]>,
     denied_by: Option<usize>,
     check_only: bool,
     /// The step whose reply is awaited.
     waiting: Option<Waiting>,
-    /// Parts still to give back (indexes into `answers`), newest last; `None` until listed.
-    refunds: Option<Vec<usize>>,
+    /// Once a denied call gives back: the parts below this one are still to look at, newest
+    /// first.
+    refund_below: Option<usize>,
     /// A part given back, whose state is to be probed next.
     probe: Option<usize>,
 }
@@ -137,25 +173,26 @@ enum Waiting {
     Probe(usize),
 }
 
-impl AllOrNothing {
+impl<T, E> AllOrNothing<T, E> {
     /// A call that takes from each part; `enforces[i]` says whether part `i` having no room
     /// denies the call (false for a limit that only counts).
-    pub fn new(enforces: impl IntoIterator<Item = bool>) -> AllOrNothing {
-        let enforces: Vec<bool> = enforces.into_iter().collect();
+    #[inline]
+    pub fn new(enforces: impl IntoIterator<Item = bool>) -> AllOrNothing<T, E> {
+        let enforces = Enforces::new(enforces);
         AllOrNothing {
-            answers: Vec::with_capacity(enforces.len()),
+            answers: SmallVec::with_capacity(enforces.len),
             enforces,
             denied_by: None,
             check_only: false,
             waiting: None,
-            refunds: None,
+            refund_below: None,
             probe: None,
         }
     }
 
     /// A call that only checks each part (takes nothing); it is denied by the first enforcing
     /// part without room.
-    pub fn check(enforces: impl IntoIterator<Item = bool>) -> AllOrNothing {
+    pub fn check(enforces: impl IntoIterator<Item = bool>) -> AllOrNothing<T, E> {
         AllOrNothing { check_only: true, ..AllOrNothing::new(enforces) }
     }
 
@@ -163,10 +200,13 @@ impl AllOrNothing {
     ///
     /// # Panics
     /// When the previous step has not been replied to (a bug in the caller).
-    pub fn step(&mut self) -> Option<Step> {
-        assert!(self.waiting.is_none(), "AllOrNothing::step called before the previous step's reply");
+    #[inline]
+    pub fn step(&mut self) -> Option<Step<T>> {
+        if self.waiting.is_some() {
+            misuse("AllOrNothing::step called before the previous step's reply");
+        }
         let next = self.answers.len();
-        if next < self.enforces.len() {
+        if next < self.enforces.len {
             let (waiting, step) = if self.check_only || self.denied_by.is_some() {
                 (Waiting::Check, Step::Check(next))
             } else {
@@ -182,15 +222,18 @@ impl AllOrNothing {
         // A granted call is done; a denied one gives back what it took first.
         self.denied_by?;
         // Every part is decided and the call denied: what was taken goes back, newest first.
-        let answers = &self.answers;
-        let refunds = self
-            .refunds
-            .get_or_insert_with(|| (0..next).filter(|&i| matches!(answers[i], PartAnswer::Taken(_))).collect());
-        let i = refunds.pop()?;
-        let taken = std::mem::replace(&mut self.answers[i], PartAnswer::GivenBack(Meta::default()));
-        let PartAnswer::Taken(lease) = taken else { unreachable!("only taken parts are given back") };
-        self.waiting = Some(Waiting::GiveBack(i));
-        Some(Step::GiveBack(i, lease))
+        let below = self.refund_below.get_or_insert(next);
+        while *below > 0 {
+            *below -= 1;
+            let i = *below;
+            if matches!(self.answers[i], PartAnswer::Taken(_)) {
+                let taken = std::mem::replace(&mut self.answers[i], PartAnswer::GivenBack(Meta::default()));
+                let PartAnswer::Taken(taken) = taken else { unreachable!("matched as taken above") };
+                self.waiting = Some(Waiting::GiveBack(i));
+                return Some(Step::GiveBack(i, taken));
+            }
+        }
+        None
     }
 
     /// Hands back what running the last [`Step`] answered.
@@ -198,9 +241,13 @@ impl AllOrNothing {
     /// # Panics
     /// When the reply is not the one the step asks for, or no step is waiting (a bug in the
     /// caller).
-    pub fn reply(&mut self, reply: Reply) {
+    #[inline]
+    pub fn reply(&mut self, reply: Reply<T, E>)
+    where
+        E: PartState,
+    {
         match (self.waiting.take(), reply) {
-            (Some(Waiting::Take), Reply::Took(Ok(lease))) => self.answers.push(PartAnswer::Taken(lease)),
+            (Some(Waiting::Take), Reply::Took(Ok(taken))) => self.answers.push(PartAnswer::Taken(taken)),
             (Some(Waiting::Take), Reply::Took(Err(rejected))) => {
                 self.deny_if_enforced();
                 self.answers.push(PartAnswer::NoRoom(rejected));
@@ -215,7 +262,7 @@ impl AllOrNothing {
             (Some(Waiting::Probe(i)), Reply::Checked(probed)) => {
                 self.answers[i] = PartAnswer::GivenBack(probed.unwrap_or_else(|r| r.meta()));
             }
-            (waiting, reply) => panic!("AllOrNothing: {reply:?} does not answer {waiting:?}"),
+            (waiting, reply) => mismatch(waiting, &reply),
         }
     }
 
@@ -223,7 +270,7 @@ impl AllOrNothing {
     /// nothing denied it before.
     fn deny_if_enforced(&mut self) {
         let i = self.answers.len();
-        if self.denied_by.is_none() && self.enforces[i] {
+        if self.denied_by.is_none() && self.enforces.get(i) {
             self.denied_by = Some(i);
         }
     }
@@ -237,23 +284,24 @@ impl AllOrNothing {
     ///
     /// # Panics
     /// When steps are left to run (a bug in the caller).
-    pub fn finish(self) -> Outcome {
-        assert!(
-            self.waiting.is_none()
-                && self.probe.is_none()
-                && self.answers.len() == self.enforces.len()
-                && (self.denied_by.is_none() || self.refunds.as_ref().is_some_and(Vec::is_empty)),
-            "AllOrNothing::finish called with steps left to run"
-        );
+    #[inline]
+    pub fn finish(self) -> Outcome<T, E> {
+        let decided = self.waiting.is_none()
+            && self.probe.is_none()
+            && self.answers.len() == self.enforces.len
+            && (self.denied_by.is_none() || self.refund_below == Some(0));
+        if !decided {
+            misuse("AllOrNothing::finish called with steps left to run");
+        }
         Outcome { parts: self.answers, denied_by: self.denied_by }
     }
 
     /// Gives up on the call (the storage failed): the leases taken so far, newest first, for the
     /// caller to give back before it reports the failure.
-    pub fn abandon(self) -> Vec<(usize, Lease)> {
-        let mut taken: Vec<(usize, Lease)> = (self.answers.into_iter().enumerate())
+    pub fn abandon(self) -> Vec<(usize, T)> {
+        let mut taken: Vec<(usize, T)> = (self.answers.into_iter().enumerate())
             .filter_map(|(i, answer)| match answer {
-                PartAnswer::Taken(lease) => Some((i, lease)),
+                PartAnswer::Taken(taken) => Some((i, taken)),
                 _ => None,
             })
             .collect();
@@ -266,12 +314,12 @@ impl AllOrNothing {
 /// it.
 #[derive(Debug)]
 #[must_use = "an Outcome holds the leases a granted call took"]
-pub struct Outcome {
-    parts: Vec<PartAnswer>,
+pub struct Outcome<T = Lease, E = Rejected> {
+    parts: SmallVec<[PartAnswer<T, E>; INLINE]>,
     denied_by: Option<usize>,
 }
 
-impl Outcome {
+impl<T, E> Outcome<T, E> {
     /// True when no enforcing part denied the call: every part with room keeps what it took.
     pub fn is_granted(&self) -> bool {
         self.denied_by.is_none()
@@ -283,12 +331,74 @@ impl Outcome {
     }
 
     /// Each part's answer, in order.
-    pub fn parts(&self) -> &[PartAnswer] {
+    pub fn parts(&self) -> &[PartAnswer<T, E>] {
         &self.parts
     }
 
     /// Each part's answer, in order, owned (the leases of a granted call).
-    pub fn into_parts(self) -> Vec<PartAnswer> {
-        self.parts
+    pub fn into_parts(self) -> impl ExactSizeIterator<Item = PartAnswer<T, E>> {
+        self.parts.into_iter()
+    }
+}
+
+/// Which parts enforce: a bit each for the first 64, the rest (a call of more parts) on the heap.
+#[derive(Debug)]
+struct Enforces {
+    len: usize,
+    bits: u64,
+    more: Vec<bool>,
+}
+
+impl Enforces {
+    #[inline]
+    fn new(enforces: impl IntoIterator<Item = bool>) -> Enforces {
+        let mut all = Enforces { len: 0, bits: 0, more: Vec::new() };
+        for enforces in enforces {
+            match all.len {
+                i @ 0..64 => all.bits |= u64::from(enforces) << i,
+                _ => all.more.push(enforces),
+            }
+            all.len += 1;
+        }
+        all
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> bool {
+        match i {
+            0..64 => self.bits >> i & 1 == 1,
+            _ => self.more[i - 64],
+        }
+    }
+}
+
+/// A caller's bug: steps run out of order.
+#[cold]
+#[inline(never)]
+fn misuse(what: &str) -> ! {
+    panic!("{what}")
+}
+
+/// A caller's bug: a reply that does not answer the step (what it holds need not be `Debug`).
+#[cold]
+#[inline(never)]
+fn mismatch<T, E>(waiting: Option<Waiting>, reply: &Reply<T, E>) -> ! {
+    let reply = match reply {
+        Reply::Took(_) => "Reply::Took",
+        Reply::Checked(_) => "Reply::Checked",
+        Reply::GaveBack => "Reply::GaveBack",
+    };
+    panic!("AllOrNothing: {reply} does not answer {waiting:?}")
+}
+
+impl<T, E> std::fmt::Debug for AllOrNothing<T, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllOrNothing")
+            .field("parts", &self.enforces.len)
+            .field("decided", &self.answers.len())
+            .field("denied_by", &self.denied_by)
+            .field("check_only", &self.check_only)
+            .field("waiting", &self.waiting)
+            .finish_non_exhaustive()
     }
 }

@@ -66,16 +66,6 @@ impl<A, B> std::fmt::Debug for Chain<A, B> {
     }
 }
 
-/// The tighter of two states.
-pub(crate) fn tightest(a: Meta, b: Meta) -> Meta {
-    let (limit, remaining) = if b.remaining < a.remaining { (b.limit, b.remaining) } else { (a.limit, a.remaining) };
-    let retry_ns = match (a.retry_ns, b.retry_ns) {
-        (Some(x), Some(y)) => Some(x.max(y)),
-        (x, y) => x.and(y),
-    };
-    Meta { limit, remaining, reset_ns: a.reset_ns.max(b.reset_ns), retry_ns }
-}
-
 impl<A, B> Chain<A, B> {
     /// Runs one step of the chain's call on the part it names.
     fn run<K>(&self, step: Step, key: &K, n: u64) -> Answer<Reply>
@@ -98,9 +88,9 @@ impl<A, B> Chain<A, B> {
 /// The chain's answer from its parts': the parts' leases as one, or the rejection of the part
 /// that denied the call with the tightest state of all parts (each as the call left it).
 fn answer(outcome: Outcome, n: u64) -> Result<Lease, Rejected> {
-    let meta = outcome.parts().iter().map(PartAnswer::meta).reduce(tightest).unwrap_or_default();
+    let meta = outcome.parts().iter().map(PartAnswer::meta).reduce(Meta::tightest).unwrap_or_default();
     let denied_by = outcome.denied_by();
-    let mut parts = outcome.into_parts().into_iter();
+    let mut parts = outcome.into_parts();
     match (denied_by, parts.next(), parts.next()) {
         (None, Some(PartAnswer::Taken(a)), Some(PartAnswer::Taken(b))) => {
             let at = a.acquired_at.max(b.acquired_at);
@@ -199,9 +189,9 @@ where
 
 fn both_checked(a: Result<Meta, Rejected>, b: Result<Meta, Rejected>) -> Result<Meta, Rejected> {
     match (a, b) {
-        (Ok(a), Ok(b)) => Ok(tightest(a, b)),
+        (Ok(a), Ok(b)) => Ok(a.tightest(b)),
         (Err(r), other) | (other @ Ok(_), Err(r)) => {
-            let mut meta = tightest(r.meta(), other.unwrap_or_else(|o| o.meta()));
+            let mut meta = r.meta().tightest(other.unwrap_or_else(|o| o.meta()));
             if r.retry_after().is_none() {
                 meta.retry_ns = None;
             }

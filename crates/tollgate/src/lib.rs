@@ -113,7 +113,7 @@ mod token_bucket;
 mod weighted_window;
 
 pub use algorithm::Algorithm;
-pub use all_or_nothing::{AllOrNothing, Outcome, PartAnswer, Reply, Step};
+pub use all_or_nothing::{AllOrNothing, Outcome, PartAnswer, PartState, Reply, Step};
 pub use answer::{Answer, AnswerFuture, BoxFuture, Check, Decision, Refund};
 #[cfg(feature = "calendar")]
 pub use calendar::{Calendar, CalendarError, CalendarUnit};

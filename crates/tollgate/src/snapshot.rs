@@ -18,6 +18,33 @@ pub struct Meta {
     pub retry_ns: Option<u64>,
 }
 
+impl Meta {
+    /// The tighter of two limits' states, as several limits decided together report them: the
+    /// smaller `remaining` (with its `limit`), the later reset, and the longer retry-after
+    /// (`None`, "waiting cannot help", only when both say so).
+    ///
+    /// ```
+    /// use tollgate::Meta;
+    /// let per_second = Meta { limit: 10, remaining: 4, reset_ns: 600, retry_ns: Some(0) };
+    /// let per_minute = Meta { limit: 100, remaining: 2, reset_ns: 50_000, retry_ns: Some(0) };
+    /// let both = per_second.tightest(per_minute);
+    /// assert_eq!((both.limit, both.remaining, both.reset_ns), (100, 2, 50_000));
+    /// ```
+    #[must_use]
+    pub fn tightest(self, other: Meta) -> Meta {
+        let (limit, remaining) = if other.remaining < self.remaining {
+            (other.limit, other.remaining)
+        } else {
+            (self.limit, self.remaining)
+        };
+        let retry_ns = match (self.retry_ns, other.retry_ns) {
+            (Some(x), Some(y)) => Some(x.max(y)),
+            (x, y) => x.and(y),
+        };
+        Meta { limit, remaining, reset_ns: self.reset_ns.max(other.reset_ns), retry_ns }
+    }
+}
+
 /// The state a decision saw, from which its [`Meta`] is computed when read.
 ///
 /// Algorithms return one from [`crate::Algorithm::decide`]; an algorithm outside this crate
