@@ -16,6 +16,10 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// In-process limiters always answer [`Answer::Ready`], so callers that inspect the answer pay
 /// neither an allocation nor a poll; `.await` works on either.
 ///
+/// `F` is the pending answer's future: a boxed one that owns what it needs ([`BoxFuture`], what
+/// every limiter answers with), unless a caller's answers borrow (a server store's future borrows
+/// the call it decides), which name their own.
+///
 /// ```
 /// use tollgate::{Answer, Limiter, Quota, RateLimiter, TokenBucket};
 /// let limiter = Limiter::new(TokenBucket::new(Quota::per_second(1)?));
@@ -27,11 +31,11 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// # Ok::<(), tollgate::QuotaError>(())
 /// ```
 #[must_use = "an Answer does nothing until it is inspected or awaited; a dropped Decision may drop a lease"]
-pub enum Answer<T> {
+pub enum Answer<T, F = BoxFuture<T>> {
     /// Decided now.
     Ready(T),
     /// Decided when the future completes.
-    Pending(BoxFuture<T>),
+    Pending(F),
 }
 
 /// The answer to "may `n` permits go now?": a [`Lease`] or a [`Rejected`].
@@ -75,7 +79,7 @@ impl Answer<()> {
     }
 }
 
-impl<T> std::fmt::Debug for Answer<T> {
+impl<T, F> std::fmt::Debug for Answer<T, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Answer::Ready(_) => "Answer::Ready(..)",
@@ -84,11 +88,11 @@ impl<T> std::fmt::Debug for Answer<T> {
     }
 }
 
-impl<T: Send + 'static> IntoFuture for Answer<T> {
+impl<T, F: Future<Output = T> + Unpin> IntoFuture for Answer<T, F> {
     type Output = T;
-    type IntoFuture = AnswerFuture<T>;
+    type IntoFuture = AnswerFuture<T, F>;
 
-    fn into_future(self) -> AnswerFuture<T> {
+    fn into_future(self) -> AnswerFuture<T, F> {
         AnswerFuture(match self {
             Answer::Ready(value) => Inner::Ready(Some(value)),
             Answer::Pending(fut) => Inner::Pending(fut),
@@ -98,28 +102,28 @@ impl<T: Send + 'static> IntoFuture for Answer<T> {
 
 /// The future of an [`Answer`] (`answer.await`).
 #[must_use = "futures do nothing unless awaited"]
-pub struct AnswerFuture<T>(Inner<T>);
+pub struct AnswerFuture<T, F = BoxFuture<T>>(Inner<T, F>);
 
-enum Inner<T> {
+enum Inner<T, F> {
     Ready(Option<T>),
-    Pending(BoxFuture<T>),
+    Pending(F),
 }
 
-// The value is moved out, never pinned; the pending future is boxed.
-impl<T> Unpin for AnswerFuture<T> {}
+// The value is moved out, never pinned; the pending future is `Unpin` (boxed).
+impl<T, F: Unpin> Unpin for AnswerFuture<T, F> {}
 
-impl<T> Future for AnswerFuture<T> {
+impl<T, F: Future<Output = T> + Unpin> Future for AnswerFuture<T, F> {
     type Output = T;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         match &mut self.get_mut().0 {
             Inner::Ready(value) => Poll::Ready(value.take().expect("AnswerFuture polled after completion")),
-            Inner::Pending(fut) => fut.as_mut().poll(cx),
+            Inner::Pending(fut) => Pin::new(fut).poll(cx),
         }
     }
 }
 
-impl<T> std::fmt::Debug for AnswerFuture<T> {
+impl<T, F> std::fmt::Debug for AnswerFuture<T, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("AnswerFuture")
     }

@@ -255,7 +255,7 @@ impl<C: Clock + Clone> Engine<C> {
             };
             let action = if fixed_denies && action == Action::CheckAndReport { Action::Check } else { action };
             let call = Call { hits: &hits, action, ..call };
-            let mut statuses = if hits.is_empty() { Vec::new() } else { self.store.decide(call).get().await? };
+            let mut statuses = if hits.is_empty() { Vec::new() } else { self.store.decide(call).await? };
             if counts_past {
                 let past = statuses.iter_mut().filter(|s| limits[s.limit].counts_past());
                 count_past(limits, past, action);
@@ -273,7 +273,7 @@ impl<C: Clock + Clone> Engine<C> {
     /// counts (a report too) charges every hit to each, a check takes nothing (see [`count_past`]).
     async fn charge_first(&self, call: Call<'_, C>) -> Result<Vec<Status>, CallError> {
         let charge = call.action != Action::Check;
-        let mut statuses = self.store.decide(Call { charge, ..call }).get().await?;
+        let mut statuses = self.store.decide(Call { charge, ..call }).await?;
         count_past(call.loaded.policy.limits(), statuses.iter_mut(), call.action);
         Ok(statuses)
     }

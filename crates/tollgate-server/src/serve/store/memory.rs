@@ -4,12 +4,12 @@
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
 
-use tollgate::{AllOrNothing, Clock};
+use tollgate::{AllOrNothing, Answer, Clock};
 use tollgate_policy::{Enforcement, Hit};
 use tollgate_redis::BackendError;
 
 use super::own_limit::OwnLimit;
-use super::{Answer, Call, Later, Namespace, Store};
+use super::{Call, Decided, Later, Namespace, Store};
 use crate::serve::model::{Action, CounterFilter, CounterList, CounterView, Mode, Pick, Status, StorageKind};
 
 /// Lock stripes for accuracy mode: a request locks the stripes of the counters it touches (in
@@ -150,8 +150,8 @@ impl<C: Clock> Store<C> for Memory {
     }
 
     #[inline]
-    fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
-        Answer::Now(Ok(self.decide_now(&call)))
+    fn decide<'a>(&'a self, call: Call<'a, C>) -> Decided<'a> {
+        Answer::Ready(Ok(self.decide_now(&call)))
     }
 
     fn list<'a>(&'a self, ns: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>> {

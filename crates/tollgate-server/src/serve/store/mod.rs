@@ -19,7 +19,7 @@ pub(crate) mod redis;
 use std::future::Future;
 use std::pin::Pin;
 
-use tollgate::Clock;
+use tollgate::{Answer, Clock};
 use tollgate_policy::{Descriptor, Hit};
 use tollgate_redis::BackendError;
 
@@ -32,20 +32,9 @@ use crate::serve::model::{Action, CounterFilter, CounterList, Loaded, Mode, Stat
 /// A future that borrows the call it answers.
 pub(crate) type Later<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// An answer now (memory), or after I/O (Redis): the memory path neither boxes nor polls.
-pub(crate) enum Answer<'a, T> {
-    Now(T),
-    Later(Later<'a, T>),
-}
-
-impl<T> Answer<'_, T> {
-    pub(crate) async fn get(self) -> T {
-        match self {
-            Answer::Now(value) => value,
-            Answer::Later(later) => later.await,
-        }
-    }
-}
+/// A call's statuses: at once (memory: neither boxed nor polled), or after I/O (Redis), in the
+/// core's one [`Answer`] type, whose pending future here borrows the call.
+pub(crate) type Decided<'a> = Answer<Result<Vec<Status>, BackendError>, Later<'a, Result<Vec<Status>, BackendError>>>;
 
 /// One call, as the engine hands it to its store: the counters it touches and what to do.
 pub(crate) struct Call<'a, C: Clock> {
@@ -105,7 +94,7 @@ pub(crate) trait Store<C: Clock>: Send + Sync {
     /// past](tollgate_policy::Limit::counts_past) theirs, which a store that counts past
     /// ([`StorageKind::counts_past`]) charges whatever the outcome; every pooled one over with
     /// the call's hits limits the call. An error means the storage could not answer.
-    fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>>;
+    fn decide<'a>(&'a self, call: Call<'a, C>) -> Decided<'a>;
 
     /// Up to `max` live counters of the namespace.
     fn list<'a>(&'a self, namespace: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>>;

@@ -5,14 +5,14 @@
 //! Other replicas keep their local copy of a reset counter until they flush hits for it or its
 //! window ends: a reset meant for every replica is sent to each.
 
-use tollgate::Clock;
+use tollgate::{Answer, Clock};
 use tollgate_redis::BackendError;
 
 use super::RedisStore;
 use super::cache::Cache;
 use super::common::{RedisCounters, statuses};
-use crate::serve::model::{Action, CounterFilter, CounterList, Status, StorageKind};
-use crate::serve::store::{Answer, Call, Later, Namespace, Store};
+use crate::serve::model::{Action, CounterFilter, CounterList, StorageKind};
+use crate::serve::store::{Call, Decided, Later, Namespace, Store};
 
 /// Counters decided here, kept in step with Redis.
 pub(super) struct Cached {
@@ -32,12 +32,12 @@ impl<C: Clock> Store<C> for Cached {
         StorageKind::RedisCached
     }
 
-    fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
+    fn decide<'a>(&'a self, call: Call<'a, C>) -> Decided<'a> {
         let (counters, slots) = self.redis.windows(&call);
         let missing = self.cache.missing(&counters);
         if !missing.is_empty() && !self.cache.has_room(&missing) {
             // Full: decided where the counters live, nothing kept here.
-            return Answer::Later(self.redis.decide(call));
+            return Answer::Pending(self.redis.decide(call));
         }
         let clock = call.clock;
         let decide = move || {
@@ -54,9 +54,9 @@ impl<C: Clock> Store<C> for Cached {
             statuses(&call, &slots, &decided)
         };
         if missing.is_empty() {
-            return Answer::Now(Ok(decide()));
+            return Answer::Ready(Ok(decide()));
         }
-        Answer::Later(Box::pin(async move {
+        Answer::Pending(Box::pin(async move {
             let store = &self.redis.store;
             let load = self.cache.load(&store.redis, missing, clock.now(), &store.time);
             self.redis.measured(load).await?;

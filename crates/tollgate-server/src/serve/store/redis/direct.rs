@@ -1,13 +1,13 @@
 //! `--storage redis`: fixed windows in Redis, a call decided in one script run (all-or-nothing in
 //! `counters.lua`, so its mode is accuracy); listing and resetting by key (see [`super::common`]).
 
-use tollgate::Clock;
+use tollgate::{Answer, Clock};
 use tollgate_redis::BackendError;
 
 use super::RedisStore;
 use super::common::RedisCounters;
-use crate::serve::model::{CounterFilter, CounterList, Status, StorageKind};
-use crate::serve::store::{Answer, Call, Later, Namespace, Store};
+use crate::serve::model::{CounterFilter, CounterList, StorageKind};
+use crate::serve::store::{Call, Decided, Later, Namespace, Store};
 
 /// Counters in Redis, one round trip per call.
 pub(super) struct InRedis {
@@ -26,8 +26,8 @@ impl<C: Clock> Store<C> for InRedis {
         StorageKind::Redis
     }
 
-    fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
-        Answer::Later(self.counters.decide(call))
+    fn decide<'a>(&'a self, call: Call<'a, C>) -> Decided<'a> {
+        Answer::Pending(self.counters.decide(call))
     }
 
     fn list<'a>(&'a self, ns: Namespace<'a, C>, max: usize) -> Later<'a, Result<CounterList, BackendError>> {

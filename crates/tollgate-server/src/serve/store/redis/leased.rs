@@ -18,14 +18,14 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use tollgate::{AllOrNothing, Clock, Lease, Meta, Quota, Reply, Step};
+use tollgate::{AllOrNothing, Answer, Clock, Lease, Meta, Quota, Reply, Step};
 use tollgate_redis::counters::WindowCounter;
 use tollgate_redis::{BackendError, LeasedLimiter};
 
 use super::RedisStore;
 use super::common::{RedisCounters, statuses};
-use crate::serve::model::{Action, CounterFilter, CounterList, Mode, Status, StorageKind};
-use crate::serve::store::{Answer, Call, Later, Namespace, Store};
+use crate::serve::model::{Action, CounterFilter, CounterList, Mode, StorageKind};
+use crate::serve::store::{Call, Decided, Later, Namespace, Store};
 
 /// Counters in Redis, spent from leases held here.
 pub(super) struct Leased<C: Clock> {
@@ -136,9 +136,9 @@ impl<C: Clock> Store<C> for Leased<C> {
         Mode::Throughput
     }
 
-    fn decide<'a>(&'a self, call: Call<'a, C>) -> Answer<'a, Result<Vec<Status>, BackendError>> {
+    fn decide<'a>(&'a self, call: Call<'a, C>) -> Decided<'a> {
         let (counters, slots) = self.redis.windows(&call);
-        Answer::Later(Box::pin(async move {
+        Answer::Pending(Box::pin(async move {
             let decided = self.decide_all(&call, &counters).await?;
             Ok(statuses(&call, &slots, &decided))
         }))
