@@ -33,12 +33,65 @@ pub struct FixedWindow {
 
 /// The state of one [`FixedWindow`].
 #[derive(Debug)]
-pub struct FixedWindowState(Mutex<Window>);
+pub struct FixedWindowState(Mutex<WindowCount>);
 
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    start: u64,
-    count: u64,
+/// A fixed window's count as a value, decided without a clock or a lock: the one place the
+/// window rule is written. [`FixedWindow`] keeps one per key; a cache of shared counters (the
+/// server's `redis-cached` storage) keeps one per counter.
+///
+/// A window opens at the first permit it counts and lasts a period; an empty window is no window
+/// (the next permit opens a new one, whenever it comes).
+///
+/// ```
+/// use tollgate::WindowCount;
+/// let minute = 60_000_000_000;
+/// let w = WindowCount::default().at(1_000, minute).counted(3); // opened at 1,000 ns by 3 permits
+/// assert_eq!((w.start, w.count, w.remaining(10)), (1_000, 3, 7));
+/// assert_eq!(w.reset_ns(31_000, minute), minute - 30_000);
+/// assert_eq!(w.at(minute, minute), w, "still open");
+/// assert_eq!(w.at(minute + 1_000, minute), WindowCount { start: minute + 1_000, count: 0 }, "over");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowCount {
+    /// When the window opened (clock nanoseconds); for an empty window, when it was last looked at.
+    pub start: u64,
+    /// Permits counted in it.
+    pub count: u64,
+}
+
+impl WindowCount {
+    /// The window at `now`: this one, or a new, empty one at `now` if this one is over after
+    /// `period` ns or has counted nothing.
+    #[inline]
+    #[must_use]
+    pub fn at(self, now: u64, period: u64) -> WindowCount {
+        if self.count == 0 || now >= self.end(period) { WindowCount { start: now, count: 0 } } else { self }
+    }
+
+    /// When the window ends.
+    #[inline]
+    pub fn end(self, period: u64) -> u64 {
+        self.start.saturating_add(period)
+    }
+
+    /// Nanoseconds from `now` until the window ends; 0 for an empty one (no permit has opened it).
+    #[inline]
+    pub fn reset_ns(self, now: u64, period: u64) -> u64 {
+        if self.count == 0 { 0 } else { self.end(period).saturating_sub(now) }
+    }
+
+    /// Permits of `limit` not yet counted.
+    #[inline]
+    pub fn remaining(self, limit: u64) -> u64 {
+        limit.saturating_sub(self.count)
+    }
+
+    /// The window with `n` more permits counted.
+    #[inline]
+    #[must_use]
+    pub fn counted(self, n: u64) -> WindowCount {
+        WindowCount { count: self.count.saturating_add(n), ..self }
+    }
 }
 
 impl FixedWindow {
@@ -90,15 +143,15 @@ impl FixedWindow {
 
     /// The window `w` is in at `now` (a new, empty one if its own is over), and when it ends.
     #[inline]
-    fn at(&self, w: Window, now: u64, period: u64) -> (Window, u64) {
+    fn at(&self, w: WindowCount, now: u64, period: u64) -> (WindowCount, u64) {
         #[cfg(feature = "calendar")]
         if let Some(calendar) = &self.calendar {
             let (start, end) = calendar.window(now);
-            let w = if w.start == start { w } else { Window { start, count: 0 } };
+            let w = if w.start == start { w } else { WindowCount { start, count: 0 } };
             return (w, end);
         }
-        let w = current(w, now, period);
-        (w, w.start.saturating_add(period))
+        let w = w.at(now, period);
+        (w, w.end(period))
     }
 
     /// True for calendar windows, whose end is known before anyone opens them.
@@ -110,14 +163,8 @@ impl FixedWindow {
     }
 }
 
-fn current(w: Window, now: u64, period: u64) -> Window {
-    // An empty window is no window: the next admitted request opens one (also the first window,
-    // which must not start when the state was created).
-    if w.count == 0 || now >= w.start.saturating_add(period) { Window { start: now, count: 0 } } else { w }
-}
-
-fn meta(q: &Quota, w: Window, end: u64, fixed_bounds: bool, now: u64) -> Meta {
-    let remaining = q.limit().saturating_sub(w.count);
+fn meta(q: &Quota, w: WindowCount, end: u64, fixed_bounds: bool, now: u64) -> Meta {
+    let remaining = w.remaining(q.limit());
     // An empty first-hit window has no end yet; a calendar window always has one.
     let reset_ns = if w.count == 0 && !fixed_bounds { 0 } else { end.saturating_sub(now) };
     Meta { limit: q.limit(), remaining, reset_ns, retry_ns: Some(if remaining > 0 { 0 } else { reset_ns }) }
@@ -137,7 +184,7 @@ impl FixedWindow {
         if n == 0 || !commit {
             return Ok(meta(&q, w, end, fixed, now));
         }
-        let w = Window { start: w.start, count: w.count + n };
+        let w = w.counted(n);
         *guard = w;
         Ok(meta(&q, w, end, fixed, now))
     }
@@ -148,7 +195,7 @@ impl Algorithm for FixedWindow {
     type Config = Quota;
 
     fn new_state(&self, now: u64) -> FixedWindowState {
-        FixedWindowState(Mutex::new(Window { start: now, count: 0 }))
+        FixedWindowState(Mutex::new(WindowCount { start: now, count: 0 }))
     }
 
     quota_cell_members!(limit);
@@ -179,7 +226,7 @@ impl Algorithm for FixedWindow {
     fn wait_estimate(&self, state: &FixedWindowState, now: u64, permits: u64) -> Option<u64> {
         let q = self.quota.load();
         let (w, end) = self.at(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, q.period_ns());
-        let remaining = q.limit().saturating_sub(w.count);
+        let remaining = w.remaining(q.limit());
         if permits <= remaining {
             return Some(0);
         }

@@ -122,7 +122,7 @@ pub use chain::Chain;
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use concurrency::{Concurrency, ConcurrencyState};
 pub use decision::{Lease, Reason, Rejected};
-pub use fixed_window::{FixedWindow, FixedWindowState};
+pub use fixed_window::{FixedWindow, FixedWindowState, WindowCount};
 pub use interval_bucket::{IntervalBucket, IntervalBucketState};
 #[cfg(feature = "bench-locks")]
 #[doc(hidden)]

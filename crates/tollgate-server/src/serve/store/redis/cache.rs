@@ -33,7 +33,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::Meta;
+use tollgate::{Meta, WindowCount};
 use tollgate_redis::counters::{CountersMode, WindowCounter, decide_windows};
 use tollgate_redis::{BackendError, Redis, RedisTime};
 
@@ -41,29 +41,44 @@ use tollgate_redis::{BackendError, Redis, RedisTime};
 struct Entry {
     limit: u64,
     window_ns: u64,
-    /// Remaining in Redis at the last sync.
-    synced: u64,
-    /// Allowed here since, not yet sent.
+    /// The window (engine clock) and the hits this replica knows it holds: Redis's at the last
+    /// sync, and its own since (pending or in flight). The core's fixed window rule places it.
+    window: WindowCount,
+    /// Allowed here since the last sync, not yet sent.
     pending: u64,
     /// Sent in the flush under way.
     in_flight: u64,
-    /// When the window ends (engine clock, ns); `None` until a hit opens it.
-    ends: Option<u64>,
 }
 
 impl Entry {
-    fn remaining(&self) -> u64 {
-        self.synced.saturating_sub(self.pending + self.in_flight)
+    /// A counter as Redis answered it at `now`: `remaining` of `limit`, its window ending
+    /// `reset_ns` later (0: no window open).
+    fn synced(limit: u64, window_ns: u64, now: u64, remaining: u64, reset_ns: u64) -> Entry {
+        let mut entry = Entry { limit, window_ns, window: WindowCount::default(), pending: 0, in_flight: 0 };
+        entry.sync(now, remaining, reset_ns);
+        entry
     }
 
-    /// A window that is over starts again full. Its unsent hits are dropped: they counted in a
+    /// Takes Redis's view at `now` (`remaining`, the window ending `reset_ns` later), with this
+    /// replica's unsent hits on top.
+    fn sync(&mut self, now: u64, remaining: u64, reset_ns: u64) {
+        let start = if reset_ns > 0 { now.saturating_add(reset_ns).saturating_sub(self.window_ns) } else { now };
+        let count = self.limit.saturating_sub(remaining).saturating_add(self.pending + self.in_flight);
+        self.window = WindowCount { start, count };
+    }
+
+    fn remaining(&self) -> u64 {
+        self.window.remaining(self.limit)
+    }
+
+    /// A window that is over starts again empty. Its unsent hits are dropped: they counted in a
     /// window that no longer limits anything, and sending them would charge the next one.
     fn expire(&mut self, now: u64) {
-        if self.ends.is_some_and(|end| now >= end) {
-            self.synced = self.limit;
+        let window = self.window.at(now, self.window_ns);
+        if window.count == 0 {
             self.pending = 0;
-            self.ends = None;
         }
+        self.window = window;
     }
 }
 
@@ -174,16 +189,8 @@ impl Cache {
             }
         };
         for (c, (meta, _)) in counters.into_iter().zip(answer.counters) {
-            let ends = (meta.reset_ns > 0).then(|| now + meta.reset_ns);
             let window_ns = u64::try_from(c.window.as_nanos()).unwrap_or(u64::MAX);
-            entries.get_or_insert(&c.key, || Entry {
-                limit: c.limit,
-                window_ns,
-                synced: meta.remaining,
-                pending: 0,
-                in_flight: 0,
-                ends,
-            });
+            entries.get_or_insert(&c.key, || Entry::synced(c.limit, window_ns, now, meta.remaining, meta.reset_ns));
         }
         Ok(())
     }
@@ -196,13 +203,8 @@ impl Cache {
         let mut fits = Vec::with_capacity(counters.len());
         for c in counters {
             // Normally loaded just before; if a flush forgot it meanwhile, it starts fresh.
-            let e = entries.get_or_insert(&c.key, || Entry {
-                limit: c.limit,
-                window_ns: u64::try_from(c.window.as_nanos()).unwrap_or(u64::MAX),
-                synced: c.limit,
-                pending: 0,
-                in_flight: 0,
-                ends: None,
+            let e = entries.get_or_insert(&c.key, || {
+                Entry::synced(c.limit, u64::try_from(c.window.as_nanos()).unwrap_or(u64::MAX), now, c.limit, 0)
             });
             e.limit = c.limit;
             e.expire(now);
@@ -216,9 +218,9 @@ impl Cache {
                 let e = entries.map.get_mut(&c.key)?;
                 if take && admitted && fit && c.hits > 0 {
                     e.pending += c.hits;
-                    e.ends.get_or_insert(now + e.window_ns);
+                    e.window = e.window.counted(c.hits);
                 }
-                let reset_ns = e.ends.map(|end| end.saturating_sub(now)).unwrap_or(0);
+                let reset_ns = e.window.reset_ns(now, e.window_ns);
                 Some((c.meta(e.remaining(), reset_ns, !fit), !fit))
             })
             .collect()
@@ -256,7 +258,7 @@ impl Cache {
     ) -> Result<usize, BackendError> {
         // How long ago each window opened is counted from `now`: Redis must place it from then.
         let time = &time.at(now);
-        let batch: Vec<(String, u64, u64, u64, u64)> = {
+        let batch: Vec<(String, u64, u64, u64, u64, u64)> = {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             entries
                 .map
@@ -264,19 +266,18 @@ impl Cache {
                 .filter_map(|(k, e)| {
                     // Hits of a window that is over are not sent (as `expire` drops them).
                     e.expire(now);
-                    let end = e.ends?;
                     (e.pending > 0).then(|| {
                         e.in_flight = e.pending;
                         e.pending = 0;
                         // Redis opens the window when this replica did, if no other replica has.
-                        let opened_ago = (now + e.window_ns).saturating_sub(end);
-                        (k.clone(), e.limit, e.window_ns, e.in_flight, opened_ago)
+                        let opened_ago = now.saturating_sub(e.window.start);
+                        (k.clone(), e.limit, e.window_ns, e.in_flight, opened_ago, e.window.start)
                     })
                 })
                 .collect()
         };
         let mut first_error = None;
-        for (key, limit, window_ns, hits, opened_ago) in &batch {
+        for (key, limit, window_ns, hits, opened_ago, opened) in &batch {
             let counter = WindowCounter {
                 opened_ago: Duration::from_nanos(*opened_ago),
                 ..WindowCounter::enforcing(key.clone(), *limit, Duration::from_nanos(*window_ns), *hits)
@@ -287,12 +288,15 @@ impl Cache {
             match answer {
                 Ok(answer) => {
                     let meta = answer.counters[0].0;
-                    e.synced = meta.remaining;
-                    e.ends = (meta.reset_ns > 0).then(|| now + meta.reset_ns);
                     e.in_flight = 0;
+                    e.sync(now, meta.remaining, meta.reset_ns);
                 }
                 Err(error) => {
-                    e.pending += e.in_flight;
+                    // Sent again at the next flush, unless their window ended meanwhile (then they
+                    // are dropped, as `expire` drops what was not sent).
+                    if e.window.start == *opened {
+                        e.pending += e.in_flight;
+                    }
                     e.in_flight = 0;
                     first_error.get_or_insert(error);
                 }
@@ -302,7 +306,7 @@ impl Cache {
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, e| e.pending + e.in_flight > 0 || e.ends.is_none_or(|end| now < end));
+            .retain(|_, e| e.pending + e.in_flight > 0 || e.window.count == 0 || now < e.window.end(e.window_ns));
         match first_error {
             Some(error) => Err(error),
             None => Ok(batch.len()),
@@ -328,6 +332,19 @@ mod tests {
 
     fn counter(i: usize, limit: u64, hits: u64, enforce: bool) -> Wanted {
         WindowCounter { enforce, ..WindowCounter::enforcing(format!("k{i}"), limit, WINDOW, hits) }
+    }
+
+    #[test]
+    fn a_reloaded_limit_applies_to_the_window_already_counted() {
+        let cache = Cache::new(usize::MAX);
+        let now = 1_000_000_000;
+        assert!(!cache.decide(&[counter(0, 5, 5, true)], true, now)[0].1);
+        assert!(cache.decide(&[counter(0, 5, 1, true)], true, now)[0].1, "5 of 5 taken");
+        // As the core's fixed window: the window keeps its start and count, the new limit applies.
+        let raised = cache.decide(&[counter(0, 8, 0, true)], false, now + 1);
+        assert_eq!((raised[0].0.remaining, raised[0].0.reset_ns), (3, WINDOW.as_nanos() as u64 - 1));
+        let later = cache.decide(&[counter(0, 8, 0, true)], false, now + WINDOW.as_nanos() as u64);
+        assert_eq!(later[0].0.remaining, 8, "the window ended");
     }
 
     proptest! {
