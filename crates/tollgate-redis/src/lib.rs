@@ -97,6 +97,23 @@ pub enum ConfigError {
         /// The algorithm asked for.
         algorithm: AlgorithmKind,
     },
+    /// A limit name with a `:`: a limit's key is its name then the caller's key after a `:`, so
+    /// `("a", "b:c")` and `("a:b", "c")` would count on one key.
+    #[error("redis limiter {prefix:?}: limit name {name:?} has a ':' (it ends the name in the limit's Redis key)")]
+    LimitName {
+        /// The limiter's key prefix.
+        prefix: String,
+        /// The limit's name.
+        name: String,
+    },
+    /// Two limits of one limiter with the same name: they would count on one key.
+    #[error("redis limiter {prefix:?} has two limits named {name:?}: each needs its own name (its Redis key)")]
+    DuplicateLimit {
+        /// The limiter's key prefix.
+        prefix: String,
+        /// The name given twice.
+        name: String,
+    },
     /// [`RedisLimiterBuilder::whole_keys`] with more than one limit: they would share one key.
     #[error("redis limiter {prefix:?} uses whole keys but has {limits} limits: whole keys take exactly one")]
     WholeKeys {

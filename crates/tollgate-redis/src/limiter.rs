@@ -143,6 +143,14 @@ impl RedisLimiterBuilder {
         if !self.algorithm.support().redis {
             return Err(crate::ConfigError::Algorithm { prefix: self.prefix, algorithm: self.algorithm });
         }
+        for (i, (name, _)) in self.limits.iter().enumerate() {
+            if name.contains(':') {
+                return Err(crate::ConfigError::LimitName { prefix: self.prefix, name: name.clone() });
+            }
+            if self.limits[..i].iter().any(|(earlier, _)| earlier == name) {
+                return Err(crate::ConfigError::DuplicateLimit { prefix: self.prefix, name: name.clone() });
+            }
+        }
         if self.whole_keys && self.limits.len() != 1 {
             return Err(crate::ConfigError::WholeKeys { prefix: self.prefix, limits: self.limits.len() });
         }

@@ -42,6 +42,21 @@ async fn the_catalogue_says_which_algorithms_have_a_script() {
 }
 
 #[tokio::test]
+async fn limit_names_that_would_share_a_key_are_refused() {
+    let server = RedisServer::start();
+    let redis = connect(&server).await;
+    let quota = Quota::per_minute(5).unwrap();
+    let builder = || RedisLimiter::builder(&redis, "api", AlgorithmKind::TokenBucket);
+    // ("a", key "b:c") and ("a:b", key "c") would be one Redis key.
+    let err = builder().limit("a", quota).limit("a:b", quota).build().unwrap_err();
+    assert_eq!(err, tollgate_redis::ConfigError::LimitName { prefix: "api".into(), name: "a:b".into() });
+    assert!(err.to_string().contains("\"a:b\" has a ':'"), "{err}");
+    let err = builder().limit("minute", quota).limit("minute", quota).build().unwrap_err();
+    assert_eq!(err, tollgate_redis::ConfigError::DuplicateLimit { prefix: "api".into(), name: "minute".into() });
+    assert!(builder().limit("a", quota).limit("b", quota).build().is_ok());
+}
+
+#[tokio::test]
 async fn several_limits_are_all_or_nothing() {
     let server = RedisServer::start();
     let redis = connect(&server).await;
