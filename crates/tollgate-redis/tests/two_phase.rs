@@ -49,15 +49,11 @@ fn counters_lua_decides_as_all_or_nothing() {
         let two_phase = runtime.block_on(decide_windows(&redis, &counters, mode, &time)).unwrap();
 
         let enforces = parts.iter().map(|p| p.enforce);
-        let mut sequential = if check { AllOrNothing::check(enforces) } else { AllOrNothing::new(enforces) };
-        while let Some(step) = sequential.step() {
+        let sequential = if check { AllOrNothing::check(enforces) } else { AllOrNothing::new(enforces) };
+        let sequential = sequential.run_now(|step| {
             let i = step.part();
-            match step.run(&locals[i], &(), parts[i].hits).now() {
-                Ok(reply) => sequential.reply(reply),
-                Err(_) => unreachable!("in-process limiters answer at once"),
-            }
-        }
-        let sequential = sequential.finish();
+            step.run(&locals[i], &(), parts[i].hits)
+        });
 
         prop_assert_eq!(two_phase.admitted, sequential.is_granted());
         for (i, (answer, (meta, limited))) in sequential.parts().iter().zip(&two_phase.counters).enumerate() {
@@ -130,15 +126,10 @@ fn the_limiter_scripts_decide_as_all_or_nothing() {
         let all = redis_limiter(&parts.iter().enumerate().map(|(i, &(limit, _))| (i, limit)).collect::<Vec<_>>());
         let two_phase = runtime.block_on(all.try_acquire(&key, n));
 
-        let mut sequential = AllOrNothing::new(parts.iter().map(|_| true));
-        while let Some(step) = sequential.step() {
+        let sequential = AllOrNothing::new(parts.iter().map(|_| true)).run_now(|step| {
             let i = step.part();
-            match step.run(&*locals[i], &(), n).now() {
-                Ok(reply) => sequential.reply(reply),
-                Err(_) => unreachable!("in-process limiters answer at once"),
-            }
-        }
-        let sequential = sequential.finish();
+            step.run(&*locals[i], &(), n)
+        });
 
         prop_assert_eq!(two_phase.is_ok(), sequential.is_granted(), "{:?}: {:?} vs {:?}", kind, two_phase, sequential);
         drop(two_phase);

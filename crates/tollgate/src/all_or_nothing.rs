@@ -266,6 +266,39 @@ impl<T, E> AllOrNothing<T, E> {
         }
     }
 
+    /// Runs the whole call on parts that answer at once (in-process limiters, counters under a
+    /// lock the caller holds): `run` runs each step, and the call finishes.
+    ///
+    /// ```
+    /// use tollgate::{AllOrNothing, Limiter, Quota, TokenBucket};
+    /// let parts = [
+    ///     Limiter::new(TokenBucket::new(Quota::per_second(10)?)),
+    ///     Limiter::new(TokenBucket::new(Quota::per_second(1)?)),
+    /// ];
+    /// let outcome = AllOrNothing::new([true, true]).run_now(|step| {
+    ///     let i = step.part();
+    ///     step.run(&parts[i], &(), 2)
+    /// });
+    /// assert_eq!(outcome.denied_by(), Some(1), "the second holds 1");
+    /// assert_eq!(parts[0].statistics().available, 10, "the first got its 2 back");
+    /// # Ok::<(), tollgate::QuotaError>(())
+    /// ```
+    ///
+    /// # Panics
+    /// When a step's answer is pending (a part that answers later needs [`AllOrNothing::step`]).
+    pub fn run_now(mut self, mut run: impl FnMut(Step<T>) -> Answer<Reply<T, E>>) -> Outcome<T, E>
+    where
+        E: PartState,
+    {
+        while let Some(step) = self.step() {
+            match run(step) {
+                Answer::Ready(reply) => self.reply(reply),
+                Answer::Pending(_) => misuse("AllOrNothing::run_now: a part answered later"),
+            }
+        }
+        self.finish()
+    }
+
     /// The part whose reply is awaited decided "no room": the call is denied if it enforces and
     /// nothing denied it before.
     fn deny_if_enforced(&mut self) {

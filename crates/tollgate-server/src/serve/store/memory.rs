@@ -87,26 +87,21 @@ impl Memory {
         // nothing is limited.
         let reports = call.action == Action::Report;
         let enforces = hits.iter().map(|hit| !reports && hit.limit.enforcement().denies());
-        let mut decided = match call.action {
+        let decided = match call.action {
             Action::Check => AllOrNothing::check(enforces),
             Action::Report | Action::CheckAndReport => AllOrNothing::new(enforces),
         };
-        while let Some(step) = decided.step() {
+        let outcome = decided.run_now(|step| {
             let hit = &hits[step.part()];
             let counters = &*loaded.counters[hit.counter_index];
             // Counters that hold more than the hit's limit (a request's own, or a rule's shared
             // with those) are seen through it; charged ones never come here to be decided.
-            let answer = if hit.max_value < hit.counter.capacity() && !hit.limit.counts_past() {
+            if hit.max_value < hit.counter.capacity() && !hit.limit.counts_past() {
                 step.run(&OwnLimit { counters, max: hit.max_value }, &hit.values[..], call.hits_on(hit))
             } else {
                 step.run(counters, &hit.values[..], call.hits_on(hit))
-            };
-            match answer.now() {
-                Ok(reply) => decided.reply(reply),
-                Err(_) => unreachable!("in-memory counters answer at once"),
             }
-        }
-        let outcome = decided.finish();
+        });
         (hits.iter().zip(outcome.parts()))
             .map(|(hit, part)| Status {
                 limit: hit.index,

@@ -369,15 +369,11 @@ mod tests {
             let two_phase = cache.decide(&counters, !check, now);
 
             let enforces = parts.iter().map(|p| p.enforce);
-            let mut sequential = if check { AllOrNothing::check(enforces) } else { AllOrNothing::new(enforces) };
-            while let Some(step) = sequential.step() {
+            let sequential = if check { AllOrNothing::check(enforces) } else { AllOrNothing::new(enforces) };
+            let sequential = sequential.run_now(|step| {
                 let i = step.part();
-                match step.run(&locals[i], &(), parts[i].hits).now() {
-                    Ok(reply) => sequential.reply(reply),
-                    Err(_) => unreachable!("in-process limiters answer at once"),
-                }
-            }
-            let sequential = sequential.finish();
+                step.run(&locals[i], &(), parts[i].hits)
+            });
 
             let admitted = two_phase.iter().zip(&parts).all(|((_, limited), p)| !limited || !p.enforce);
             prop_assert_eq!(admitted, sequential.is_granted());
