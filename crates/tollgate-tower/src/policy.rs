@@ -283,7 +283,8 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
 }
 
 /// Two policies, all-or-nothing, by the rules of [`AllOrNothing`]: when the second rejects, the
-/// first's admission is given back; when the first rejects, the second is only checked.
+/// first's admission is given back; when the first rejects, the second is not asked (the answer
+/// names the policy that said no, and only its state).
 #[derive(Clone)]
 pub struct Both<A, B>(pub A, pub B);
 
@@ -298,7 +299,7 @@ type HeldBy<A, B> = Held<<A as Policies>::Permit, <B as Policies>::Permit>;
 
 /// What the two policies took while their call is decided. It is kept here, not in the
 /// combinator (which hears only that a policy took): a permit moved through each step is copied
-/// at each, and that cost a two-policy layer 58% more instructions per request.
+/// at each (measured: 2,040 instructions above the no-op per two-policy request, 1,828 kept here).
 struct Holding<A, B> {
     first: Option<A>,
     second: Option<B>,
@@ -460,11 +461,11 @@ impl<A: Policies, B: Policies> Policies for Both<A, B> {
             },
             first => [Some(first.map(took)), None],
         };
-        self.decide(AllOrNothing::new([true, true]), known, prepared, false, status, permits)
+        self.decide(AllOrNothing::new([true, true]).denier_only(), known, prepared, false, status, permits)
     }
 
     fn check(&self, prepared: &Self::Prepared, probe: bool, status: StatusCode) -> Answer<Result<Meta, Box<Denied>>> {
-        self.decide(AllOrNothing::check([true, true]), [None, None], prepared, probe, status, checked)
+        self.decide(AllOrNothing::check([true, true]).denier_only(), [None, None], prepared, probe, status, checked)
     }
 
     fn give_back(&self, (pa, pb): &Self::Prepared, (a, b): Self::Permit) -> Refund {
@@ -552,13 +553,53 @@ mod tests {
         assert_eq!(&*denied.policy.name, "second");
         assert_eq!((left(&both.0), left(&both.1)), (1, 0), "the first got its permit back");
 
-        // The first has no room: the second is only checked, and takes nothing.
+        // The first has no room: the second is not asked, and takes nothing.
         let both = Both(policy("first", 1, &clock), policy("second", 5, &clock));
         let (first_only, then_both) = ((Some(((), 1)), None), (Some(((), 1)), Some(((), 1))));
         assert!(matches!(both.run(&first_only, LIMITED).now(), Ok(Ok(_))));
         let Ok(Err(denied)) = both.run(&then_both, LIMITED).now() else { panic!("the first is spent") };
         assert_eq!(&*denied.policy.name, "first");
         assert_eq!(left(&both.1), 5, "the second took nothing");
+    }
+
+    /// A limit that counts what it is asked.
+    struct Asked {
+        inner: Window,
+        asked: std::sync::atomic::AtomicU64,
+    }
+
+    impl RateLimiter<()> for Asked {
+        fn decide(&self, key: &(), n: u64) -> tollgate::Decision {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            RateLimiter::decide(&self.inner, key, n)
+        }
+        fn check(&self, key: &(), n: u64) -> tollgate::Check {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            RateLimiter::check(&self.inner, key, n)
+        }
+        fn give_back(&self, key: &(), lease: Lease) -> Refund {
+            RateLimiter::give_back(&self.inner, key, lease)
+        }
+        fn capacity(&self) -> u64 {
+            RateLimiter::<()>::capacity(&self.inner)
+        }
+        fn window(&self) -> Option<Duration> {
+            RateLimiter::<()>::window(&self.inner)
+        }
+    }
+
+    #[test]
+    fn after_a_denial_the_other_policy_is_not_asked() {
+        let clock = ManualClock::new();
+        let window = Limiter::builder(FixedWindow::new(Quota::per_minute(5).unwrap())).clock(clock.clone()).build();
+        let second = Asked { inner: window, asked: Default::default() };
+        let both = Both(policy("first", 1, &clock), Policy::new("second", Global, second));
+        let one = (Some(((), 1)), Some(((), 1)));
+        assert!(matches!(both.run(&one, LIMITED).now(), Ok(Ok(_))));
+        let Ok(Err(denied)) = both.run(&one, LIMITED).now() else { panic!("the first is spent") };
+        assert_eq!(&*denied.policy.name, "first");
+        let asked = both.1.limit().asked.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(asked, 1, "the second was asked for the admitted request only");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::snapshot::Meta;
 const INLINE: usize = 2;
 
 /// What a part answers with carries the part's state: a [`Lease`], a [`Rejected`], or a caller's
-/// own taken/denied types (a tower policy's permit and denial).
+/// own denial (a tower layer's, which names the policy that said no).
 pub trait PartState {
     /// The part's state as this answer left it.
     fn meta(&self) -> Meta;
@@ -91,6 +91,9 @@ pub enum PartAnswer<T = Lease, E = Rejected> {
     NoRoom(E),
     /// It was only checked: the call was a check, or an earlier part had denied it.
     Checked(Result<Meta, E>),
+    /// It was not asked: an earlier part had denied the call, and the caller reports only the
+    /// denying part's state ([`AllOrNothing::denier_only`]).
+    NotAsked,
 }
 
 impl<T: PartState, E: PartState> PartAnswer<T, E> {
@@ -100,6 +103,7 @@ impl<T: PartState, E: PartState> PartAnswer<T, E> {
             PartAnswer::Taken(taken) => taken.meta(),
             PartAnswer::GivenBack(meta) | PartAnswer::Checked(Ok(meta)) => *meta,
             PartAnswer::NoRoom(denied) | PartAnswer::Checked(Err(denied)) => denied.meta(),
+            PartAnswer::NotAsked => Meta::default(),
         }
     }
 }
@@ -148,14 +152,17 @@ impl<T, E> PartAnswer<T, E> {
 /// ```
 ///
 /// A take holds a `T` and a part without room answers an `E`: [`Lease`] and [`Rejected`] for
-/// [`RateLimiter`]s ([`Step::run`]); a caller whose parts are not limiters (tower's policies,
-/// whose permits and denials are their own) names its own. A call of up to two parts allocates
+/// [`RateLimiter`]s ([`Step::run`]). A caller whose parts are not limiters names its own: a tower
+/// layer's policies keep their permits beside the call (`T = ()`: a permit moved through every
+/// step is copied at each) and deny with the layer's denial. A call of up to two parts allocates
 /// nothing.
 pub struct AllOrNothing<T = Lease, E = Rejected> {
     enforces: Enforces,
     answers: SmallVec<[PartAnswer<T, E>; INLINE]>,
     denied_by: Option<usize>,
     check_only: bool,
+    /// After a denial, the parts after it are not asked.
+    denier_only: bool,
     /// The step whose reply is awaited.
     waiting: Option<Waiting>,
     /// Once a denied call gives back: the parts below this one are still to look at, newest
@@ -184,6 +191,7 @@ impl<T, E> AllOrNothing<T, E> {
             enforces,
             denied_by: None,
             check_only: false,
+            denier_only: false,
             waiting: None,
             refund_below: None,
             probe: None,
@@ -196,6 +204,15 @@ impl<T, E> AllOrNothing<T, E> {
         AllOrNothing { check_only: true, ..AllOrNothing::new(enforces) }
     }
 
+    /// For a caller that reports only the state of the part that denied the call (a tower layer's
+    /// 429 names one policy): once an enforcing part has denied it, the parts after it are not
+    /// asked ([`PartAnswer::NotAsked`]) instead of checked, which for a distributed part saves a
+    /// round trip per denied call. What was taken is still given back and probed.
+    #[must_use]
+    pub fn denier_only(self) -> AllOrNothing<T, E> {
+        AllOrNothing { denier_only: true, ..self }
+    }
+
     /// The next step to run, or `None` when the call is decided ([`AllOrNothing::finish`]).
     ///
     /// # Panics
@@ -205,7 +222,13 @@ impl<T, E> AllOrNothing<T, E> {
         if self.waiting.is_some() {
             misuse("AllOrNothing::step called before the previous step's reply");
         }
-        let next = self.answers.len();
+        let mut next = self.answers.len();
+        if self.denier_only && self.denied_by.is_some() {
+            while next < self.enforces.len {
+                self.answers.push(PartAnswer::NotAsked);
+                next += 1;
+            }
+        }
         if next < self.enforces.len {
             let (waiting, step) = if self.check_only || self.denied_by.is_some() {
                 (Waiting::Check, Step::Check(next))

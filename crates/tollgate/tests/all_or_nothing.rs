@@ -66,11 +66,14 @@ fn run(limiter: &Limiter<FixedWindow, ManualClock>, step: Step, n: u64) -> Reply
 
 proptest! {
     #[test]
-    fn a_call_matches_the_model(parts in prop::collection::vec(part(), 1..6), check_only in any::<bool>()) {
+    fn a_call_matches_the_model(
+        parts in prop::collection::vec(part(), 1..6), check_only in any::<bool>(), denier_only in any::<bool>(),
+    ) {
         let clock = ManualClock::new();
         let limiters: Vec<_> = parts.iter().map(|p| limiter(p, &clock)).collect();
         let enforces = parts.iter().map(|p| p.enforces);
-        let mut call = if check_only { AllOrNothing::check(enforces) } else { AllOrNothing::new(enforces) };
+        let call = if check_only { AllOrNothing::check(enforces) } else { AllOrNothing::new(enforces) };
+        let mut call = if denier_only { call.denier_only() } else { call };
         let mut steps = Vec::new();
         while let Some(step) = call.step() {
             let i = step.part();
@@ -85,9 +88,15 @@ proptest! {
         let (denied_by, remaining) = model(&parts, check_only);
         prop_assert_eq!(outcome.denied_by(), denied_by, "steps {:?}", steps);
         for (i, answer) in outcome.parts().iter().enumerate() {
+            prop_assert_eq!(limiters[i].check(0).unwrap().remaining, remaining[i], "part {} in its limiter", i);
+            // Asked of the parts after a denial only when the caller reads their states.
+            let not_asked = denier_only && denied_by.is_some_and(|d| i > d);
+            prop_assert_eq!(matches!(answer, PartAnswer::NotAsked), not_asked, "part {} ({:?})", i, answer);
+            if not_asked {
+                continue;
+            }
             // The one metadata rule: every part reports its state as the call left it.
             prop_assert_eq!(answer.meta().remaining, remaining[i], "part {} ({:?})", i, answer);
-            prop_assert_eq!(limiters[i].check(0).unwrap().remaining, remaining[i], "part {} in its limiter", i);
             let free = parts[i].limit - parts[i].used;
             let first_denial_or_earlier = denied_by.is_none_or(|d| i <= d);
             prop_assert_eq!(answer.is_limited(), parts[i].n > free, "part {}", i);
@@ -96,6 +105,7 @@ proptest! {
                 PartAnswer::GivenBack(_) => prop_assert!(denied_by.is_some_and(|d| i < d)),
                 PartAnswer::NoRoom(_) => prop_assert!(!check_only && first_denial_or_earlier),
                 PartAnswer::Checked(_) => prop_assert!(check_only || denied_by.is_some_and(|d| i > d)),
+                PartAnswer::NotAsked => unreachable!("told apart above"),
             }
         }
         if denied_by.is_some() {
