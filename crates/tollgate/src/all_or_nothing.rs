@@ -124,8 +124,9 @@ impl<T, E> PartAnswer<T, E> {
 ///
 /// 1. parts are taken in order;
 /// 2. once a part that *enforces* has no room, the call is denied and the parts after it are only
-///    checked (taking and giving back would hold their budget for nothing); a part that only
-///    counts (a shadow or quota limit) without room denies nothing;
+///    checked (taking and giving back would hold their budget for nothing), or not asked at all
+///    when the caller reports only the denying part ([`AllOrNothing::denier_only`]); a part that
+///    only counts (a shadow or quota limit) without room denies nothing;
 /// 3. a denied call gives back what it took, newest first, so it leaves every part as it was;
 /// 4. a part given back reports its state **after** the refund (probed with `n = 0`), so the
 ///    `remaining` a client is told is what it really has.
