@@ -284,7 +284,7 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
 
 /// Two policies, all-or-nothing, by the rules of [`AllOrNothing`]: when the second rejects, the
 /// first's admission is given back; when the first rejects, the second is not asked (the answer
-/// names the policy that said no, and only its state).
+/// names the policy that said no, and only its state: a policy given back is not probed either).
 #[derive(Clone)]
 pub struct Both<A, B>(pub A, pub B);
 
@@ -600,6 +600,16 @@ mod tests {
         assert_eq!(&*denied.policy.name, "first");
         let asked = both.1.limit().asked.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(asked, 1, "the second was asked for the admitted request only");
+
+        // The second denies: the first's take is given back, and its state not read again.
+        let window = Limiter::builder(FixedWindow::new(Quota::per_minute(5).unwrap())).clock(clock.clone()).build();
+        let first = Asked { inner: window, asked: Default::default() };
+        let both = Both(Policy::new("first", Global, first), policy("second", 1, &clock));
+        assert!(matches!(both.run(&one, LIMITED).now(), Ok(Ok(_))));
+        let Ok(Err(denied)) = both.run(&one, LIMITED).now() else { panic!("the second is spent") };
+        assert_eq!(&*denied.policy.name, "second");
+        assert_eq!(both.0.limit().asked.load(std::sync::atomic::Ordering::Relaxed), 2, "two takes, no probe");
+        assert_eq!(both.0.limit().inner.statistics().available, 4, "the second take was given back");
     }
 
     #[test]

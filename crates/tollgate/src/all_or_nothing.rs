@@ -91,9 +91,10 @@ pub enum PartAnswer<T = Lease, E = Rejected> {
     NoRoom(E),
     /// It was only checked: the call was a check, or an earlier part had denied it.
     Checked(Result<Meta, E>),
-    /// It was not asked: an earlier part had denied the call, and the caller reports only the
-    /// denying part's state ([`AllOrNothing::denier_only`]).
-    NotAsked,
+    /// Its state was not read, as the caller reports only the denying part's
+    /// ([`AllOrNothing::denier_only`]): an earlier part had denied the call and it was not asked,
+    /// or what it took was given back and it was not probed.
+    Unread,
 }
 
 impl<T: PartState, E: PartState> PartAnswer<T, E> {
@@ -103,7 +104,7 @@ impl<T: PartState, E: PartState> PartAnswer<T, E> {
             PartAnswer::Taken(taken) => taken.meta(),
             PartAnswer::GivenBack(meta) | PartAnswer::Checked(Ok(meta)) => *meta,
             PartAnswer::NoRoom(denied) | PartAnswer::Checked(Err(denied)) => denied.meta(),
-            PartAnswer::NotAsked => Meta::default(),
+            PartAnswer::Unread => Meta::default(),
         }
     }
 }
@@ -125,8 +126,9 @@ impl<T, E> PartAnswer<T, E> {
 /// 1. parts are taken in order;
 /// 2. once a part that *enforces* has no room, the call is denied and the parts after it are only
 ///    checked (taking and giving back would hold their budget for nothing), or not asked at all
-///    when the caller reports only the denying part ([`AllOrNothing::denier_only`]); a part that
-///    only counts (a shadow or quota limit) without room denies nothing;
+///    when the caller reports only the denying part ([`AllOrNothing::denier_only`], which probes
+///    no refunded part either); a part that only counts (a shadow or quota limit) without room
+///    denies nothing;
 /// 3. a denied call gives back what it took, newest first, so it leaves every part as it was;
 /// 4. a part given back reports its state **after** the refund (probed with `n = 0`), so the
 ///    `remaining` a client is told is what it really has.
@@ -162,7 +164,8 @@ pub struct AllOrNothing<T = Lease, E = Rejected> {
     answers: SmallVec<[PartAnswer<T, E>; INLINE]>,
     denied_by: Option<usize>,
     check_only: bool,
-    /// After a denial, the parts after it are not asked.
+    /// After a denial, no part but the denier is read: later ones are not asked, given-back
+    /// ones not probed.
     denier_only: bool,
     /// The step whose reply is awaited.
     waiting: Option<Waiting>,
@@ -207,8 +210,9 @@ impl<T, E> AllOrNothing<T, E> {
 
     /// For a caller that reports only the state of the part that denied the call (a tower layer's
     /// 429 names one policy): once an enforcing part has denied it, the parts after it are not
-    /// asked ([`PartAnswer::NotAsked`]) instead of checked, which for a distributed part saves a
-    /// round trip per denied call. What was taken is still given back and probed.
+    /// asked instead of checked, and a part given back is not probed: all are
+    /// [`PartAnswer::Unread`]. For a distributed part that saves a round trip per denied call.
+    /// What was taken is still given back.
     #[must_use]
     pub fn denier_only(self) -> AllOrNothing<T, E> {
         AllOrNothing { denier_only: true, ..self }
@@ -226,7 +230,7 @@ impl<T, E> AllOrNothing<T, E> {
         let mut next = self.answers.len();
         if self.denier_only && self.denied_by.is_some() {
             while next < self.enforces.len {
-                self.answers.push(PartAnswer::NotAsked);
+                self.answers.push(PartAnswer::Unread);
                 next += 1;
             }
         }
@@ -282,6 +286,7 @@ impl<T, E> AllOrNothing<T, E> {
                 }
                 self.answers.push(PartAnswer::Checked(checked));
             }
+            (Some(Waiting::GiveBack(i)), Reply::GaveBack) if self.denier_only => self.answers[i] = PartAnswer::Unread,
             (Some(Waiting::GiveBack(i)), Reply::GaveBack) => self.probe = Some(i),
             (Some(Waiting::Probe(i)), Reply::Checked(probed)) => {
                 self.answers[i] = PartAnswer::GivenBack(probed.unwrap_or_else(|r| r.meta()));

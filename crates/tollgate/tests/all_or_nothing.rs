@@ -89,15 +89,17 @@ proptest! {
         prop_assert_eq!(outcome.denied_by(), denied_by, "steps {:?}", steps);
         for (i, answer) in outcome.parts().iter().enumerate() {
             prop_assert_eq!(limiters[i].check(0).unwrap().remaining, remaining[i], "part {} in its limiter", i);
-            // Asked of the parts after a denial only when the caller reads their states.
-            let not_asked = denier_only && denied_by.is_some_and(|d| i > d);
-            prop_assert_eq!(matches!(answer, PartAnswer::NotAsked), not_asked, "part {} ({:?})", i, answer);
-            if not_asked {
+            // After a denial, a caller that reads only the denier's state has the others unread:
+            // the parts after it not asked, those before it that took given back unprobed.
+            let free = parts[i].limit - parts[i].used;
+            let took = !check_only && parts[i].n <= free;
+            let unread = denier_only && denied_by.is_some_and(|d| i > d || (i < d && took));
+            prop_assert_eq!(matches!(answer, PartAnswer::Unread), unread, "part {} ({:?})", i, answer);
+            if unread {
                 continue;
             }
             // The one metadata rule: every part reports its state as the call left it.
             prop_assert_eq!(answer.meta().remaining, remaining[i], "part {} ({:?})", i, answer);
-            let free = parts[i].limit - parts[i].used;
             let first_denial_or_earlier = denied_by.is_none_or(|d| i <= d);
             prop_assert_eq!(answer.is_limited(), parts[i].n > free, "part {}", i);
             match answer {
@@ -105,7 +107,7 @@ proptest! {
                 PartAnswer::GivenBack(_) => prop_assert!(denied_by.is_some_and(|d| i < d)),
                 PartAnswer::NoRoom(_) => prop_assert!(!check_only && first_denial_or_earlier),
                 PartAnswer::Checked(_) => prop_assert!(check_only || denied_by.is_some_and(|d| i > d)),
-                PartAnswer::NotAsked => unreachable!("told apart above"),
+                PartAnswer::Unread => unreachable!("told apart above"),
             }
         }
         if denied_by.is_some() {
