@@ -1,5 +1,6 @@
 //! Overhead of the layer per request over a no-op service, side by side with `tower_governor`
-//! on the same quota and key (peer IP), in-process `oneshot` calls.
+//! on the same quota and key (peer IP), in-process `oneshot` calls; and two limits in one layer
+//! (`RateLimitLayer::new(a).and(b)`) beside two stacked `GovernorLayer`s.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,15 +37,21 @@ fn bench(c: &mut Criterion) {
     // Every request admitted, and every client stays active (1 per second, burst 1e9: a key hit at
     // least once a second never goes idle, so neither map sweeps and re-inserts keys): the path a busy client's requests take.
     let quota = Quota::per_second(1).unwrap().with_burst(1_000_000_000).unwrap();
-    let ours =
-        RateLimitLayer::new(Policy::new("per-ip", ClientIp::new(), Keyed::new(TokenBucket::new(quota)))).layer(noop());
-    let config = GovernorConfigBuilder::default()
-        .per_second(1)
-        .burst_size(1_000_000_000)
-        .key_extractor(PeerIpKeyExtractor)
-        .finish()
-        .unwrap();
-    let theirs = tower_governor::GovernorLayer::new(config).layer(noop());
+    let policy = |name| Policy::new(name, ClientIp::new(), Keyed::new(TokenBucket::new(quota)));
+    let ours = RateLimitLayer::new(policy("per-ip")).layer(noop());
+    let ours_two = RateLimitLayer::new(policy("per-ip")).and(policy("per-ip-again")).layer(noop());
+    // Each layer its own limiter, as each Tollgate policy has its own.
+    let governor = || {
+        let config = GovernorConfigBuilder::default()
+            .per_second(1)
+            .burst_size(1_000_000_000)
+            .key_extractor(PeerIpKeyExtractor)
+            .finish()
+            .unwrap();
+        tower_governor::GovernorLayer::new(config)
+    };
+    let theirs = governor().layer(noop());
+    let theirs_two = governor().layer(governor().layer(noop()));
     let base = noop();
 
     for (name, keys) in [("one_ip", 1u32), ("1000_ips", 1000)] {
@@ -68,6 +75,12 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    g.bench_function("tollgate/two_limits_one_ip", |b| {
+        b.iter(|| block_on(ours_two.clone().oneshot(request(0))).unwrap())
+    });
+    g.bench_function("tower_governor/two_limits_one_ip", |b| {
+        b.iter(|| block_on(theirs_two.clone().oneshot(request(0))).unwrap())
+    });
     g.finish();
 }
 

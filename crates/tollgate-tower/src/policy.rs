@@ -167,12 +167,6 @@ pub trait Policies: Clone + Send + Sync + 'static {
     /// Decides; `status` is what a rejection answers with.
     fn run(&self, prepared: &Self::Prepared, status: StatusCode) -> Verdict<Self::Permit>;
 
-    /// Checks, taking nothing: would the request's cost go now (`probe`: its cost taken as 0,
-    /// to read the state)? Asked of a policy after an earlier one denied the request, and to read
-    /// one's state after a refund; `status` is what a rejection would answer with. It counts
-    /// nothing in the metrics.
-    fn check(&self, prepared: &Self::Prepared, probe: bool, status: StatusCode) -> Answer<Result<Meta, Box<Denied>>>;
-
     /// Undoes an admission (a later policy said no) for the request `prepared` was read from: a
     /// real refund, pending while a distributed limiter's refund is on its way.
     fn give_back(&self, prepared: &Self::Prepared, permit: Self::Permit) -> Refund;
@@ -198,16 +192,11 @@ pub struct PolicyPermit {
 
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
     fn denied(&self, status: StatusCode, rejected: Rejected) -> Box<Denied> {
-        let denied = denial(self.name.clone(), self.limit.window(), status, rejected);
+        let policy = PolicyState { name: self.name.clone(), meta: rejected.meta(), window: self.limit.window() };
+        let denied = Box::new(Denied { status, policy, rejected: Some(rejected) });
         self.metrics.denied(&denied);
         denied
     }
-}
-
-/// What a policy named `name` answers when its limit rejected the request.
-fn denial(name: Arc<str>, window: Option<Duration>, status: StatusCode, rejected: Rejected) -> Box<Denied> {
-    let policy = PolicyState { name, meta: rejected.meta(), window };
-    Box::new(Denied { status, policy, rejected: Some(rejected) })
 }
 
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L> {
@@ -250,13 +239,6 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
                 }))
             }
         }
-    }
-
-    fn check(&self, prepared: &Self::Prepared, probe: bool, status: StatusCode) -> Answer<Result<Meta, Box<Denied>>> {
-        let Some((key, n)) = prepared else { return Answer::Ready(Ok(Meta::default())) };
-        let (name, window) = (self.name.clone(), self.limit.window());
-        let n = if probe { 0 } else { *n };
-        self.limit.check(key, n).map(move |checked| checked.map_err(|rejected| denial(name, window, status, rejected)))
     }
 
     fn give_back(&self, prepared: &Self::Prepared, permit: Self::Permit) -> Refund {
@@ -309,11 +291,10 @@ impl<A, B> Holding<A, B> {
     /// The combinator's step for the policies: a give-back carries the permit kept here.
     fn lend(&mut self, step: Step<()>) -> Step<Held<A, B>> {
         match step {
-            Step::Take(i) => Step::Take(i),
-            Step::Check(i) => Step::Check(i),
-            Step::Probe(i) => Step::Probe(i),
             Step::GiveBack(0, ()) => Step::GiveBack(0, Held::First(self.first.take().expect("the first took"))),
             Step::GiveBack(i, ()) => Step::GiveBack(i, Held::Second(self.second.take().expect("the second took"))),
+            Step::Take(i) => Step::Take(i),
+            Step::Check(i) | Step::Probe(i) => unreachable!("a denier-only take checks and probes nothing (part {i})"),
         }
     }
 
@@ -335,57 +316,44 @@ impl<A, B> Holding<A, B> {
     }
 }
 
-/// The two policies' call, by the one all-or-nothing rule; what they took is kept in a
-/// [`Holding`].
-type Call = AllOrNothing<(), Box<Denied>>;
-
-/// How the two policies' call came out.
+/// How the two policies' call came out; what they took is kept in a [`Holding`].
 type Decided = Outcome<(), Box<Denied>>;
 
 /// A policy's answer to one step of the two policies' call.
 type Ran<A, B> = Answer<Reply<HeldBy<A, B>, Box<Denied>>>;
 
 impl<A: Policies, B: Policies> Both<A, B> {
-    /// Runs one step of the two policies' call on the policy it names; a check is a probe when
-    /// `probe` (the call reads the states).
+    /// Runs one step of the two policies' call on the policy it names (a take or a give-back:
+    /// the call reads no state but the denier's).
     #[inline]
-    fn step(
-        &self,
-        step: Step<HeldBy<A, B>>,
-        (pa, pb): &(A::Prepared, B::Prepared),
-        probe: bool,
-        status: StatusCode,
-    ) -> Ran<A, B> {
+    fn step(&self, step: Step<HeldBy<A, B>>, (pa, pb): &(A::Prepared, B::Prepared), status: StatusCode) -> Ran<A, B> {
         match step {
             Step::Take(0) => self.0.run(pa, status).map(|taken| Reply::Took(taken.map(Held::First))),
             Step::Take(_) => self.1.run(pb, status).map(|taken| Reply::Took(taken.map(Held::Second))),
-            Step::Check(0) => self.0.check(pa, probe, status).map(Reply::Checked),
-            Step::Check(_) => self.1.check(pb, probe, status).map(Reply::Checked),
-            Step::Probe(0) => self.0.check(pa, true, status).map(Reply::Checked),
-            Step::Probe(_) => self.1.check(pb, true, status).map(Reply::Checked),
             Step::GiveBack(_, Held::First(a)) => self.0.give_back(pa, a).map(|()| Reply::GaveBack),
             Step::GiveBack(_, Held::Second(b)) => self.1.give_back(pb, b).map(|()| Reply::GaveBack),
+            Step::Check(i) | Step::Probe(i) => unreachable!("a denier-only take checks and probes nothing (part {i})"),
         }
     }
 
-    /// Runs `call` to its end: at once while every step answers at once, else in one future.
-    /// `known` answers its first steps (the takes already run).
+    /// Runs the two policies' call to its end: at once while every step answers at once, else in
+    /// one future. `known` answers its first steps (the takes already run).
     #[inline]
-    fn decide<T: Send + 'static>(
+    fn decide(
         &self,
-        mut call: Call,
         known: [Option<Ran<A, B>>; 2],
         prepared: &(A::Prepared, B::Prepared),
-        probe: bool,
         status: StatusCode,
-        answer: fn(Decided, Holding<A::Permit, B::Permit>) -> T,
-    ) -> Answer<T> {
+    ) -> Verdict<(A::Permit, B::Permit)> {
+        // Only the denier's state is answered (a 429 names one policy): the policy after a
+        // denial is not asked, one given back not probed.
+        let mut call = AllOrNothing::new([true, true]).denier_only();
         let mut held = Holding { first: None, second: None };
         let mut known = known.into_iter().flatten();
         while let Some(step) = call.step() {
             let reply = match known.next() {
                 Some(reply) => reply,
-                None => self.step(held.lend(step), prepared, probe, status),
+                None => self.step(held.lend(step), prepared, status),
             };
             match reply.now() {
                 Ok(reply) => call.reply(held.keep(reply)),
@@ -397,46 +365,29 @@ impl<A: Policies, B: Policies> Both<A, B> {
                         while let Some(step) = call.step() {
                             let reply = match known.next() {
                                 Some(reply) => reply.await,
-                                None => this.step(held.lend(step), &prepared, probe, status).await,
+                                None => this.step(held.lend(step), &prepared, status).await,
                             };
                             call.reply(held.keep(reply));
                         }
-                        answer(call.finish(), held)
+                        permits(call.finish(), held)
                     }));
                 }
             }
         }
-        Answer::Ready(answer(call.finish(), held))
+        Answer::Ready(permits(call.finish(), held))
     }
 }
 
-/// The denial of part `i`, the policy that said no.
-fn denial_of(outcome: Decided, i: usize) -> Box<Denied> {
-    match outcome.into_parts().nth(i) {
-        Some(PartAnswer::NoRoom(denied) | PartAnswer::Checked(Err(denied))) => denied,
-        _ => unreachable!("the policy that denied a call had no room"),
-    }
-}
-
-/// Both permits of a granted call, or the denial.
+/// Both permits of a granted call, or the denial of the policy that said no.
 fn permits<A, B>(outcome: Decided, held: Holding<A, B>) -> Result<(A, B), Box<Denied>> {
     match (outcome.denied_by(), held.first, held.second) {
         (None, Some(a), Some(b)) => Ok((a, b)),
-        (Some(i), ..) => Err(denial_of(outcome, i)),
+        (Some(i), ..) => match outcome.into_parts().nth(i) {
+            Some(PartAnswer::NoRoom(denied)) => Err(denied),
+            _ => unreachable!("the policy that denied a take had no room"),
+        },
         (None, ..) => unreachable!("a granted call took from both policies"),
     }
-}
-
-/// Both states, checked: the tighter, or the denial.
-fn checked<A, B>(outcome: Decided, _: Holding<A, B>) -> Result<Meta, Box<Denied>> {
-    if let Some(i) = outcome.denied_by() {
-        return Err(denial_of(outcome, i));
-    }
-    let states = outcome.parts().iter().map(|part| match part {
-        PartAnswer::Checked(Ok(meta)) => *meta,
-        _ => unreachable!("a check only checks"),
-    });
-    Ok(states.reduce(Meta::tightest).unwrap_or_default())
 }
 
 impl<A: Policies, B: Policies> Policies for Both<A, B> {
@@ -461,11 +412,7 @@ impl<A: Policies, B: Policies> Policies for Both<A, B> {
             },
             first => [Some(first.map(took)), None],
         };
-        self.decide(AllOrNothing::new([true, true]).denier_only(), known, prepared, false, status, permits)
-    }
-
-    fn check(&self, prepared: &Self::Prepared, probe: bool, status: StatusCode) -> Answer<Result<Meta, Box<Denied>>> {
-        self.decide(AllOrNothing::check([true, true]).denier_only(), [None, None], prepared, probe, status, checked)
+        self.decide(known, prepared, status)
     }
 
     fn give_back(&self, (pa, pb): &Self::Prepared, (a, b): Self::Permit) -> Refund {
@@ -610,19 +557,5 @@ mod tests {
         assert_eq!(&*denied.policy.name, "second");
         assert_eq!(both.0.limit().asked.load(std::sync::atomic::Ordering::Relaxed), 2, "two takes, no probe");
         assert_eq!(both.0.limit().inner.statistics().available, 4, "the second take was given back");
-    }
-
-    #[test]
-    fn a_check_of_both_takes_nothing_and_reports_the_tighter_state() {
-        let clock = ManualClock::new();
-        let both = Both(policy("first", 3, &clock), policy("second", 10, &clock));
-        let one = (Some(((), 1)), Some(((), 1)));
-        let Ok(Ok(meta)) = both.check(&one, false, LIMITED).now() else { panic!("both have room") };
-        assert_eq!((meta.limit, meta.remaining), (3, 3));
-        let four = (Some(((), 4)), Some(((), 4)));
-        let Ok(Err(denied)) = both.check(&four, false, LIMITED).now() else { panic!("the first has 3") };
-        assert_eq!(&*denied.policy.name, "first");
-        let Ok(Ok(_)) = both.check(&four, true, LIMITED).now() else { panic!("a probe asks for nothing") };
-        assert_eq!((left(&both.0), left(&both.1)), (3, 10));
     }
 }
