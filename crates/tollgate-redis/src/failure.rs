@@ -1,7 +1,8 @@
 //! [`FailurePolicy`]: who decides when Redis cannot, within the deadline.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::hash::BuildHasher as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tollgate::{Keyed, Lease, Meta, Quota, QuotaError, Reason, Rejected, SystemClock, TokenBucket};
@@ -42,20 +43,49 @@ impl FailurePolicy {
         }
     }
 
-    /// Permits the local limiter granted for `key` that Redis has not counted yet (0 for the
-    /// other policies), taken out: the caller counts them in Redis or puts them back.
-    pub(crate) fn take_debt(&self, key: &str) -> u64 {
+    /// What the local limiter granted for `key` that Redis has not counted yet, as a charge to
+    /// send before the key's next decision (`None` for the other policies, or nothing owed).
+    pub(crate) fn pending_charge(&self, key: &str) -> Option<Charge> {
         match self {
-            FailurePolicy::Local(local) => local.take_debt(key),
-            _ => 0,
+            FailurePolicy::Local(local) => local.pending_charge(key),
+            _ => None,
         }
     }
 
-    pub(crate) fn put_back_debt(&self, key: &str, n: u64) {
+    /// Redis answered a decision for `key`.
+    pub(crate) fn answered(&self, key: &str) {
         if let FailurePolicy::Local(local) = self {
-            local.add_debt(key, n);
+            local.answered(key);
         }
     }
+
+    /// `charge` was counted in Redis.
+    pub(crate) fn charged(&self, key: &str, charge: Charge) {
+        if let FailurePolicy::Local(local) = self {
+            local.charged(key, charge);
+        }
+    }
+}
+
+/// What a [`LocalFallback`] granted for one key in one outage, to count in Redis (`charge.lua`):
+/// the outage's id and everything granted in it so far, not the part not yet counted. Redis keeps
+/// the largest total it counted under the id, so a charge sent again after its answer was lost,
+/// or a late copy landing after a later charge, counts nothing twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Charge {
+    /// The outage's id, unique to this process's fallback and key.
+    pub(crate) outage: u64,
+    /// The permits granted in the outage so far.
+    pub(crate) total: u64,
+}
+
+/// One key's outage, as [`LocalFallback`] keeps it until Redis has counted what it granted.
+#[derive(Debug)]
+struct Debt {
+    outage: u64,
+    granted: u64,
+    /// The largest total Redis has confirmed counting.
+    counted: u64,
 }
 
 impl std::fmt::Debug for FailurePolicy {
@@ -75,8 +105,9 @@ impl std::fmt::Debug for FailurePolicy {
 ///   never a second burst on top of Redis's;
 /// - what it grants is owed to Redis: the first decision Redis answers for the key after the
 ///   outage first counts those permits there (`charge.lua`, one extra round trip, once), so Redis
-///   does not grant them again. A charge that misses its deadline is kept and sent again; if the
-///   late one reaches Redis too, the permits are counted twice (the safe side: fewer admitted).
+///   does not grant them again. A charge that misses its deadline is sent again with the next
+///   decision; it names its outage and carries the outage's total, and Redis counts only what no
+///   charge of that outage counted before, so a late copy that lands too counts nothing twice.
 ///
 /// Measured with the fault campaign's history checker (`tests/faults.rs`): a token bucket keeps
 /// its bound over the whole run through a blackholed or hung Redis. The window algorithms count
@@ -94,8 +125,11 @@ impl std::fmt::Debug for FailurePolicy {
 /// ```
 pub struct LocalFallback {
     limiter: Keyed<String, TokenBucket, SystemClock>,
-    /// Per key in an outage: the permits granted and not yet counted in Redis.
-    debts: Mutex<HashMap<String, u64>>,
+    /// Per key in an outage: the permits granted, and how many of them Redis has counted.
+    debts: Mutex<HashMap<String, Debt>>,
+    /// The next outage's id: random at start (replicas share keys, and each counts its own
+    /// outages), then one more per outage.
+    next_outage: AtomicU64,
     /// Whether `debts` has any entry: the only thing a healthy decision reads.
     in_outage: AtomicBool,
 }
@@ -108,7 +142,13 @@ impl LocalFallback {
 
     /// Around a keyed token bucket of your own (its cap, shards, statistics).
     pub fn with_limiter(limiter: Keyed<String, TokenBucket, SystemClock>) -> LocalFallback {
-        LocalFallback { limiter, debts: Mutex::new(HashMap::new()), in_outage: AtomicBool::new(false) }
+        let first = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        LocalFallback {
+            limiter,
+            debts: Mutex::new(HashMap::new()),
+            next_outage: AtomicU64::new(first),
+            in_outage: AtomicBool::new(false),
+        }
     }
 
     /// The local limiter.
@@ -118,7 +158,7 @@ impl LocalFallback {
 
     /// Permits granted locally that Redis has not counted yet, over all keys.
     pub fn owed(&self) -> u64 {
-        self.debts.lock().unwrap_or_else(|e| e.into_inner()).values().sum()
+        self.debts.lock().unwrap_or_else(|e| e.into_inner()).values().map(|d| d.granted.saturating_sub(d.counted)).sum()
     }
 
     fn decide(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
@@ -131,12 +171,15 @@ impl LocalFallback {
                 // A token bucket's lease holds nothing to release: the permits stay taken.
                 drop(self.limiter.try_acquire(key, remaining));
             }
-            debts.insert(key.to_owned(), 0);
+            let outage = self.next_outage.fetch_add(1, Ordering::Relaxed);
+            debts.insert(key.to_owned(), Debt { outage, granted: 0, counted: 0 });
             self.in_outage.store(true, Ordering::Relaxed);
         }
         match self.limiter.try_acquire(key, n) {
             Ok(lease) => {
-                *debts.entry(key.to_owned()).or_default() += n;
+                if let Some(debt) = debts.get_mut(key) {
+                    debt.granted += n;
+                }
                 Ok(lease.with_reason(Reason::Fallback))
             }
             Err(rejected) => Err(rejected.because(Reason::Fallback)),
@@ -147,37 +190,55 @@ impl LocalFallback {
     pub(crate) fn give_back(&self, key: &str, lease: Lease) {
         let n = lease.permits();
         if let Some(debt) = self.debts.lock().unwrap_or_else(|e| e.into_inner()).get_mut(key) {
-            *debt = debt.saturating_sub(n);
+            // Below what Redis counted, the charge counts nothing more (the safe side).
+            debt.granted = debt.granted.saturating_sub(n);
         }
         self.limiter.give_back(key, lease);
     }
 
     /// A key reset ([`crate::RedisLimiter::reset`]): its local state and its debt are dropped.
     pub(crate) fn forget(&self, key: &str) {
+        self.end_outage(&mut self.debts.lock().unwrap_or_else(|e| e.into_inner()), key);
+        self.limiter.reset(key);
+    }
+
+    fn pending_charge(&self, key: &str) -> Option<Charge> {
+        if !self.in_outage.load(Ordering::Relaxed) {
+            return None;
+        }
+        let debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
+        let debt = debts.get(key).filter(|d| d.granted > d.counted)?;
+        Some(Charge { outage: debt.outage, total: debt.granted })
+    }
+
+    /// Redis answered a decision for `key`: an outage that owes nothing is over. (Not before: a
+    /// key whose first fallback decisions granted nothing is still in its outage, its bucket
+    /// still emptied once.)
+    fn answered(&self, key: &str) {
+        if !self.in_outage.load(Ordering::Relaxed) {
+            return;
+        }
         let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
+        if debts.get(key).is_some_and(|d| d.granted <= d.counted) {
+            self.end_outage(&mut debts, key);
+        }
+    }
+
+    fn charged(&self, key: &str, charge: Charge) {
+        let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
+        // Another outage's entry (this one ended, and Redis failed again meanwhile) owes its own.
+        let Some(debt) = debts.get_mut(key).filter(|d| d.outage == charge.outage) else { return };
+        debt.counted = debt.counted.max(charge.total);
+        if debt.granted <= debt.counted {
+            self.end_outage(&mut debts, key);
+        }
+    }
+
+    fn end_outage(&self, debts: &mut HashMap<String, Debt>, key: &str) {
         debts.remove(key);
         if debts.is_empty() {
             self.in_outage.store(false, Ordering::Relaxed);
         }
-        self.limiter.reset(key);
-    }
-
-    fn take_debt(&self, key: &str) -> u64 {
-        if !self.in_outage.load(Ordering::Relaxed) {
-            return 0;
-        }
-        let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
-        let debt = debts.remove(key).unwrap_or(0);
-        if debts.is_empty() {
-            self.in_outage.store(false, Ordering::Relaxed);
-        }
-        debt
-    }
-
-    fn add_debt(&self, key: &str, n: u64) {
-        let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
-        *debts.entry(key.to_owned()).or_default() += n;
-        self.in_outage.store(true, Ordering::Relaxed);
     }
 }
 

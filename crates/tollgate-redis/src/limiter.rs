@@ -4,6 +4,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::cluster_routing::Slot;
+
 use crate::scripts::Batched;
 use tollgate::{
     Acquire, AlgorithmKind, Answer, Check, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected,
@@ -11,7 +13,7 @@ use tollgate::{
 
 use crate::backend::Redis;
 use crate::error::BackendError;
-use crate::failure::FailurePolicy;
+use crate::failure::{Charge, FailurePolicy};
 use crate::key::RedisKey;
 use crate::keyspace::Keyspace;
 use crate::metrics::{LimiterMetrics, RedisMetrics};
@@ -312,6 +314,29 @@ impl RedisLimiter {
             .collect()
     }
 
+    /// Counts `charge` against the decision's keys (`charge.lua`), as far as no charge of its
+    /// outage counted it before; answers the permits counted now.
+    async fn charge(&self, tag: &str, keys: &[&str], charge: Charge) -> Result<u64, BackendError> {
+        let i = &self.inner;
+        let mut charge_keys = self.keys_for(tag, keys);
+        charge_keys.push(self.charge_key(tag, &charge_keys[0], charge.outage));
+        let args = self.args(charge.total, i.algorithm.name().to_owned(), String::new());
+        i.redis.invoke(&scripts::CHARGE, &charge_keys, &args).await
+    }
+
+    /// Where `charge.lua` keeps the total the charges of one outage counted: beside the decision's
+    /// keys (`first`), in their slot on a cluster.
+    fn charge_key(&self, tag: &str, first: &str, outage: u64) -> String {
+        let id = format!("{outage:016x}");
+        if !self.inner.whole_keys {
+            return self.inner.keyspace.key(tag, "charged", &[id]);
+        }
+        // The caller's whole key: its hash tag kept, or (a key without one) the key as the tag. A
+        // key with a `}` and no tag has no such neighbour; on a cluster its charge fails (CROSSSLOT).
+        let beside = format!("{first}:charged:{id}");
+        if Slot::for_key(&beside) == Slot::for_key(first) { beside } else { format!("{{{first}}}:charged:{id}") }
+    }
+
     /// Takes `n` permits for `key` from every limit, or from none.
     pub async fn try_acquire(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
         self.decide_keys(key, &vec![key; self.inner.limits.len()], n, Mode::Take).await
@@ -529,19 +554,17 @@ impl RedisLimiter {
 
     async fn script(&self, tag: &str, keys: &[&str], n: u64, mode: Mode) -> Result<Reply, BackendError> {
         let i = &self.inner;
-        // What a local fallback granted for this key during an outage is counted first, once.
-        let debt = i.failure.take_debt(tag);
-        if debt > 0 {
-            let args = self.args(debt, i.algorithm.name().to_owned(), String::new());
-            if let Err(error) = i.redis.invoke::<i64>(&scripts::CHARGE, &self.keys_for(tag, keys), &args).await {
-                i.failure.put_back_debt(tag, debt);
-                return Err(error);
-            }
+        // What a local fallback granted for this key during an outage is counted first, once
+        // (a charge is idempotent: it may be sent again until one is answered).
+        if let Some(charge) = i.failure.pending_charge(tag) {
+            self.charge(tag, keys, charge).await?;
+            i.failure.charged(tag, charge);
         }
         let (mode, max_wait_us) = mode.args();
         let args = self.call_args(n, mode.to_string(), max_wait_us.to_string());
         // Batched with the calls that arrive meanwhile (`Redis::batched`).
         let reply: Vec<i64> = i.redis.batched(script(i.algorithm), &i.time, self.keys_for(tag, keys), args).await?;
+        i.failure.answered(tag);
         let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
         Ok(Reply {
             admitted: get(0) == 1,
@@ -635,5 +658,45 @@ impl std::fmt::Debug for RedisLimiterBuilder {
             .field("algorithm", &self.algorithm)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate::ManualClock;
+    use tollgate_testkit::RedisServer;
+
+    use super::*;
+
+    /// A charge sent again (its answer lost), or landing late after a later one, counts nothing
+    /// twice; another outage's charge counts on its own. Every algorithm: each stores its count
+    /// its own way.
+    #[tokio::test]
+    async fn a_charge_counts_what_no_charge_of_its_outage_counted() {
+        let server = RedisServer::start();
+        let redis = Redis::connect(&server.url()).await.unwrap();
+        let clock = ManualClock::new();
+        for algorithm in [
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::FixedWindow,
+            AlgorithmKind::WeightedWindow,
+            AlgorithmKind::SlidingLog,
+        ] {
+            let l = RedisLimiter::builder(&redis, &format!("charged:{algorithm:?}"), algorithm)
+                .limit("l", Quota::per_minute(100).unwrap())
+                .time(RedisTime::clock(clock.clone()))
+                .build()
+                .unwrap();
+            let remaining = async || l.check("k", 0).await.unwrap().remaining;
+            let charge = async |outage, total| l.charge("k", &["k"], Charge { outage, total }).await.unwrap();
+            assert_eq!(charge(7, 5).await, 5, "{algorithm:?}");
+            assert_eq!(charge(7, 5).await, 0, "{algorithm:?}: the same charge again");
+            assert_eq!(remaining().await, 95, "{algorithm:?}");
+            assert_eq!(charge(7, 8).await, 3, "{algorithm:?}: the outage granted 3 more");
+            assert_eq!(charge(7, 6).await, 0, "{algorithm:?}: an earlier charge, late");
+            assert_eq!(remaining().await, 92, "{algorithm:?}");
+            assert_eq!(charge(8, 4).await, 4, "{algorithm:?}: another outage");
+            assert_eq!(remaining().await, 88, "{algorithm:?}");
+        }
     }
 }
