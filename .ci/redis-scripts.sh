@@ -15,8 +15,9 @@
 #                            itself; a counter took 7 words before the role took the calendar
 #                            and `ago` in, 4 before it took the hits in.
 #   run_words NAME REV NOW   what a batched run takes after its calls' ARGV (and key counts),
-#                            before the number of calls: now and the minimum TTL (run.lua), or
-#                            nothing before it.
+#                            before the number of calls: now, the minimum TTL and (since fixed
+#                            windows are string keys) the expiry shift (run.lua), or nothing
+#                            before run.lua.
 redis_scripts_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/crates/tollgate-redis"
 show_at() { # REV FILE (under crates/tollgate-redis) -> its text
   if [[ -z $1 ]]; then cat "$redis_scripts_dir/$2"; else git -C "$redis_scripts_dir" show "$1:./$2"; fi
@@ -84,5 +85,12 @@ call_words() {
   fi
 }
 run_words() { # NAME REV NOW -> what a batched run takes after its calls (and key counts), before the number of calls
-  if is_batched "$1" "${2:-}" && show_at "${2:-}" src/scripts.rs | grep -q 'scripts/run.lua'; then printf '%s\n' "$3" 0; fi
+  if is_batched "$1" "${2:-}" && show_at "${2:-}" src/scripts.rs | grep -q 'scripts/run.lua'; then
+    printf '%s\n' "$3" 0
+    # The expiry shift (window_lib.lua's fixed_clock), since fixed windows are string keys: 0 on
+    # Redis TIME; on a passed-in now, 2^44 (a manual clock's: RedisTime's FAR_SHIFT_MS).
+    if show_at "${2:-}" scripts/run.lua | grep -q 'SHIFT'; then
+      if [[ -z $3 ]]; then echo 0; else echo 17592186044416; fi
+    fi
+  fi
 }

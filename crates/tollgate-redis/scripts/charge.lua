@@ -15,7 +15,8 @@
 -- ARGV[3]   algorithm: 'token_bucket' | 'fixed_window' | 'weighted_window' | 'sliding_log'.
 -- ARGV[4]   unused (the decision scripts' fourth argument).
 -- ARGV[5]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
--- ARGV[6 + 2(i-1)], ARGV[7 + 2(i-1)]  limit i's two numbers, as the decision script takes them
+-- ARGV[6]   the expiry shift in ms (window_lib.lua's fixed_clock: 0 on Redis TIME).
+-- ARGV[7 + 2(i-1)], ARGV[8 + 2(i-1)]  limit i's two numbers, as the decision script takes them
 --           (token bucket: emission interval µs, burst; the others: limit, period µs).
 --
 -- Returns the permits counted now: the total less what the outage's charges counted before (0
@@ -29,11 +30,12 @@ end
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local algorithm = ARGV[3]
 local min_ttl = tonumber(ARGV[5])
+fixed_clock(now, tonumber(ARGV[6]))  -- from window_lib.lua, prepended
 
 for i = 1, #KEYS - 1 do
   local key = KEYS[i]
-  local a = tonumber(ARGV[6 + 2 * (i - 1)])
-  local b = tonumber(ARGV[7 + 2 * (i - 1)])
+  local a = tonumber(ARGV[7 + 2 * (i - 1)])
+  local b = tonumber(ARGV[8 + 2 * (i - 1)])
   if algorithm == 'token_bucket' then
     -- a = emission interval: the TAT moves n intervals on from max(TAT, now).
     local tat = math.max(tonumber(redis.call('GET', key)) or 0, now) + n * a
@@ -41,8 +43,8 @@ for i = 1, #KEYS - 1 do
     redis.call('SET', key, string.format('%.0f', tat), 'PX', ttl)
   elseif algorithm == 'fixed_window' then
     -- a = limit, b = period: counted in the current window, or in one opened now.
-    local start, count, open = fixed_state(key, b, now)  -- from window_lib.lua, prepended
-    fixed_store(key, start, b, open, count, count + n, now, min_ttl)
+    local counted, err = fixed_take(key, string.format('%.0f', n), n, now + b, now, b)  -- from window_lib.lua, prepended
+    if not counted then return err end
   elseif algorithm == 'weighted_window' then
     -- b = period: counted in the current window.
     local index, prev, curr = weighted_state(key, b, now)

@@ -6,7 +6,8 @@
 -- ARGV[j] is ARGV[a + j - 1]; it writes its reply at answer[r + 1 ..]. The time (NOW, on the server's TIME
 -- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
--- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
+-- KEYS[i]   counter i: its window's count, expiring when the window ends (window_lib.lua). Keys
+--           share a hash tag.
 -- ARGV[1]   mode: 0 = check (take nothing), 1 = check and take: every counter takes its hits if
 --           they fit in every enforcing counter, else none does (a counter that does not
 --           enforce takes its hits only if they fit),
@@ -35,43 +36,60 @@
 -- Replies {admitted (0|1), then for each counter i: remaining_i, reset_us_i}, counters as they
 -- are after the call; remaining_i is -(remaining + 1) when counter i alone had no room (in modes
 -- 0 and 1), enforcing or not: a small reply, as Redis converts each element. A key lives until its
--- window ends; a window's start is written when it opens, then only its count moves (HINCRBY).
+-- window ends.
 --
--- Cost: an open window takes one HMGET and one HINCRBY; numbers are converted by arithmetic, once
--- each (clock.lua); a counter's state is its part's table, kept across the calls of a run
--- (all_or_nothing.lua) (`.ci/redis-instructions counters`).
+-- Cost: a call admitted in an open window takes one INCRBY and one PTTL per counter (a window
+-- that opens: INCRBY and PEXPIRE; one that denies: a DECRBY more), with integer replies; numbers
+-- are converted by arithmetic, once each (clock.lua); a counter's state is its part's table, kept
+-- across the calls of a run (all_or_nothing.lua) (`.ci/redis-instructions counters`).
 
 local now = NOW  -- from run.lua, prepended
 local mode = ARGV[a]
 local any_pooled = false
+fixed_clock(now, SHIFT)  -- from window_lib.lua, prepended (SHIFT: run.lua)
 
--- Does every enforcing counter admit? (part, decide: from all_or_nothing.lua, prepended)
+-- Does every enforcing counter admit? (part, decide: from all_or_nothing.lua, prepended) A
+-- counter the call may count on takes its hits at once (fixed_take: INCRBY), before the call is
+-- decided, and gives back what it must not keep afterwards: a decision that admits writes
+-- nothing more.
 for i = 1, nkeys do
   local at = a - 2 + 3 * i  -- ARGV[2 + 3(i-1)]
   local lim, period, role = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2]
-  local kind, hits, pooled, from, till, ago = role, 1, nil, nil, nil, nil
+  local kind, hits, text, pooled, till, ago = role, 1, '1', nil, nil, nil
+  local opens, after = now + period, now  -- where a window opening now ends; what an open one outlasts
   if #role > 1 then
     kind = string.sub(role, 1, 1)
-    hits = tonumber(string.match(role, '%*(%d+)')) or 1
+    text = string.match(role, '%*(%d+)') or '1'
+    hits = text + 0
     pooled = tonumber(string.match(role, '^p(%d+)'))
+    local from
     from, till = string.match(role, '@(%d+)-(%d+)')
     ago = tonumber(string.match(role, '~(%d+)'))
+    if till then
+      from, till = from + 0, till + 0
+      period, opens = till - from, till
+      if from > now then after = from end  -- a window stored before this one started is older
+    elseif ago then
+      local start = now - math.min(ago, period - 1)
+      if start < 0 then start = 0 end
+      opens = start + period
+    end
   end
-  -- fixed_state: from window_lib.lua, prepended
-  local key, start, count, open = KEYS[k + i - 1], nil, nil, nil
-  if till then
-    from = from + 0
-    start, count, open = fixed_state(key, period, now, from)
-    period = till - from
-  elseif ago then
-    start, count, open = fixed_state(key, period, now)
-    if not open then start = math.max(now - math.min(ago, period - 1), 0) end
+  -- fixed_take, fixed_read: from window_lib.lua, prepended
+  local key, count, ends, new = KEYS[k + i - 1], 0, nil, false
+  local taken = hits > 0 and mode ~= '0'
+  if taken then
+    count, ends, new = fixed_take(key, text, hits, opens, after, period)
+    if not count then fixed_fail(PARTS, i - 1, ends) end
+    count = count - hits
   else
-    start, count, open = fixed_state(key, period, now)
+    count, ends = fixed_read(key, after, period)
+    if not count then fixed_fail(PARTS, i - 1, ends) end
+    ends = ends or opens
   end
-  local w = PARTS[i] or part(i, {lim = 0, period = 0, hits = 0, start = 0, count = 0, open = false,
+  local w = PARTS[i] or part(i, {key = '', lim = 0, hits = 0, text = '', count = 0, ends = 0, new = false, taken = false,
                                   charge = false, pooled = false, calendar = false, fits = false, enforce = false})
-  w.lim, w.period, w.hits, w.start, w.count, w.open = lim, period, hits, start, count, open
+  w.key, w.lim, w.hits, w.text, w.count, w.ends, w.new, w.taken = key, lim, hits, text, count, ends, new, taken
   w.charge, w.pooled, w.calendar = kind ~= '1' and kind ~= '0', pooled, till ~= nil
   w.fits, w.enforce = mode == '3' or count + hits <= lim, kind == '1'
   any_pooled = any_pooled or pooled ~= nil
@@ -91,14 +109,20 @@ answer[r + 1] = admitted
 for i = 1, nkeys do
   local w = PARTS[i]
   local fits, count, lim = w.fits, w.count, w.lim
+  local keep = count  -- the count the counter ends the call at
   if w.hits > 0 and ((mode == '1' and ((admitted == 1 and fits) or w.charge)) or (mode == '2' and fits) or mode == '3') then
-    local before = count
-    if count + w.hits <= lim then count = count + w.hits elseif lim > count then count = lim end
-    fixed_store(KEYS[k + i - 1], w.start, w.period, w.open, before, count, now, MIN_TTL)  -- from window_lib.lua
+    if count + w.hits <= lim then keep = count + w.hits elseif lim > count then keep = lim end
+  end
+  if w.taken and keep ~= count + w.hits then  -- fixed_untake, fixed_trim: from window_lib.lua
+    if keep == count then
+      fixed_untake(w.key, w.text, w.new)
+    else
+      fixed_trim(w.key, count + w.hits - keep)
+    end
   end
   -- Compared, not math.max: a call to a library function costs about 700 instructions.
-  local reset, remaining = 0, lim - count
-  if count > 0 or w.calendar then reset = w.start + w.period - now end
+  local reset, remaining = 0, lim - keep
+  if keep > 0 or w.calendar then reset = w.ends - now end
   if reset < 0 then reset = 0 end
   if remaining < 0 then remaining = 0 end
   if not fits and (mode == '0' or mode == '1') then remaining = -remaining - 1 end

@@ -1,37 +1,27 @@
--- counters_reset.lua: deletes rate-limit server counters (counters.lua's hashes), so each starts
+-- counters_reset.lua: deletes rate-limit server counters (counters.lua's windows), so each starts
 -- its next window full, and counts those that held hits in a window still open (the counters a
 -- listing shows) as of `now`.
 --
--- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
+-- KEYS[i]   counter i: its window's count, expiring when the window ends (window_lib.lua). Keys
+--           share a hash tag.
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.
--- ARGV[2 + 3(i-1)]  counter i: window in microseconds (a window opened by its first hit).
--- ARGV[3 + 3(i-1)]  counter i: the current calendar window's start in microseconds on the same
---                   clock as now (0 for a window opened by its first hit).
--- ARGV[4 + 3(i-1)]  counter i: that calendar window's end (0 for a window opened by its first
---                   hit); a counter stored for another start is from an older window.
+-- ARGV[2]   the expiry shift in ms (window_lib.lua's fixed_clock: 0 on Redis TIME).
+-- ARGV[1 + 2i]  counter i: window in microseconds (what an earlier layout's key is read with).
+-- ARGV[2 + 2i]  counter i: the current calendar window's start in microseconds on the same
+--               clock as now (0 for a window opened by its first hit): a counter that ended
+--               before it is from an older window.
 --
 -- Returns the number of counters deleted whose window was open with a count above 0. The read
 -- and the delete are one script, so the number is of the state deleted, not of a state read
 -- before another call changed it.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
+fixed_clock(now, ARGV[2] + 0)  -- from window_lib.lua, prepended
 local live = 0
 for i, key in ipairs(KEYS) do
-  local at = 2 + 3 * (i - 1)
-  local period, cstart, cend = tonumber(ARGV[at]), tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2])
-  local stored = redis.pcall('HMGET', key, 's', 'c')
-  if type(stored) == 'table' then
-    local start, count = tonumber(stored[1]), tonumber(stored[2]) or 0
-    local finish = nil
-    if start and cend > 0 then
-      if start == cstart then finish = cend end
-    elseif start then
-      finish = start + period
-    end
-    if finish and count > 0 and now < finish then
-      live = live + 1
-    end
-  end
+  -- A key of another type is deleted too, but not counted (fixed_read fails on it).
+  local ok, count, ends = pcall(fixed_read, key, now, ARGV[1 + 2 * i] + 0)
+  if ok and count and count > 0 and ends > ARGV[2 + 2 * i] + 0 then live = live + 1 end
   redis.call('DEL', key)
 end
 return live

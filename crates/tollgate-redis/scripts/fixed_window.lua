@@ -5,7 +5,8 @@
 -- ARGV[j] is ARGV[a + j - 1]; it writes its reply at answer[r + 1 ..]. The time (NOW, on the server's TIME
 -- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
--- KEYS[i]   counter i: a hash {s = window start (µs), c = count}. Keys share a hash tag.
+-- KEYS[i]   counter i: its window's count, expiring when the window ends (window_lib.lua). Keys
+--           share a hash tag.
 -- ARGV[1]   n: permits asked for (0 = probe).
 -- ARGV[2]   mode: 0 = check (take nothing), 1 = take.
 -- ARGV[3]   unused (max_wait; windows do not reserve).
@@ -17,32 +18,44 @@
 -- A key lives until its window ends.
 
 local now = NOW  -- from run.lua, prepended
-local n = ARGV[a] + 0
+local text = ARGV[a]
+local n = text + 0
 local mode = ARGV[a + 1]
+fixed_clock(now, SHIFT)  -- from window_lib.lua, prepended (SHIFT: run.lua)
 
--- Does every window admit? (decide: from all_or_nothing.lua, prepended)
+-- A call that takes counts its permits at once (fixed_take: INCRBY) and gives them back if it is
+-- not admitted: an admitted call writes nothing more.
+local taken = n > 0 and mode ~= '0'
 for i = 1, nkeys do
   local lim = ARGV[a + 1 + 2 * i] + 0  -- ARGV[4 + 2(i-1)]
   local period = ARGV[a + 2 + 2 * i] + 0
-  local start, count, open = fixed_state(KEYS[k + i - 1], period, now)  -- from window_lib.lua, prepended
-  local w = PARTS[i] or part(i, {lim = 0, period = 0, start = 0, count = 0, open = false, fits = false})
-  w.lim, w.period, w.start, w.count, w.open, w.fits = lim, period, start, count, open, count + n <= lim
+  local key, count, ends, new = KEYS[k + i - 1], 0, nil, false
+  if taken then  -- fixed_take, fixed_read, fixed_fail: from window_lib.lua, prepended
+    count, ends, new = fixed_take(key, text, n, now + period, now, period)
+    if not count then fixed_fail(PARTS, i - 1, ends) end
+    count = count - n
+  else
+    count, ends = fixed_read(key, now, period)
+    if not count then fixed_fail(PARTS, i - 1, ends) end
+    ends = ends or now + period
+  end
+  local w = PARTS[i] or part(i, {key = '', text = '', lim = 0, count = 0, ends = 0, new = false, taken = false, fits = false})
+  w.key, w.text, w.lim, w.count, w.ends, w.new, w.taken = key, text, lim, count, ends, new, taken
+  w.fits = count + n <= lim
 end
 local admitted = decide(nkeys)
 
--- Taken only if all admitted; metadata of the state each window is left in.
-local take = admitted == 1 and n > 0 and mode ~= '0'
 local meta = {reset = 0, retry = 0}  -- folded by tighter (all_or_nothing.lua)
 for i = 1, nkeys do
   local w = PARTS[i]
-  local ends = w.start + w.period - now
-  if take then
+  local ends = w.ends - now
+  if taken and admitted == 1 then
     local count = w.count + n
-    fixed_store(KEYS[k + i - 1], w.start, w.period, w.open, w.count, count, now, MIN_TTL)
     local retry = 0
     if count >= w.lim then retry = ends end
     tighter(meta, w.lim, w.lim - count, ends, retry)
   else
+    if taken then fixed_untake(w.key, text, w.new) end
     local remaining, reset, retry = math.max(w.lim - w.count, 0), 0, 0
     if w.count > 0 then reset = ends end
     if not w.fits then

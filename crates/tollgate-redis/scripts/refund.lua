@@ -8,7 +8,8 @@
 -- ARGV[3]   algorithm: 'token_bucket' | 'fixed_window' | 'weighted_window' | 'sliding_log'.
 -- ARGV[4]   granted_at: the decision's time in microseconds (its now_us), on the same clock.
 -- ARGV[5]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
--- ARGV[6 + 2(i-1)], ARGV[7 + 2(i-1)]  limit i's two numbers, as the decision script took them
+-- ARGV[6]   the expiry shift in ms (window_lib.lua's fixed_clock: 0 on Redis TIME).
+-- ARGV[7 + 2(i-1)], ARGV[8 + 2(i-1)]  limit i's two numbers, as the decision script took them
 --           (token bucket: emission interval µs, burst; the others: limit, period µs).
 --
 -- Returns the number of permits given back, summed over the keys.
@@ -18,11 +19,12 @@ local n = tonumber(ARGV[2])
 local algorithm = ARGV[3]
 local granted_at = tonumber(ARGV[4])
 local min_ttl = tonumber(ARGV[5])
+fixed_clock(now, tonumber(ARGV[6]))  -- from window_lib.lua, prepended
 local refunded = 0
 
 for i, key in ipairs(KEYS) do
-  local a = tonumber(ARGV[6 + 2 * (i - 1)])
-  local b = tonumber(ARGV[7 + 2 * (i - 1)])
+  local a = tonumber(ARGV[7 + 2 * (i - 1)])
+  local b = tonumber(ARGV[8 + 2 * (i - 1)])
   if algorithm == 'token_bucket' then
     -- a = emission interval: the TAT moves back n intervals, never before now.
     local tat = tonumber(redis.call('GET', key))
@@ -37,12 +39,12 @@ for i, key in ipairs(KEYS) do
       end
     end
   elseif algorithm == 'fixed_window' then
-    -- b = period: only the window the grant was counted in, while it lasts.
-    local stored = redis.call('HMGET', key, 's', 'c')
-    local start, count = tonumber(stored[1]), tonumber(stored[2]) or 0
-    if start ~= nil and count > 0 and granted_at >= start and now < start + b then
+    -- b = period: only the window the grant was counted in (it opened b before its end: on
+    -- Redis TIME an end is read to within a millisecond), while it lasts.
+    local count, ends = fixed_read(key, now, b)  -- from window_lib.lua, prepended
+    if count and count > 0 and granted_at >= ends - b - 1000 then
       local k = math.min(n, count)
-      redis.call('HSET', key, 'c', count - k)
+      fixed_trim(key, k)
       refunded = refunded + k
     end
   elseif algorithm == 'weighted_window' then

@@ -2,56 +2,130 @@
 -- is prepended (after clock.lua) to the scripts that read a window, so each call is still one
 -- EVALSHA.
 --
--- fixed_state(key, period, now[, at]) -> start, count, open
---   A fixed window is a hash {s = start µs, c = count}; one that is empty or over is a new window
---   opening now (count 0, open false). `at`: a calendar window's start (µs): the stored window is
---   the current one only if it started then (else a new one opens at `at`).
--- fixed_store(key, start, period, open, before, count, now, min_ttl)
---   Writes a window's count: a window that opens stores its start and lives until it ends (at
---   least 1 and min_ttl ms); one already open moves its count alone (one HINCRBY from `before`:
---   no TTL, no start to format). start, open and before as fixed_state read them. A start of
---   `now` is written as now's text, formatted once per run (a string.format is about 3,000
---   instructions, and most windows open now); the TTL is rounded up by arithmetic, not
---   math.ceil and math.max (a library call is about 700).
+-- A fixed window is a string key holding its count, which expires when the window ends: an
+-- open window is counted by one INCRBY and read by one PTTL (integer replies: nothing to
+-- convert), and Redis drops a window when it ends. A key written by an earlier tollgate (a hash
+-- {s = start, c = count}) is rewritten in this form the first time it is touched.
+--
+-- fixed_clock(now, shift)
+--   Sets how a key's expiry maps to a window's end, for a script's fixed_* calls: on Redis TIME
+--   (clock.lua: not clock_passed) the key expires at its end, set and read relative to now
+--   (PEXPIRE, PTTL); on the caller's clock (tests on a manual clock) it expires `shift` ms after
+--   its end on that clock, set and read as instants (PEXPIREAT, PEXPIRETIME: Redis 7), so ends
+--   come back exactly whatever Redis's own clock did meanwhile. `shift` (ms) places the caller's
+--   clock on Redis's, with room to spare (`RedisTime`'s expiry shift); 0 on Redis TIME.
+-- fixed_take(key, text, n, opens, after, period) -> count, ends, new
+--   Counts n (`text`: n as the caller sent it, so no number is formatted) in the key's window:
+--   the one open (it ends after `after`: now, or a calendar window's start if later), or (none
+--   open) one opening now that ends at `opens` (µs); `period` is the window's length (what an
+--   earlier layout's key is read with). Returns the count after, the window's end, and whether
+--   the window is new (then the key did not hold it before); nil and the error for a key that
+--   holds no count (another type, or text), which is left as it was. Taken before the call is
+--   decided: fixed_untake gives it back.
+-- fixed_untake(key, text, new)
+--   Gives back what fixed_take counted: deletes a new window, or counts `text` back.
+-- fixed_trim(key, by)
+--   Counts `by` (a number) back of what fixed_take counted, leaving some.
+-- fixed_end(key) -> ends
+--   When the key's window ends (µs on the decision clock; before any now for a key without
+--   expiry).
+-- fixed_read(key, after, period) -> count, ends
+--   The open window's count and end (0 and nil when none is open), nothing written; nil and the
+--   error for a key that holds no count.
+-- fixed_fail(parts, upto, err)
+--   Gives back what parts 1..upto took (a part's fields: key, text, new, taken), then raises
+--   err: a call that fails counts nothing (batch.lua).
 -- weighted_state(key, period, now) -> index, prev, curr
 --   A weighted window is a hash {i = window index, p = previous count, c = current count}, rolled
 --   to now's index floor(now / period): one window on, the current count becomes the previous;
 --   two or more (or nothing stored), both are 0.
 
-local function fixed_state(key, period, now, at)
-  local stored = redis.call('HMGET', key, 's', 'c')
-  local start, count = stored[1], stored[2]  -- false when not stored
-  count = count and count + 0 or 0  -- (clock.lua: arithmetic converts once, tonumber twice)
-  if at then
-    if not start or start + 0 ~= at then return at, 0, false end
-    return at, count, count > 0
+local FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = 0, 0, 'PTTL', 'PEXPIRE'
+local function fixed_clock(now, shift)
+  if clock_passed then  -- from clock.lua, prepended
+    FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = 0, shift, 'PEXPIRETIME', 'PEXPIREAT'
+  else
+    FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = now, 0, 'PTTL', 'PEXPIRE'
   end
-  if count == 0 then return now, 0, false end
-  start = start + 0
-  if now >= start + period then return now, 0, false end
-  return start, count, true
 end
 
-local now_text, now_of_text = nil, nil
-local function fixed_store(key, start, period, open, before, count, now, min_ttl)
-  if not open then
-    local ends = start + period - now
-    local ttl = (ends - ends % 1000) / 1000
-    if ends % 1000 > 0 then ttl = ttl + 1 end
-    if ttl < 1 then ttl = 1 end
-    if ttl < min_ttl then ttl = min_ttl end
-    local text
-    if start == now then
-      if now_of_text ~= now then now_text, now_of_text = string.format('%.0f', now), now end
-      text = now_text
-    else
-      text = string.format('%.0f', start)
-    end
-    redis.call('HSET', key, 's', text, 'c', count)
-    redis.call('PEXPIRE', key, ttl)
-  elseif count ~= before then
-    redis.call('HINCRBY', key, 'c', count - before)
+-- The expiry argument of a window that ends at `ends` (µs): ms from now, or the instant, rounded
+-- up (by arithmetic: math.ceil is a library call, about 700 instructions), at least 1 ms on.
+local function fixed_expiry(ends)
+  local ms = (ends - FIXED_E0) / 1000
+  local whole = ms - ms % 1
+  if whole < ms then whole = whole + 1 end
+  if whole < 1 and not clock_passed then whole = 1 end
+  return whole + FIXED_SHIFT
+end
+
+-- A key of an earlier tollgate's layout (a hash), rewritten as a string that holds its open
+-- window's count until its end (or deleted, its window over). False for a key of another type.
+local function fixed_migrate(key, after, period)
+  if redis.call('TYPE', key).ok ~= 'hash' then return false end
+  local stored = redis.call('HMGET', key, 's', 'c')
+  local start, count = tonumber(stored[1]), tonumber(stored[2]) or 0
+  redis.call('DEL', key)
+  if start and count > 0 and after < start + period then
+    redis.call('SET', key, count)
+    redis.call(FIXED_EXPIRE, key, fixed_expiry(start + period))
   end
+  return true
+end
+
+local function fixed_end(key)
+  return FIXED_E0 + (redis.call(FIXED_TTL, key) - FIXED_SHIFT) * 1000
+end
+
+local function fixed_take(key, text, n, opens, after, period)
+  local count = redis.pcall('INCRBY', key, text)
+  if type(count) == 'table' then  -- WRONGTYPE (an earlier layout's hash?), or not a number
+    if not fixed_migrate(key, after, period) then return nil, count end
+    count = redis.call('INCRBY', key, text)
+  end
+  if count ~= n then
+    local ends = fixed_end(key)
+    -- Over (on the caller's clock Redis keeps a key past its end), or no expiry (not ours).
+    if ends > after then return count, ends, false end
+    redis.call('SET', key, text)
+  end
+  redis.call(FIXED_EXPIRE, key, fixed_expiry(opens))
+  return n, opens, true
+end
+
+local function fixed_untake(key, text, new)
+  if new then
+    redis.call('DEL', key)
+  else
+    redis.call('DECRBY', key, text)
+  end
+end
+
+local function fixed_trim(key, by)
+  redis.call('DECRBY', key, by)
+end
+
+local NOT_A_COUNT = {err = 'ERR value is not an integer or out of range'}
+local function fixed_read(key, after, period)
+  local count = redis.pcall('GET', key)
+  if type(count) == 'table' then
+    if not fixed_migrate(key, after, period) then return nil, count end
+    count = redis.call('GET', key)
+  end
+  if not count then return 0, nil end
+  count = tonumber(count)
+  if not count then return nil, NOT_A_COUNT end
+  local ends = fixed_end(key)
+  if ends <= after then return 0, nil end
+  return count, ends
+end
+
+local function fixed_fail(parts, upto, err)
+  for j = 1, upto do
+    local p = parts[j]
+    if p.taken then fixed_untake(p.key, p.text, p.new) end
+  end
+  error(err)
 end
 
 local function weighted_state(key, period, now)

@@ -28,6 +28,7 @@ use redis::{FromRedisValue, Value};
 use tokio::sync::oneshot;
 
 use crate::scripts::Batched;
+use crate::time::ScriptTime;
 use crate::{BackendError, Redis, RedisTime};
 
 /// Runs of one script (on one hash tag) under way at once, at most.
@@ -59,7 +60,7 @@ struct Pending {
 /// A queue's key: the script, on a cluster the slot of the call's first key (a batch goes to one
 /// slot; the keys of a call share a hash tag, so its slot), and the clock's arguments the run
 /// takes once for all its calls (now, '' for Redis `TIME`, and the minimum key TTL).
-type QueueKey = (&'static str, Option<Slot>, (String, u64));
+type QueueKey = (&'static str, Option<Slot>, ScriptTime);
 
 impl Redis {
     /// Runs `script` for one call (`keys`, `args`: as the script's body takes them) on `time`,
@@ -167,8 +168,13 @@ impl Redis {
             let ends = firsts.iter().skip(1).copied().chain([keys.len()]);
             args.extend(firsts.iter().zip(ends).map(|(first, end)| (end - first).to_string()));
         }
-        let (now, min_ttl) = &queue.2;
-        args.extend([now.clone(), min_ttl.to_string(), calls.len().to_string()]);
+        let time = &queue.2;
+        args.extend([
+            time.now.clone(),
+            time.min_ttl_ms.to_string(),
+            time.shift_ms.to_string(),
+            calls.len().to_string(),
+        ]);
         let reply = self.invoke::<Value>(&script.script, &keys, &args).await;
         let expected: usize = calls.iter().map(|c| c.len).sum();
         let mut elements = match reply {

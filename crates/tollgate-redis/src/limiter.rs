@@ -588,12 +588,13 @@ impl RedisLimiter {
     }
 
     /// ARGV of the refund and charge scripts (one call each): now, the call's n and two values,
-    /// the minimum TTL, then each limit's two numbers.
+    /// the minimum TTL, the expiry shift, then each limit's two numbers.
     fn args(&self, n: u64, third: String, fourth: String) -> Vec<String> {
-        let (now_arg, min_ttl) = self.inner.time.script_now();
+        let time = self.inner.time.script_now();
         let mut args = self.call_args(n, third, fourth);
-        args.insert(0, now_arg);
-        args.insert(4, min_ttl.to_string());
+        args.insert(0, time.now);
+        args.insert(4, time.min_ttl_ms.to_string());
+        args.insert(5, time.shift_ms.to_string());
         args
     }
 }

@@ -79,6 +79,6 @@ pub(crate) static CHARGE: LazyLock<Script> = script!("window_lib.lua", "charge.l
 // mode, then 3 per counter; reply: admitted, then 2 per counter.
 pub(crate) static COUNTERS: LazyLock<Batched> =
     batched!(["window_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (1, 3), reply: (1, 2));
-pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("counters_scan.lua");
-pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("counters_reset.lua");
+pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("window_lib.lua", "counters_scan.lua");
+pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("window_lib.lua", "counters_reset.lua");
 pub(crate) static RESET: LazyLock<Script> = script!("reset.lua");

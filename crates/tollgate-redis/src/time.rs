@@ -74,6 +74,22 @@ impl AnyClock for At {
 /// may run at any pace, and a key must not expire between two steps of a test.
 const CLOCK_MIN_TTL_MS: u64 = 60_000;
 
+/// Where a key decided on a clock at 1970 (a [`tollgate::ManualClock`]) expires, past its end on
+/// that clock (ms): 2^44, about 557 years, past any Redis `TIME`, and still written whole by Lua.
+const FAR_SHIFT_MS: u64 = 1 << 44;
+
+/// What the scripts are told of the time (`clock.lua`, `run.lua`, `window_lib.lua`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ScriptTime {
+    /// Now in µs, or empty: Redis `TIME`.
+    pub(crate) now: String,
+    /// The least TTL of a key (ms of real time): 0 on Redis `TIME`.
+    pub(crate) min_ttl_ms: u64,
+    /// How far past its end on the clock a fixed window's key expires (ms), so that Redis's
+    /// clock never drops a window the passed-in clock still counts: 0 on Redis `TIME`.
+    pub(crate) shift_ms: u64,
+}
+
 impl RedisTime {
     /// Redis `TIME`: what production runs on.
     pub fn redis() -> RedisTime {
@@ -148,10 +164,16 @@ impl RedisTime {
 
     /// The scripts' `now` argument (µs, or empty for Redis `TIME`: `clock.lua`) and the least
     /// TTL their keys get, in ms.
-    pub(crate) fn script_now(&self) -> (String, u64) {
+    pub(crate) fn script_now(&self) -> ScriptTime {
         match self.now_us() {
-            Some(now) => (now.to_string(), CLOCK_MIN_TTL_MS),
-            None => (String::new(), 0),
+            Some(now) => {
+                // A clock placed on the calendar (a system clock) has its keys expire a minute
+                // after their ends in real time; one at 1970 (a manual clock) far in the future.
+                let origin_ms = self.clock.unix_origin_ns() / 1_000_000;
+                let shift_ms = if origin_ms > 0 { origin_ms + CLOCK_MIN_TTL_MS } else { FAR_SHIFT_MS };
+                ScriptTime { now: now.to_string(), min_ttl_ms: CLOCK_MIN_TTL_MS, shift_ms }
+            }
+            None => ScriptTime { now: String::new(), min_ttl_ms: 0, shift_ms: 0 },
         }
     }
 

@@ -115,11 +115,11 @@ fn limiter_decisions_that_arrive_together_share_runs_on_every_algorithm() {
 fn a_failing_call_fails_alone_in_its_run() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let server = RedisServer::start();
-    server.cli(&["SET", "rl:{t}:string", "x"]);
+    server.cli(&["LPUSH", "rl:{t}:list", "x"]);
     runtime.block_on(async {
         let redis = Redis::connect_with(&server.url(), options()).await.unwrap();
         let time = clock_time();
-        let calls: Vec<_> = ["rl:{t}:a", "rl:{t}:string", "rl:{t}:b", "rl:{t}:a"]
+        let calls: Vec<_> = ["rl:{t}:a", "rl:{t}:list", "rl:{t}:b", "rl:{t}:a"]
             .into_iter()
             .map(|key| {
                 let (redis, time) = (redis.clone(), time.clone());
@@ -135,9 +135,9 @@ fn a_failing_call_fails_alone_in_its_run() {
         let remaining = |i: usize| answers[i].as_ref().unwrap().counters[0].0.remaining;
         assert_eq!((remaining(0), remaining(2), remaining(3)), (8, 8, 6));
         let err = answers[1].as_ref().unwrap_err();
-        assert!(matches!(err, BackendError::WrongType { key, .. } if key == "rl:{t}:string"), "{err}");
+        assert!(matches!(err, BackendError::WrongType { key, .. } if key == "rl:{t}:list"), "{err}");
         assert!(!err.is_transient(), "{err}");
-        assert_eq!(server.cli(&["EXISTS", "rl:{t}:string:second"]).trim(), "0", "the failed call wrote nothing");
+        assert_eq!(server.cli(&["EXISTS", "rl:{t}:list:second"]).trim(), "0", "the failed call wrote nothing");
     });
 }
 

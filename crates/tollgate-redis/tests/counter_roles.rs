@@ -73,3 +73,48 @@ fn each_part_of_a_counters_role_word_decides_as_the_counter_says() {
         "every pooled counter over (3 > 2): refused, the pooled one charged, the other untouched"
     );
 }
+
+/// A window an earlier tollgate stored (a hash {s = start µs, c = count}) goes on in the string
+/// layout: the first decision that touches it rewrites it with its count and end, whether it
+/// takes or only checks; one already over starts anew. The library's fixed window shares the
+/// layout (window_lib.lua), so this holds for `RedisLimiter` too.
+#[test]
+fn a_window_stored_in_the_earlier_layout_goes_on_in_this_one() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let redis = runtime.block_on(Redis::connect(&server.url())).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1000));
+    let time = RedisTime::clock(clock.clone());
+    let decide = |counters: &[WindowCounter], mode| {
+        seen(&runtime.block_on(decide_windows(&redis, counters, mode, &time)).unwrap())
+    };
+    let old = |key: &str, opened_ago_s: u64, count: u64| {
+        let start = (time.now_us().unwrap() - opened_ago_s * 1_000_000).to_string();
+        server.cli(&["HSET", &format!("{{roles}}:{key}"), "s", &start, "c", &count.to_string()]);
+    };
+
+    old("taken", 20, 4);
+    assert_eq!(decide(&[counter("taken", 10, 1)], CountersMode::Take), (true, vec![(5, 40_000, false)]));
+    assert_eq!(server.cli(&["TYPE", "{roles}:taken"]).trim(), "string");
+    assert_eq!(server.cli(&["GET", "{roles}:taken"]).trim(), "5");
+    clock.advance(Duration::from_secs(40));
+    assert_eq!(decide(&[counter("taken", 10, 1)], CountersMode::Take), (true, vec![(9, 60_000, false)]), "it ended");
+
+    old("checked", 30, 7);
+    assert_eq!(decide(&[counter("checked", 10, 1)], CountersMode::Check), (true, vec![(3, 30_000, false)]));
+
+    old("over", 61, 9);
+    assert_eq!(decide(&[counter("over", 10, 1)], CountersMode::Take), (true, vec![(9, 60_000, false)]));
+
+    // A key of another type is no window: the call fails, and counts on no other key.
+    server.cli(&["LPUSH", "{roles}:list", "x"]);
+    let failed = runtime.block_on(decide_windows(
+        &redis,
+        &[counter("first", 10, 1), counter("list", 10, 1)],
+        CountersMode::Take,
+        &time,
+    ));
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(server.cli(&["EXISTS", "{roles}:first"]).trim(), "0", "the first counter gave its hit back");
+}

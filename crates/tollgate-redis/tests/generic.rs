@@ -38,23 +38,26 @@ impl Lcg {
 
 /// The generic body: a random walk of (advance, key, n) applied to both, compared step by step;
 /// some leases are given back later (a real refund on both sides: what still counts returns).
+/// The clock moves in whole `tick_us`: what the Redis side times its windows to (a fixed
+/// window's end is its key's expiry, a whole millisecond).
 async fn same_decisions<A: Algorithm>(
     memory: Keyed<String, A, ManualClock>,
     redis: RedisLimiter,
     clock: &ManualClock,
-    period_us: u64,
+    (period_us, tick_us): (u64, u64),
     capacity: u64,
     seed: u64,
 ) {
     let mut rng = Lcg(seed);
     let mut held: Vec<(&str, Lease, Lease)> = Vec::new();
     for step in 0..400 {
-        // Mostly small steps, sometimes exact period boundaries, sometimes long gaps; all whole µs.
+        // Mostly small steps, sometimes exact period boundaries, sometimes long gaps; all whole
+        // ticks.
         let advance = match rng.next(10) {
             0 => period_us,
             1 => period_us * rng.next(4),
             2 | 3 => 0,
-            _ => rng.next(period_us / 3 + 1),
+            _ => rng.next(period_us / 3 + 1) / tick_us * tick_us,
         };
         clock.advance(Duration::from_micros(advance));
         let key = ["a", "b"][rng.next(2) as usize];
@@ -115,7 +118,7 @@ async fn token_bucket_matches_memory() {
         clock.advance(Duration::from_secs(1000 + i as u64));
         let memory = Keyed::builder(TokenBucket::new(q)).clock(clock.clone()).build();
         let redis = setup(&server, AlgorithmKind::TokenBucket, q, &clock).await;
-        same_decisions(memory, redis, &clock, q.period().as_micros() as u64, q.burst(), i as u64 + 1).await;
+        same_decisions(memory, redis, &clock, (q.period().as_micros() as u64, 1), q.burst(), i as u64 + 1).await;
     }
 }
 
@@ -127,7 +130,7 @@ async fn fixed_window_matches_memory() {
         clock.advance(Duration::from_secs(2000 + i as u64));
         let memory = Keyed::builder(FixedWindow::new(q)).clock(clock.clone()).build();
         let redis = setup(&server, AlgorithmKind::FixedWindow, q, &clock).await;
-        same_decisions(memory, redis, &clock, q.period().as_micros() as u64, q.limit(), i as u64 + 11).await;
+        same_decisions(memory, redis, &clock, (q.period().as_micros() as u64, 1000), q.limit(), i as u64 + 11).await;
     }
 }
 
@@ -139,7 +142,7 @@ async fn weighted_window_matches_memory() {
         clock.advance(Duration::from_secs(3000 + i as u64));
         let memory = Keyed::builder(WeightedWindow::new(q)).clock(clock.clone()).build();
         let redis = setup(&server, AlgorithmKind::WeightedWindow, q, &clock).await;
-        same_decisions(memory, redis, &clock, q.period().as_micros() as u64, q.limit(), i as u64 + 21).await;
+        same_decisions(memory, redis, &clock, (q.period().as_micros() as u64, 1), q.limit(), i as u64 + 21).await;
     }
 }
 
@@ -151,6 +154,6 @@ async fn sliding_log_matches_memory() {
         clock.advance(Duration::from_secs(4000 + i as u64));
         let memory = Keyed::builder(SlidingLog::new(q)).clock(clock.clone()).build();
         let redis = setup(&server, AlgorithmKind::SlidingLog, q, &clock).await;
-        same_decisions(memory, redis, &clock, q.period().as_micros() as u64, q.limit(), i as u64 + 31).await;
+        same_decisions(memory, redis, &clock, (q.period().as_micros() as u64, 1), q.limit(), i as u64 + 31).await;
     }
 }

@@ -96,7 +96,7 @@ async fn a_later_local_rejection_gives_the_redis_permits_back() {
         )),
     ))
     .await;
-    let count = || server.cli(&["HGET", "refund:{a}:key", "c"]);
+    let count = || server.cli(&["GET", "refund:{a}:key"]);
 
     assert_eq!(fetch(app, "a").await.status(), StatusCode::OK);
     assert_eq!(count(), "1");

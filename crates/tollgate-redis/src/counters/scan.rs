@@ -1,4 +1,4 @@
-//! Listing and deleting the rate-limit server's counters ([`super::decide_windows`]' hashes):
+//! Listing and deleting the rate-limit server's counters ([`super::decide_windows`]' windows):
 //! what `GET` and `DELETE /counters/{namespace}` need with counters in Redis.
 //!
 //! Listing is a SCAN, one step per call, so no call blocks Redis for long however many keys it
@@ -14,36 +14,32 @@ use crate::{BackendError, Keyspace, Redis, RedisTime, scripts};
 pub struct StoredWindow {
     /// The Redis key.
     pub key: String,
-    /// When its window opened (µs, on the clock that decided it).
-    pub start_us: u64,
+    /// When its window ends (µs, on the clock that decided it).
+    pub end_us: u64,
     /// Hits counted in that window.
     pub count: u64,
 }
 
 impl StoredWindow {
     /// The hits left and the time until the window ends (µs) at `now_us`, for a limit of
-    /// `limit` per `window`, or per calendar window when `calendar` is the current one's
-    /// (start, end) in µs (as [`super::WindowCounter::calendar`]: a counter stored for another
-    /// start is from an older window). `None` when the window is over or empty: the counter
-    /// starts full again, as `decide_windows` would see it.
+    /// `limit`; for a calendar limit, `calendar` is the current window's (start, end) in µs (as
+    /// [`super::WindowCounter::calendar`]: a counter that ended before it started is from an
+    /// older window). `None` when the window is over or empty: the counter starts full again, as
+    /// `decide_windows` would see it.
     ///
     /// ```
-    /// use std::time::Duration;
     /// use tollgate_redis::counters::StoredWindow;
-    /// let w = StoredWindow { key: "rl:{api}:x".into(), start_us: 1_000_000, count: 3 };
-    /// let minute = Duration::from_secs(60);
-    /// assert_eq!(w.state(5, minute, None, 31_000_000), Some((2, 30_000_000)));
-    /// assert_eq!(w.state(5, minute, None, 61_000_000), None, "over");
-    /// assert_eq!(w.state(5, minute, Some((1_000_000, 90_000_000)), 61_000_000), Some((2, 29_000_000)));
-    /// assert_eq!(w.state(5, minute, Some((90_000_000, 180_000_000)), 91_000_000), None, "an older window");
+    /// let w = StoredWindow { key: "rl:{api}:x".into(), end_us: 61_000_000, count: 3 };
+    /// assert_eq!(w.state(5, None, 31_000_000), Some((2, 30_000_000)));
+    /// assert_eq!(w.state(5, None, 61_000_000), None, "over");
+    /// assert_eq!(w.state(5, Some((1_000_000, 61_000_000)), 31_000_000), Some((2, 30_000_000)));
+    /// assert_eq!(w.state(5, Some((61_000_000, 121_000_000)), 61_000_000), None, "an older window");
     /// ```
-    pub fn state(&self, limit: u64, window: Duration, calendar: Option<(u64, u64)>, now_us: u64) -> Option<(u64, u64)> {
-        let end = match calendar {
-            Some((start, end)) if start == self.start_us => end,
-            Some(_) => return None,
-            None => self.start_us.saturating_add(window_us(window)),
-        };
-        (self.count > 0 && now_us < end).then(|| (limit.saturating_sub(self.count), end - now_us))
+    pub fn state(&self, limit: u64, calendar: Option<(u64, u64)>, now_us: u64) -> Option<(u64, u64)> {
+        if calendar.is_some_and(|(start, _)| self.end_us <= start) {
+            return None;
+        }
+        (self.count > 0 && now_us < self.end_us).then(|| (limit.saturating_sub(self.count), self.end_us - now_us))
     }
 }
 
@@ -97,8 +93,9 @@ pub async fn scan_windows(
     count: usize,
     time: &RedisTime,
 ) -> Result<WindowPage, BackendError> {
-    let (now, _) = time.script_now();
-    let args = [now, cursor.to_string(), keyspace.pattern(tag), count.max(1).to_string()];
+    let time = time.script_now();
+    let args =
+        [time.now, cursor.to_string(), keyspace.pattern(tag), count.max(1).to_string(), time.shift_ms.to_string()];
     // Any key with the tag routes the step to the node its keys are on.
     let reply: Vec<Vec<u8>> = redis.invoke(&scripts::COUNTERS_SCAN, &[keyspace.head(tag)], &args).await?;
     let number = |i: usize| reply.get(i).and_then(|b| std::str::from_utf8(b).ok()?.parse::<u64>().ok());
@@ -110,7 +107,7 @@ pub async fn scan_windows(
             let number = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
             Some(StoredWindow {
                 key: String::from_utf8(found[0].clone()).ok()?,
-                start_us: number(&found[1])?,
+                end_us: number(&found[1])?,
                 count: number(&found[2])?,
             })
         })
@@ -138,11 +135,15 @@ pub async fn delete_windows(redis: &Redis, counters: &[WindowKey], time: &RedisT
         return Ok(0);
     }
     let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
-    let mut args = Vec::with_capacity(1 + 3 * counters.len());
-    args.push(time.script_now().0);
+    let time = time.script_now();
+    let mut args = Vec::with_capacity(2 + 2 * counters.len());
+    args.extend([time.now, time.shift_ms.to_string()]);
     for c in counters {
-        let (start, end) = c.calendar.unwrap_or((0, 0));
-        args.extend([window_us(c.window).to_string(), start.to_string(), end.to_string()]);
+        let (period, start) = match c.calendar {
+            Some((start, end)) => (end.saturating_sub(start), start),
+            None => (window_us(c.window), 0),
+        };
+        args.extend([period.to_string(), start.to_string()]);
     }
     redis.invoke(&scripts::COUNTERS_RESET, &keys, &args).await
 }

@@ -144,8 +144,7 @@ impl RedisCounters {
                 let Some((id, values)) = parse_counter_key(&self.keyspace, namespace, &window.key) else { return true };
                 let Some(&(index, limit)) = by_id.get(&id) else { return true };
                 let calendar = calendars.get(&id).copied();
-                let Some((remaining, reset_us)) = window.state(limit.max_value(), limit.window(), calendar, now_us)
-                else {
+                let Some((remaining, reset_us)) = window.state(limit.max_value(), calendar, now_us) else {
                     return true;
                 };
                 let remaining = remaining.saturating_add(held(&window.key, limit)).min(limit.max_value());
