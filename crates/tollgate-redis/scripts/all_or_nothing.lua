@@ -16,9 +16,12 @@
 -- decide(n) -> admitted (0|1), limiting
 --   Over parts 1..n: limiting is the first enforcing part without room (1-based; 0 when
 --   admitted).
+-- fresh_meta() -> meta
+--   The call's metadata, empty ({reset = 0, retry = 0}): one table kept across the calls of a
+--   run, emptied for each (a table per call is an allocation).
 -- tighter(meta, limit, remaining, reset, retry)
---   Folds a part's metadata into meta (a table, first {reset = 0, retry = 0}): the smallest
---   remaining (and its limit), the latest reset and the longest retry.
+--   Folds a part's metadata into meta: the smallest remaining (and its limit), the latest reset
+--   and the longest retry.
 -- reply(r, admitted, meta, now, wait)
 --   Writes the limiter scripts' reply at answer[r + 1 ..] (batch.lua):
 --   {admitted (0|1), limit, remaining, reset_us, retry_us, now_us (the decision's time)[, wait_us]},
@@ -41,6 +44,12 @@ local function decide(n)
     if not p.fits and p.enforce ~= false then return 0, i end
   end
   return 1, 0
+end
+
+local META = {limit = 0, remaining = 0, reset = 0, retry = 0}
+local function fresh_meta()
+  META.limit, META.remaining, META.reset, META.retry = nil, nil, 0, 0
+  return META
 end
 
 local function tighter(meta, limit, remaining, reset, retry)

@@ -54,9 +54,11 @@ fixed_clock(now, SHIFT)  -- from window_lib.lua, prepended (SHIFT: run.lua)
 -- nothing more.
 for i = 1, nkeys do
   local at = a - 2 + 3 * i  -- ARGV[2 + 3(i-1)]
-  local lim, period, role = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2]
+  -- The period stays text until a window opens (a conversion is a strtod: an open window has no
+  -- use for it).
+  local lim, period, role = ARGV[at] + 0, ARGV[at + 1], ARGV[at + 2]
   local kind, hits, text, pooled, till, ago = role, 1, '1', nil, nil, nil
-  local opens, after = now + period, now  -- where a window opening now ends; what an open one outlasts
+  local opens, after = nil, now  -- where a window opening now ends (nil: now + period); what an open one outlasts
   if #role > 1 then
     kind = string.sub(role, 1, 1)
     text = string.match(role, '%*(%d+)') or '1'
@@ -70,6 +72,7 @@ for i = 1, nkeys do
       period, opens = till - from, till
       if from > now then after = from end  -- a window stored before this one started is older
     elseif ago then
+      period = period + 0
       local start = now - math.min(ago, period - 1)
       if start < 0 then start = 0 end
       opens = start + period
@@ -85,7 +88,7 @@ for i = 1, nkeys do
   else
     count, ends = fixed_read(key, after, period)
     if not count then fixed_fail(PARTS, i - 1, ends) end
-    ends = ends or opens
+    ends = ends or opens or now + period
   end
   local w = PARTS[i] or part(i, {key = '', lim = 0, hits = 0, text = '', count = 0, ends = 0, new = false, taken = false,
                                   charge = false, pooled = false, calendar = false, fits = false, enforce = false})

@@ -28,10 +28,10 @@ fixed_clock(now, SHIFT)  -- from window_lib.lua, prepended (SHIFT: run.lua)
 local taken = n > 0 and mode ~= '0'
 for i = 1, nkeys do
   local lim = ARGV[a + 1 + 2 * i] + 0  -- ARGV[4 + 2(i-1)]
-  local period = ARGV[a + 2 + 2 * i] + 0
+  local period = ARGV[a + 2 + 2 * i]  -- text until a window opens (window_lib.lua)
   local key, count, ends, new = KEYS[k + i - 1], 0, nil, false
   if taken then  -- fixed_take, fixed_read, fixed_fail: from window_lib.lua, prepended
-    count, ends, new = fixed_take(key, text, n, now + period, now, period)
+    count, ends, new = fixed_take(key, text, n, nil, now, period)
     if not count then fixed_fail(PARTS, i - 1, ends) end
     count = count - n
   else
@@ -45,7 +45,7 @@ for i = 1, nkeys do
 end
 local admitted = decide(nkeys)
 
-local meta = {reset = 0, retry = 0}  -- folded by tighter (all_or_nothing.lua)
+local meta = fresh_meta()  -- folded by tighter (all_or_nothing.lua)
 for i = 1, nkeys do
   local w = PARTS[i]
   local ends = w.ends - now
@@ -56,7 +56,8 @@ for i = 1, nkeys do
     tighter(meta, w.lim, w.lim - count, ends, retry)
   else
     if taken then fixed_untake(w.key, text, w.new) end
-    local remaining, reset, retry = math.max(w.lim - w.count, 0), 0, 0
+    local remaining, reset, retry = w.lim - w.count, 0, 0
+    if remaining < 0 then remaining = 0 end
     if w.count > 0 then reset = ends end
     if not w.fits then
       retry = ends

@@ -42,7 +42,7 @@ local admitted, limiting = decide(nkeys)
 
 -- Taken only if all admitted; metadata of the state each log is left in.
 local take = admitted == 1 and n > 0 and mode ~= '0'
-local meta = {reset = 0, retry = 0}  -- folded by tighter (all_or_nothing.lua)
+local meta = fresh_meta()  -- folded by tighter (all_or_nothing.lua)
 for i = 1, nkeys do
   local key = KEYS[k + i - 1]
   local l = PARTS[i]

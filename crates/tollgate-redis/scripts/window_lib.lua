@@ -17,8 +17,9 @@
 -- fixed_take(key, text, n, opens, after, period) -> count, ends, new
 --   Counts n (`text`: n as the caller sent it, so no number is formatted) in the key's window:
 --   the one open (it ends after `after`: now, or a calendar window's start if later), or (none
---   open) one opening now that ends at `opens` (µs); `period` is the window's length (what an
---   earlier layout's key is read with). Returns the count after, the window's end, and whether
+--   open) one opening now that ends at `opens` (µs; nil: `after + period`); `period` is the
+--   window's length, a number or its text (converted only when a window opens, or an earlier
+--   layout's key is read). Returns the count after, the window's end, and whether
 --   the window is new (then the key did not hold it before); nil and the error for a key that
 --   holds no count (another type, or text), which is left as it was. Taken before the call is
 --   decided: fixed_untake gives it back.
@@ -50,13 +51,11 @@ local function fixed_clock(now, shift)
 end
 
 -- The expiry argument of a window that ends at `ends` (µs): ms from now, or the instant, rounded
--- up (by arithmetic: math.ceil is a library call, about 700 instructions), at least 1 ms on.
+-- up, at least 1 ms on.
 local function fixed_expiry(ends)
-  local ms = (ends - FIXED_E0) / 1000
-  local whole = ms - ms % 1
-  if whole < ms then whole = whole + 1 end
-  if whole < 1 and not clock_passed then whole = 1 end
-  return whole + FIXED_SHIFT
+  local ms = ceil((ends - FIXED_E0) / 1000)  -- from clock.lua, prepended
+  if ms < 1 and not clock_passed then ms = 1 end
+  return ms + FIXED_SHIFT
 end
 
 -- A key of an earlier tollgate's layout (a hash), rewritten as a string that holds its open
@@ -89,6 +88,7 @@ local function fixed_take(key, text, n, opens, after, period)
     if ends > after then return count, ends, false end
     redis.call('SET', key, text)
   end
+  opens = opens or after + period
   redis.call(FIXED_EXPIRE, key, fixed_expiry(opens))
   return n, opens, true
 end
@@ -105,7 +105,6 @@ local function fixed_trim(key, by)
   redis.call('DECRBY', key, by)
 end
 
-local NOT_A_COUNT = {err = 'ERR value is not an integer or out of range'}
 local function fixed_read(key, after, period)
   local count = redis.pcall('GET', key)
   if type(count) == 'table' then
@@ -114,7 +113,7 @@ local function fixed_read(key, after, period)
   end
   if not count then return 0, nil end
   count = tonumber(count)
-  if not count then return nil, NOT_A_COUNT end
+  if not count then return nil, {err = 'ERR value is not an integer or out of range'} end
   local ends = fixed_end(key)
   if ends <= after then return 0, nil end
   return count, ends
