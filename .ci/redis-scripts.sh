@@ -87,7 +87,7 @@ call_words() {
 run_words() { # NAME REV NOW -> what a batched run takes after its calls (and key counts), before the number of calls
   if is_batched "$1" "${2:-}" && show_at "${2:-}" src/scripts.rs | grep -q 'scripts/run.lua'; then
     printf '%s\n' "$3" 0
-    # The expiry shift (window_lib.lua's fixed_clock), since fixed windows are string keys: 0 on
+    # The expiry shift (fixed_lib.lua's fixed_clock), since fixed windows are string keys: 0 on
     # Redis TIME; on a passed-in now, 2^44 (a manual clock's: RedisTime's FAR_SHIFT_MS).
     if show_at "${2:-}" scripts/run.lua | grep -q 'SHIFT'; then
       if [[ -z $3 ]]; then echo 0; else echo 17592186044416; fi

@@ -1,5 +1,5 @@
 -- all_or_nothing.lua: how every script that decides several keys together decides, written once.
--- Not run alone: it is prepended (after clock.lua and window_lib.lua) to token_bucket.lua,
+-- Not run alone: it is prepended (after clock.lua and fixed_lib.lua) to token_bucket.lua,
 -- fixed_window.lua, weighted_window.lua, sliding_log.lua and counters.lua, so each call is still
 -- one EVALSHA. The rule is the Rust side's `tollgate::AllOrNothing`: the call is admitted when
 -- every enforcing part has room (a part that only counts never denies); then every part with room

@@ -15,7 +15,7 @@
 -- ARGV[3]   algorithm: 'token_bucket' | 'fixed_window' | 'weighted_window' | 'sliding_log'.
 -- ARGV[4]   unused (the decision scripts' fourth argument).
 -- ARGV[5]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
--- ARGV[6]   the expiry shift in ms (window_lib.lua's fixed_clock: 0 on Redis TIME).
+-- ARGV[6]   the expiry shift in ms (fixed_lib.lua's fixed_clock: 0 on Redis TIME).
 -- ARGV[7 + 2(i-1)], ARGV[8 + 2(i-1)]  limit i's two numbers, as the decision script takes them
 --           (token bucket: emission interval µs, burst; the others: limit, period µs).
 --
@@ -30,7 +30,7 @@ end
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local algorithm = ARGV[3]
 local min_ttl = tonumber(ARGV[5])
-fixed_clock(now, tonumber(ARGV[6]))  -- from window_lib.lua, prepended
+fixed_clock(now, tonumber(ARGV[6]))  -- from fixed_lib.lua, prepended
 
 for i = 1, #KEYS - 1 do
   local key = KEYS[i]
@@ -43,7 +43,7 @@ for i = 1, #KEYS - 1 do
     redis.call('SET', key, string.format('%.0f', tat), 'PX', ttl)
   elseif algorithm == 'fixed_window' then
     -- a = limit, b = period: counted in the current window, or in one opened now.
-    local counted, err = fixed_take(key, string.format('%.0f', n), n, now + b, now, b)  -- from window_lib.lua, prepended
+    local counted, err = fixed_take(key, string.format('%.0f', n), n, now + b, now, b)  -- from fixed_lib.lua, prepended
     if not counted then return err end
   elseif algorithm == 'weighted_window' then
     -- b = period: counted in the current window.

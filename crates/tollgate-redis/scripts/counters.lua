@@ -6,7 +6,7 @@
 -- ARGV[j] is ARGV[a + j - 1]; it writes its reply at answer[r + 1 ..]. The time (NOW, on the server's TIME
 -- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
--- KEYS[i]   counter i: its window's count, expiring when the window ends (window_lib.lua). Keys
+-- KEYS[i]   counter i: its window's count, expiring when the window ends (fixed_lib.lua). Keys
 --           share a hash tag.
 -- ARGV[1]   mode: 0 = check (take nothing), 1 = check and take: every counter takes its hits if
 --           they fit in every enforcing counter, else none does (a counter that does not
@@ -46,7 +46,7 @@
 local now = NOW  -- from run.lua, prepended
 local mode = ARGV[a]
 local any_pooled = false
-fixed_clock(now, SHIFT)  -- from window_lib.lua, prepended (SHIFT: run.lua)
+fixed_clock(now, SHIFT)  -- from fixed_lib.lua, prepended (SHIFT: run.lua)
 
 -- Does every enforcing counter admit? (part, decide: from all_or_nothing.lua, prepended) A
 -- counter the call may count on takes its hits at once (fixed_take: INCRBY), before the call is
@@ -78,7 +78,7 @@ for i = 1, nkeys do
       opens = start + period
     end
   end
-  -- fixed_take, fixed_read: from window_lib.lua, prepended
+  -- fixed_take, fixed_read: from fixed_lib.lua, prepended
   local key, count, ends, new = KEYS[k + i - 1], 0, nil, false
   local taken = hits > 0 and mode ~= '0'
   if taken then
@@ -116,7 +116,7 @@ for i = 1, nkeys do
   if w.hits > 0 and ((mode == '1' and ((admitted == 1 and fits) or w.charge)) or (mode == '2' and fits) or mode == '3') then
     if count + w.hits <= lim then keep = count + w.hits elseif lim > count then keep = lim end
   end
-  if w.taken and keep ~= count + w.hits then  -- fixed_untake, fixed_trim: from window_lib.lua
+  if w.taken and keep ~= count + w.hits then  -- fixed_untake, fixed_trim: from fixed_lib.lua
     if keep == count then
       fixed_untake(w.key, w.text, w.new)
     else

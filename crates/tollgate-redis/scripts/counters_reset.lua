@@ -2,10 +2,10 @@
 -- its next window full, and counts those that held hits in a window still open (the counters a
 -- listing shows) as of `now`.
 --
--- KEYS[i]   counter i: its window's count, expiring when the window ends (window_lib.lua). Keys
+-- KEYS[i]   counter i: its window's count, expiring when the window ends (fixed_lib.lua). Keys
 --           share a hash tag.
 -- ARGV[1]   now in microseconds, or '' to read the server's TIME.
--- ARGV[2]   the expiry shift in ms (window_lib.lua's fixed_clock: 0 on Redis TIME).
+-- ARGV[2]   the expiry shift in ms (fixed_lib.lua's fixed_clock: 0 on Redis TIME).
 -- ARGV[1 + 2i]  counter i: window in microseconds (what an earlier layout's key is read with).
 -- ARGV[2 + 2i]  counter i: the current calendar window's start in microseconds on the same
 --               clock as now (0 for a window opened by its first hit): a counter that ended
@@ -16,7 +16,7 @@
 -- before another call changed it.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
-fixed_clock(now, ARGV[2] + 0)  -- from window_lib.lua, prepended
+fixed_clock(now, ARGV[2] + 0)  -- from fixed_lib.lua, prepended
 local live = 0
 for i, key in ipairs(KEYS) do
   -- A key of another type is deleted too, but not counted (fixed_read fails on it).

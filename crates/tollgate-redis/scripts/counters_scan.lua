@@ -8,7 +8,7 @@
 -- ARGV[2]   SCAN cursor ('0' to start).
 -- ARGV[3]   MATCH pattern (glob characters in the prefix and namespace escaped by the caller).
 -- ARGV[4]   COUNT: how much of the keyspace this step looks at (not how many keys it returns).
--- ARGV[5]   the expiry shift in ms (window_lib.lua's fixed_clock: 0 on Redis TIME).
+-- ARGV[5]   the expiry shift in ms (fixed_lib.lua's fixed_clock: 0 on Redis TIME).
 --
 -- Returns {next cursor ('0' when the scan is over), now_us, then for each key found: key,
 --          the window's end (µs), its count}; a key of another type is left out (so is one an
@@ -16,7 +16,7 @@
 --          that every key present throughout is seen at least once). Reads only.
 
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
-fixed_clock(now, ARGV[5] + 0)  -- from window_lib.lua, prepended
+fixed_clock(now, ARGV[5] + 0)  -- from fixed_lib.lua, prepended
 local found = redis.call('SCAN', ARGV[2], 'MATCH', ARGV[3], 'COUNT', ARGV[4])
 local reply = {found[1], string.format('%.0f', now)}
 for _, key in ipairs(found[2]) do

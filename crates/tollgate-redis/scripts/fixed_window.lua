@@ -5,7 +5,7 @@
 -- ARGV[j] is ARGV[a + j - 1]; it writes its reply at answer[r + 1 ..]. The time (NOW, on the server's TIME
 -- or the caller's clock) and the minimum key TTL (MIN_TTL, ms) are the run's (run.lua).
 --
--- KEYS[i]   counter i: its window's count, expiring when the window ends (window_lib.lua). Keys
+-- KEYS[i]   counter i: its window's count, expiring when the window ends (fixed_lib.lua). Keys
 --           share a hash tag.
 -- ARGV[1]   n: permits asked for (0 = probe).
 -- ARGV[2]   mode: 0 = check (take nothing), 1 = take.
@@ -21,16 +21,16 @@ local now = NOW  -- from run.lua, prepended
 local text = ARGV[a]
 local n = text + 0
 local mode = ARGV[a + 1]
-fixed_clock(now, SHIFT)  -- from window_lib.lua, prepended (SHIFT: run.lua)
+fixed_clock(now, SHIFT)  -- from fixed_lib.lua, prepended (SHIFT: run.lua)
 
 -- A call that takes counts its permits at once (fixed_take: INCRBY) and gives them back if it is
 -- not admitted: an admitted call writes nothing more.
 local taken = n > 0 and mode ~= '0'
 for i = 1, nkeys do
   local lim = ARGV[a + 1 + 2 * i] + 0  -- ARGV[4 + 2(i-1)]
-  local period = ARGV[a + 2 + 2 * i]  -- text until a window opens (window_lib.lua)
+  local period = ARGV[a + 2 + 2 * i]  -- text until a window opens (fixed_lib.lua)
   local key, count, ends, new = KEYS[k + i - 1], 0, nil, false
-  if taken then  -- fixed_take, fixed_read, fixed_fail: from window_lib.lua, prepended
+  if taken then  -- fixed_take, fixed_read, fixed_fail: from fixed_lib.lua, prepended
     count, ends, new = fixed_take(key, text, n, nil, now, period)
     if not count then fixed_fail(PARTS, i - 1, ends) end
     count = count - n

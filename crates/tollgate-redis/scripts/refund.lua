@@ -8,7 +8,7 @@
 -- ARGV[3]   algorithm: 'token_bucket' | 'fixed_window' | 'weighted_window' | 'sliding_log'.
 -- ARGV[4]   granted_at: the decision's time in microseconds (its now_us), on the same clock.
 -- ARGV[5]   minimum key TTL in milliseconds (0 in production; tests on a manual clock raise it).
--- ARGV[6]   the expiry shift in ms (window_lib.lua's fixed_clock: 0 on Redis TIME).
+-- ARGV[6]   the expiry shift in ms (fixed_lib.lua's fixed_clock: 0 on Redis TIME).
 -- ARGV[7 + 2(i-1)], ARGV[8 + 2(i-1)]  limit i's two numbers, as the decision script took them
 --           (token bucket: emission interval µs, burst; the others: limit, period µs).
 --
@@ -19,7 +19,7 @@ local n = tonumber(ARGV[2])
 local algorithm = ARGV[3]
 local granted_at = tonumber(ARGV[4])
 local min_ttl = tonumber(ARGV[5])
-fixed_clock(now, tonumber(ARGV[6]))  -- from window_lib.lua, prepended
+fixed_clock(now, tonumber(ARGV[6]))  -- from fixed_lib.lua, prepended
 local refunded = 0
 
 for i, key in ipairs(KEYS) do
@@ -41,7 +41,7 @@ for i, key in ipairs(KEYS) do
   elseif algorithm == 'fixed_window' then
     -- b = period: only the window the grant was counted in (it opened b before its end: on
     -- Redis TIME an end is read to within a millisecond), while it lasts.
-    local count, ends = fixed_read(key, now, b)  -- from window_lib.lua, prepended
+    local count, ends = fixed_read(key, now, b)  -- from fixed_lib.lua, prepended
     if count and count > 0 and granted_at >= ends - b - 1000 then
       local k = math.min(n, count)
       fixed_trim(key, k)
@@ -49,7 +49,7 @@ for i, key in ipairs(KEYS) do
     end
   elseif algorithm == 'weighted_window' then
     -- b = period: the grant's window is the current one or the previous one (weighted).
-    local index, prev, curr = weighted_state(key, b, now)  -- from window_lib.lua, prepended
+    local index, prev, curr = weighted_state(key, b, now)  -- from weighted_lib.lua, prepended
     local at = math.floor(granted_at / b)
     local k = 0
     if at == index then

@@ -3,7 +3,7 @@
 --
 -- ARGV ends with: ..., now (µs, or '' for Redis TIME: clock.lua), the minimum key TTL in
 -- milliseconds (0 in production; tests on a manual clock raise it), the expiry shift in ms
--- (window_lib.lua's fixed_clock: 0 on Redis TIME), the number of calls. They
+-- (fixed_lib.lua's fixed_clock: 0 on Redis TIME), the number of calls. They
 -- are the caller's clock's (`Redis::batched` runs only calls of one clock together), so each is
 -- sent and converted once per run, not per call: every argument costs Redis about 800
 -- instructions.

@@ -57,7 +57,7 @@ end
 for i = 1, nkeys do
   local lim = ARGV[a + 1 + 2 * i] + 0  -- ARGV[4 + 2(i-1)]
   local p = ARGV[a + 2 + 2 * i] + 0
-  local index, prev, curr = weighted_state(KEYS[k + i - 1], p, now)  -- from window_lib.lua, prepended
+  local index, prev, curr = weighted_state(KEYS[k + i - 1], p, now)  -- from weighted_lib.lua, prepended
   local elapsed = now - index * p
   local s = PARTS[i] or part(i, {index = 0, prev = 0, curr = 0, lim = 0, p = 0, fits = false})
   s.index, s.prev, s.curr, s.lim, s.p = index, prev, curr, lim, p

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `clock.lua`, then each named file in order (a library such as `window_lib.lua` before the
+/// `clock.lua`, then each named file in order (a library such as `fixed_lib.lua` before the
 /// script that uses it).
 macro_rules! script {
     ($($file:literal),+) => {
@@ -69,16 +69,16 @@ macro_rules! batched {
 pub(crate) static TOKEN_BUCKET: LazyLock<Batched> =
     batched!(["all_or_nothing.lua"], "token_bucket.lua", args: (3, 2), reply: (7, 0));
 pub(crate) static FIXED_WINDOW: LazyLock<Batched> =
-    batched!(["window_lib.lua", "all_or_nothing.lua"], "fixed_window.lua", args: (3, 2), reply: (7, 0));
+    batched!(["fixed_lib.lua", "all_or_nothing.lua"], "fixed_window.lua", args: (3, 2), reply: (7, 0));
 pub(crate) static WEIGHTED_WINDOW: LazyLock<Batched> =
-    batched!(["window_lib.lua", "all_or_nothing.lua"], "weighted_window.lua", args: (3, 2), reply: (7, 0));
+    batched!(["weighted_lib.lua", "all_or_nothing.lua"], "weighted_window.lua", args: (3, 2), reply: (7, 0));
 pub(crate) static SLIDING_LOG: LazyLock<Batched> =
     batched!(["all_or_nothing.lua"], "sliding_log.lua", args: (3, 2), reply: (7, 0));
-pub(crate) static REFUND: LazyLock<Script> = script!("window_lib.lua", "refund.lua");
-pub(crate) static CHARGE: LazyLock<Script> = script!("window_lib.lua", "charge.lua");
+pub(crate) static REFUND: LazyLock<Script> = script!("fixed_lib.lua", "weighted_lib.lua", "refund.lua");
+pub(crate) static CHARGE: LazyLock<Script> = script!("fixed_lib.lua", "weighted_lib.lua", "charge.lua");
 // mode, then 3 per counter; reply: admitted, then 2 per counter.
 pub(crate) static COUNTERS: LazyLock<Batched> =
-    batched!(["window_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (1, 3), reply: (1, 2));
-pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("window_lib.lua", "counters_scan.lua");
-pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("window_lib.lua", "counters_reset.lua");
+    batched!(["fixed_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (1, 3), reply: (1, 2));
+pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("fixed_lib.lua", "counters_scan.lua");
+pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("fixed_lib.lua", "counters_reset.lua");
 pub(crate) static RESET: LazyLock<Script> = script!("reset.lua");

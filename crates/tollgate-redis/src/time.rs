@@ -78,7 +78,7 @@ const CLOCK_MIN_TTL_MS: u64 = 60_000;
 /// that clock (ms): 2^44, about 557 years, past any Redis `TIME`, and still written whole by Lua.
 const FAR_SHIFT_MS: u64 = 1 << 44;
 
-/// What the scripts are told of the time (`clock.lua`, `run.lua`, `window_lib.lua`).
+/// What the scripts are told of the time (`clock.lua`, `run.lua`, `fixed_lib.lua`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ScriptTime {
     /// Now in µs, or empty: Redis `TIME`.

@@ -77,7 +77,7 @@ fn each_part_of_a_counters_role_word_decides_as_the_counter_says() {
 /// A window an earlier tollgate stored (a hash {s = start µs, c = count}) goes on in the string
 /// layout: the first decision that touches it rewrites it with its count and end, whether it
 /// takes or only checks; one already over starts anew. The library's fixed window shares the
-/// layout (window_lib.lua), so this holds for `RedisLimiter` too.
+/// layout (fixed_lib.lua), so this holds for `RedisLimiter` too.
 #[test]
 fn a_window_stored_in_the_earlier_layout_goes_on_in_this_one() {
     let server = RedisServer::start();

@@ -1,6 +1,7 @@
--- window_lib.lua: the stored state of the window algorithms, read as of `now`. Not run alone: it
--- is prepended (after clock.lua) to the scripts that read a window, so each call is still one
--- EVALSHA.
+-- fixed_lib.lua: a fixed window's stored state, read and counted as of `now`. Not run alone: it is
+-- prepended (after clock.lua, and run.lua in a batched script) to the scripts that keep fixed
+-- windows, so each call is still one EVALSHA. Each function here is a closure every run of a
+-- script makes (about 400 instructions), so a script includes only the libraries it uses.
 --
 -- A fixed window is a string key holding its count, which expires when the window ends: an
 -- open window is counted by one INCRBY and read by one PTTL (integer replies: nothing to
@@ -36,10 +37,6 @@
 -- fixed_fail(parts, upto, err)
 --   Gives back what parts 1..upto took (a part's fields: key, text, new, taken), then raises
 --   err: a call that fails counts nothing (batch.lua).
--- weighted_state(key, period, now) -> index, prev, curr
---   A weighted window is a hash {i = window index, p = previous count, c = current count}, rolled
---   to now's index floor(now / period): one window on, the current count becomes the previous;
---   two or more (or nothing stored), both are 0.
 
 local FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = 0, 0, 'PTTL', 'PEXPIRE'
 local function fixed_clock(now, shift)
@@ -126,16 +123,3 @@ local function fixed_fail(parts, upto, err)
   end
   error(err)
 end
-
-local function weighted_state(key, period, now)
-  local stored = redis.call('HMGET', key, 'i', 'p', 'c')
-  local index = math.floor(now / period)
-  local w, prev, curr = tonumber(stored[1]), tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
-  if w == nil or index - w >= 2 then
-    prev, curr = 0, 0
-  elseif index - w == 1 then
-    prev, curr = curr, 0
-  end
-  return index, prev, curr
-end
-
