@@ -9,12 +9,13 @@
 -- {s = start, c = count}) is rewritten in this form the first time it is touched.
 --
 -- fixed_clock(now, shift)
---   Sets how a key's expiry maps to a window's end, for a script's fixed_* calls: on Redis TIME
---   (clock.lua: not clock_passed) the key expires at its end, set and read relative to now
---   (PEXPIRE, PTTL); on the caller's clock (tests on a manual clock) it expires `shift` ms after
---   its end on that clock, set and read as instants (PEXPIREAT, PEXPIRETIME: Redis 7), so ends
---   come back exactly whatever Redis's own clock did meanwhile. `shift` (ms) places the caller's
---   clock on Redis's, with room to spare (`RedisTime`'s expiry shift); 0 on Redis TIME.
+--   Sets how a key's expiry maps to a window's end, for a run's fixed_* calls (FIXED_TTL is nil
+--   until it is called): on Redis TIME (clock.lua: not clock_passed) the key expires at its
+--   end, set and read relative to now (PEXPIRE, PTTL); on the caller's clock (tests on a manual
+--   clock) it expires `shift` ms after its end on that clock, set and read as instants
+--   (PEXPIREAT, PEXPIRETIME: Redis 7), so ends come back exactly whatever Redis's own clock did
+--   meanwhile. `shift` (ms, a number or its text) places the caller's clock on Redis's, with
+--   room to spare (`RedisTime`'s expiry shift); 0 on Redis TIME.
 -- fixed_take(key, text, n, opens, after, period) -> count, ends, new
 --   Counts n (`text`: n as the caller sent it, so no number is formatted) in the key's window:
 --   the one open (it ends after `after`: now, or a calendar window's start if later), or (none
@@ -38,10 +39,10 @@
 --   Gives back what parts 1..upto took (a part's fields: key, text, new, taken), then raises
 --   err: a call that fails counts nothing (batch.lua).
 
-local FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = 0, 0, 'PTTL', 'PEXPIRE'
+local FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = nil, nil, nil, nil  -- set by fixed_clock
 local function fixed_clock(now, shift)
   if clock_passed then  -- from clock.lua, prepended
-    FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = 0, shift, 'PEXPIRETIME', 'PEXPIREAT'
+    FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = 0, shift + 0, 'PEXPIRETIME', 'PEXPIREAT'
   else
     FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = now, 0, 'PTTL', 'PEXPIRE'
   end

@@ -10,8 +10,9 @@
 --
 -- NOW       the time every call of the run is decided at.
 -- MIN_TTL   the minimum key TTL (ms).
--- SHIFT     the expiry shift (ms).
+-- SHIFT     the expiry shift (ms), as text: fixed_lib.lua converts it on a passed-in clock
+--           only (a 14-digit number is a strtod of about 2,000 instructions).
 -- answer    the run's reply: each call writes its elements at its offset (batch.lua).
 -- KEYS and ARGV as locals: a global is a lookup in Redis's protected globals table.
 local KEYS, ARGV, answer = KEYS, ARGV, nil  -- answer: made at its size by batch.lua
-local NOW, MIN_TTL, SHIFT = now_us(ARGV[#ARGV - 3]), ARGV[#ARGV - 2] + 0, ARGV[#ARGV - 1] + 0
+local NOW, MIN_TTL, SHIFT = now_us(ARGV[#ARGV - 3]), ARGV[#ARGV - 2] + 0, ARGV[#ARGV - 1]
