@@ -78,18 +78,8 @@ for i = 1, nkeys do
       opens = start + period
     end
   end
-  -- fixed_take, fixed_read: from fixed_lib.lua, prepended
-  local key, count, ends, new = KEYS[k + i - 1], 0, nil, false
-  local taken = hits > 0 and mode ~= '0'
-  if taken then
-    count, ends, new = fixed_take(key, text, hits, opens, after, period)
-    if not count then fixed_fail(PARTS, i - 1, ends) end
-    count = count - hits
-  else
-    count, ends = fixed_read(key, after, period)
-    if not count then fixed_fail(PARTS, i - 1, ends) end
-    ends = ends or opens or now + period
-  end
+  local key, taken = KEYS[k + i - 1], hits > 0 and mode ~= '0'
+  local count, ends, new = fixed_part(PARTS, i, key, taken, text, hits, opens, after, period)  -- fixed_lib.lua
   local w = PARTS[i] or part(i, {key = '', lim = 0, hits = 0, text = '', count = 0, ends = 0, new = false, taken = false,
                                   charge = false, pooled = false, calendar = false, fits = false, enforce = false})
   w.key, w.lim, w.hits, w.text, w.count, w.ends, w.new, w.taken = key, lim, hits, text, count, ends, new, taken

@@ -38,6 +38,11 @@
 -- fixed_fail(parts, upto, err)
 --   Gives back what parts 1..upto took (a part's fields: key, text, new, taken), then raises
 --   err: a call that fails counts nothing (batch.lua).
+-- fixed_part(parts, i, key, taken, text, n, opens, after, period) -> before, ends, new
+--   Part i of a call (parts: all_or_nothing.lua's PARTS, those before i filled): fixed_take when
+--   `taken`, else fixed_read. The count before the call's n, the window's end (when none is
+--   open, where one opening now would end) and whether fixed_take opened it; a key that holds no
+--   count fails the call (fixed_fail).
 
 local FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = nil, nil, nil, nil  -- set by fixed_clock
 local function fixed_clock(now, shift)
@@ -123,4 +128,15 @@ local function fixed_fail(parts, upto, err)
     if p.taken then fixed_untake(p.key, p.text, p.new) end
   end
   error(err)
+end
+
+local function fixed_part(parts, i, key, taken, text, n, opens, after, period)
+  if taken then
+    local count, ends, new = fixed_take(key, text, n, opens, after, period)
+    if not count then fixed_fail(parts, i - 1, ends) end
+    return count - n, ends, new
+  end
+  local count, ends = fixed_read(key, after, period)
+  if not count then fixed_fail(parts, i - 1, ends) end
+  return count, ends or opens or after + period, false
 end

@@ -29,16 +29,8 @@ local taken = n > 0 and mode ~= '0'
 for i = 1, nkeys do
   local lim = ARGV[a + 1 + 2 * i] + 0  -- ARGV[4 + 2(i-1)]
   local period = ARGV[a + 2 + 2 * i]  -- text until a window opens (fixed_lib.lua)
-  local key, count, ends, new = KEYS[k + i - 1], 0, nil, false
-  if taken then  -- fixed_take, fixed_read, fixed_fail: from fixed_lib.lua, prepended
-    count, ends, new = fixed_take(key, text, n, nil, now, period)
-    if not count then fixed_fail(PARTS, i - 1, ends) end
-    count = count - n
-  else
-    count, ends = fixed_read(key, now, period)
-    if not count then fixed_fail(PARTS, i - 1, ends) end
-    ends = ends or now + period
-  end
+  local key = KEYS[k + i - 1]
+  local count, ends, new = fixed_part(PARTS, i, key, taken, text, n, nil, now, period)  -- fixed_lib.lua
   local w = PARTS[i] or part(i, {key = '', text = '', lim = 0, count = 0, ends = 0, new = false, taken = false, fits = false})
   w.key, w.text, w.lim, w.count, w.ends, w.new, w.taken = key, text, lim, count, ends, new, taken
   w.fits = count + n <= lim

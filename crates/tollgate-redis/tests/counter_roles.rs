@@ -21,18 +21,36 @@ fn seen(answer: &CountersAnswer) -> (bool, Vec<(u64, u64, bool)>) {
     (answer.admitted, counters.collect())
 }
 
+/// A redis-server, a runtime to block on, a connection, and a manual clock at 1,000 s.
+struct Setup {
+    server: RedisServer,
+    runtime: tokio::runtime::Runtime,
+    redis: Redis,
+    clock: ManualClock,
+    time: RedisTime,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let server = RedisServer::start();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let redis = runtime.block_on(Redis::connect(&server.url())).unwrap();
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_secs(1000));
+        let time = RedisTime::clock(clock.clone());
+        Setup { server, runtime, redis, clock, time }
+    }
+
+    /// One call, as `seen` shows it.
+    fn decide(&self, counters: &[WindowCounter], mode: CountersMode) -> (bool, Vec<(u64, u64, bool)>) {
+        seen(&self.runtime.block_on(decide_windows(&self.redis, counters, mode, &self.time)).unwrap())
+    }
+}
+
 #[test]
 fn each_part_of_a_counters_role_word_decides_as_the_counter_says() {
-    let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let redis = runtime.block_on(Redis::connect(&server.url())).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1000));
-    let time = RedisTime::clock(clock.clone());
-    let now_us = time.now_us().unwrap();
-    let decide = |counters: &[WindowCounter], mode| {
-        seen(&runtime.block_on(decide_windows(&redis, counters, mode, &time)).unwrap())
-    };
+    let s = Setup::new();
+    let (decide, now_us) = (|counters: &[WindowCounter], mode| s.decide(counters, mode), s.time.now_us().unwrap());
     let take = CountersMode::Take;
 
     // Hits other than 1: 3 of 5 fit, 3 more do not (and take nothing), a probe takes nothing.
@@ -80,17 +98,11 @@ fn each_part_of_a_counters_role_word_decides_as_the_counter_says() {
 /// layout (fixed_lib.lua), so this holds for `RedisLimiter` too.
 #[test]
 fn a_window_stored_in_the_earlier_layout_goes_on_in_this_one() {
-    let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let redis = runtime.block_on(Redis::connect(&server.url())).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1000));
-    let time = RedisTime::clock(clock.clone());
-    let decide = |counters: &[WindowCounter], mode| {
-        seen(&runtime.block_on(decide_windows(&redis, counters, mode, &time)).unwrap())
-    };
+    let s = Setup::new();
+    let (server, clock) = (&s.server, &s.clock);
+    let decide = |counters: &[WindowCounter], mode| s.decide(counters, mode);
     let old = |key: &str, opened_ago_s: u64, count: u64| {
-        let start = (time.now_us().unwrap() - opened_ago_s * 1_000_000).to_string();
+        let start = (s.time.now_us().unwrap() - opened_ago_s * 1_000_000).to_string();
         server.cli(&["HSET", &format!("{{roles}}:{key}"), "s", &start, "c", &count.to_string()]);
     };
 
@@ -109,11 +121,11 @@ fn a_window_stored_in_the_earlier_layout_goes_on_in_this_one() {
 
     // A key of another type is no window: the call fails, and counts on no other key.
     server.cli(&["LPUSH", "{roles}:list", "x"]);
-    let failed = runtime.block_on(decide_windows(
-        &redis,
+    let failed = s.runtime.block_on(decide_windows(
+        &s.redis,
         &[counter("first", 10, 1), counter("list", 10, 1)],
         CountersMode::Take,
-        &time,
+        &s.time,
     ));
     assert!(failed.is_err(), "{failed:?}");
     assert_eq!(server.cli(&["EXISTS", "{roles}:first"]).trim(), "0", "the first counter gave its hit back");
