@@ -46,12 +46,35 @@ def test_twenty_tasks_in_three_processes_never_exceed_capacity(redis_url, name, 
         peak = max(peak, inside)
     assert peak <= 5, f"{peak} inside at once"
     assert peak >= 3, f"the processes barely overlapped (peak {peak}); the test proves little"
-    # FIFO within a process: tasks called acquire in index order; grants (fencing tokens, which
-    # Redis hands out in grant order) follow that order.
-    for o in out:
-        mine = sorted((json.loads(line) for line in o.read_text().splitlines()), key=lambda r: r["index"])
-        tokens = [r["token"] for r in mine]
-        assert tokens == sorted(tokens), f"grants out of call order: {mine}"
+    # Not checked here: the order of grants within a process. When several slots free at once,
+    # several waiters are entitled together and their fencing tokens follow the order their
+    # re-attempts reach Redis, not their places in line (seen once: index 2 before 0 and 1).
+    # FIFO itself is checked one slot at a time below.
+
+
+async def test_waiters_are_served_in_the_order_they_called_acquire(redis_url, name):
+    sem = Semaphore(name, 1, redis_url=redis_url, max_sleep=10)
+    holder = await sem.acquire()
+    order = []
+
+    async def wait_in_line(index: int) -> None:
+        permit = await sem.acquire()
+        order.append((index, permit.fencing_token))
+        await permit.release()
+
+    tasks = []
+    for index in range(5):
+        tasks.append(asyncio.ensure_future(wait_in_line(index)))
+
+        async def queued(expected=index + 1):
+            return (await sem.state())["waiting"] == expected
+
+        await eventually(f"waiter {index} to queue", queued)
+    await holder.release()
+    await asyncio.gather(*tasks)
+    assert [index for index, _ in order] == [0, 1, 2, 3, 4]
+    tokens = [token for _, token in order]
+    assert tokens == sorted(tokens), f"tokens grow in grant order: {order}"
 
 
 async def test_a_killed_holder_frees_its_slot_within_the_lease_ttl(redis_url, name):

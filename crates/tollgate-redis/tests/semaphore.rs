@@ -853,3 +853,30 @@ async fn holders_killed_at_random_and_a_paused_redis_never_exceed_capacity() {
         "full capacity again {full_again:?} after the last fault, more than the lease TTL + 1 s ({recovery:?})"
     );
 }
+
+/// Immediate grants (free slots, nobody waiting) follow the order `acquire` was called, not the
+/// order the futures are polled: the fencing tokens grow in call order, cold (scripts not yet
+/// loaded) and warm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immediate_grants_follow_the_call_order_not_the_poll_order() {
+    let server = RedisServer::start();
+    let redis = connect(&server.url()).await;
+    for round in 0..20 {
+        let sem = semaphore(&redis, &format!("immediate-{round}"), 5, 2000);
+        let futures: Vec<_> = (0..3).map(|i| (i, sem.acquire())).collect();
+        let mut tasks = Vec::new();
+        for (i, acquire) in futures.into_iter().rev() {
+            tasks.push(tokio::spawn(async move { (i, acquire.await.unwrap()) }));
+        }
+        let mut granted = Vec::new();
+        for task in tasks {
+            granted.push(task.await.unwrap());
+        }
+        granted.sort_by_key(|(i, _)| *i);
+        let tokens: Vec<u64> = granted.iter().map(|(_, g)| g.fencing_token()).collect();
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "round {round}: tokens in call order 0, 1, 2: {tokens:?}");
+        for (_, guard) in granted {
+            guard.release().await.unwrap();
+        }
+    }
+}
