@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use clap::Args;
 use tollgate::{AtKeyLimit, SystemClock};
-use tollgate_server::serve::{CounterCap, HeaderDraft, Mode, RequestBounds, ServeConfig, ServeError, Storage, start};
+use tollgate_server::serve::{
+    CounterCap, HeaderDraft, Mode, RequestBounds, RlqsConfig, ServeConfig, ServeError, Storage, start,
+};
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -140,6 +142,22 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     response_dynamic_metadata: bool,
 
+    /// How long an RLQS assignment lasts in Envoy unless the next report renews it, in whole
+    /// seconds (Envoy reads no more). Envoy reports every 5 s; past this after the last answer
+    /// (a server gone, a stream broken) Envoy falls back to the filter's
+    /// `expired_assignment_behavior`, and the server hands the share to the others.
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = whole_seconds)]
+    rlqs_assignment_ttl: Duration,
+
+    /// Most RLQS buckets one stream (one Envoy) may report on; reports on more are left
+    /// without an assignment (tollgate_rlqs_ignored_buckets_total).
+    #[arg(long, default_value = "10000", value_name = "N")]
+    rlqs_max_buckets_per_stream: NonZeroUsize,
+
+    /// Most RLQS buckets of all streams together.
+    #[arg(long, default_value = "1000000", value_name = "N")]
+    rlqs_max_buckets: NonZeroUsize,
+
     /// Threads answering requests [default: the cores this process may run on]. With 1, one
     /// thread does everything (no work stealing between threads): the least CPU per decision
     /// when the server has a single core, as a 1-CPU container does.
@@ -153,6 +171,15 @@ pub(crate) struct ServeArgs {
     #[cfg(feature = "otlp")]
     #[arg(long, value_name = "URL")]
     otlp_endpoint: Option<String>,
+}
+
+/// A duration of whole seconds, at least one: `15s`, `1m`.
+fn whole_seconds(text: &str) -> Result<Duration, String> {
+    let duration = tollgate::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration.subsec_nanos() != 0 || duration.is_zero() {
+        return Err(format!("`{text}`: Envoy reads whole seconds only; give 1s or more, in whole seconds"));
+    }
+    Ok(duration)
 }
 
 /// A size in bytes, with an optional unit (`4096`, `4KiB`, `1 GB`), above zero.
@@ -311,6 +338,11 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             StorageKind::RedisLeased => Storage::RedisLeased { url: args.redis_url, prefix: args.redis_prefix },
         },
         trace_parent,
+        rlqs: RlqsConfig {
+            assignment_ttl: args.rlqs_assignment_ttl,
+            max_buckets_per_stream: args.rlqs_max_buckets_per_stream.get(),
+            max_buckets: args.rlqs_max_buckets.get(),
+        },
     };
     runtime.block_on(async move {
         let running = match start(&config, SystemClock::new()).await {

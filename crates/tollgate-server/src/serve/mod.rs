@@ -27,13 +27,14 @@ mod store;
 pub use engine::Engine;
 pub use model::{
     Action, Bound, CallError, CounterCap, CounterFilter, CounterList, CounterTable, CounterView, Loaded, Mode, Outcome,
-    Oversize, REDIS_MAX_VALUE, Refused, RequestBounds, Status, StorageError, StorageKind,
+    Oversize, REDIS_MAX_VALUE, Refused, RequestBounds, Status, StorageError, StorageKind, fair_shares,
 };
 pub use ops::metrics::{Metrics, STATS_KEYS_PER_LIMIT, UNCONFIGURED_NAMESPACE};
 pub use ops::reload::{Reloaded, Reloader};
 pub use ops::trace;
 pub use protocol::headers::{HeaderDraft, UnknownHeaderDraft};
-pub use protocol::{headers, http, rls};
+pub use protocol::rlqs::RlqsConfig;
+pub use protocol::{headers, http, rlqs, rls};
 pub use server::{
     DEFAULT_GRPC_READ_TIMEOUT, DEFAULT_HTTP_READ_TIMEOUT, Running, ServeConfig, ServeError, Storage, start,
 };

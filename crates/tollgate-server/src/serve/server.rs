@@ -5,18 +5,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use tollgate::{Clock, SystemClock};
 use tollgate_policy::{Format, PolicyError};
 
 use super::engine::Engine;
 use super::model::{CounterCap, Mode, RequestBounds, StorageError, StorageKind};
 use super::net::grpc::Unary;
+use super::net::rlqs::RlqsService;
 use super::net::{http1, preface, stopped};
 use super::ops::metrics::Metrics;
 use super::ops::reload::Reloader;
 use super::ops::trace::TraceParent;
 use super::protocol::headers::HeaderDraft;
 use super::protocol::methods;
+use super::protocol::rlqs::{Rlqs, RlqsConfig};
 use super::protocol::{http, rls::Rls};
 use super::store::{RedisStore, TimeSource};
 
@@ -72,6 +75,9 @@ pub struct ServeConfig {
     /// client that opens connections and sends nothing holds each, and a graceful shutdown,
     /// this long at most. `None`: neither. Default 30 s.
     pub grpc_read_timeout: Option<Duration>,
+    /// Envoy's Rate Limit Quota Service on the gRPC port: assignments' time to live and the
+    /// bounds on buckets (`--rlqs-*`).
+    pub rlqs: RlqsConfig,
 }
 
 impl ServeConfig {
@@ -107,6 +113,7 @@ impl ServeConfig {
             trace_parent: None,
             http_read_timeout: Some(DEFAULT_HTTP_READ_TIMEOUT),
             grpc_read_timeout: Some(DEFAULT_GRPC_READ_TIMEOUT),
+            rlqs: RlqsConfig::default(),
         }
     }
 }
@@ -267,7 +274,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let text = config.format.read(&config.limits)?;
     let policy = config.format.parse(&text)?;
     let time = config.time.redis_time(&clock);
-    let mut engine = Engine::new(policy, config.mode, config.shadow, clock)
+    let mut engine = Engine::new(policy, config.mode, config.shadow, clock.clone())
         .with_counter_cap(config.counters)
         .with_request_bounds(config.bounds);
     let metrics = Arc::new(Metrics::new());
@@ -296,7 +303,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let (shutdown, signal) = tokio::sync::watch::channel(false);
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    for service in [methods::ENVOY, methods::KUADRANT] {
+    for service in [methods::ENVOY, methods::KUADRANT, methods::RLQS] {
         health.set_service_status(service, tonic_health::ServingStatus::Serving).await;
     }
     let rls = Arc::new(
@@ -305,8 +312,10 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
             .with_dynamic_metadata(config.response_dynamic_metadata)
             .with_trace_parent(config.trace_parent.clone()),
     );
-    // The rate-limit calls are answered by `Unary`; tonic's routes serve health.
-    let routes = tonic::service::Routes::new(health_service).prepare();
+    let rlqs = Rlqs::new(engine.clone(), metrics.clone(), clock.clone(), config.rlqs);
+    let rlqs = RateLimitQuotaServiceServer::new(RlqsService(Arc::new(rlqs)));
+    // The rate-limit calls are answered by `Unary`; tonic's routes serve health and RLQS.
+    let routes = tonic::service::Routes::new(health_service).add_service(rlqs).prepare();
     let service = Unary::new(rls, routes);
     let mut stop = signal.clone();
     let incoming = preface::incoming(grpc_listener, config.grpc_read_timeout);

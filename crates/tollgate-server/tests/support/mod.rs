@@ -2,6 +2,8 @@
 //! both protocols over real sockets.
 #![allow(dead_code)]
 
+pub mod fleet;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -7,6 +7,7 @@ pub(crate) mod call;
 pub(crate) mod counters;
 pub(crate) mod listing;
 pub(crate) mod loaded;
+pub(crate) mod share;
 pub(crate) mod storage;
 
 pub use bounds::{Bound, Oversize, RequestBounds};
@@ -16,4 +17,5 @@ pub use counters::{CounterCap, CounterTable};
 pub use listing::{CounterFilter, CounterList, CounterView};
 pub(crate) use listing::{Pick, limits_by_id};
 pub use loaded::Loaded;
+pub use share::fair_shares;
 pub use storage::{REDIS_MAX_VALUE, Refused, StorageError, StorageKind};

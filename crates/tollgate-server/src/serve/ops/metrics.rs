@@ -10,7 +10,7 @@ use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use hashbrown::{Equivalent, HashMap};
-use metrics::{Counter, Histogram, Unit, counter, histogram, with_local_recorder};
+use metrics::{Counter, Histogram, Unit, counter, gauge, histogram, with_local_recorder};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 use tollgate::Clock;
 use tollgate_policy::Enforcement;
@@ -122,6 +122,11 @@ fn rule_label(limit: &tollgate_policy::Limit) -> String {
     limit.name().or(limit.file_id()).map_or_else(|| limit.id().to_string(), str::to_string)
 }
 
+/// The labels of a limit's RLQS series: its namespace and name, as the decision metrics'.
+fn rlqs_labels(namespace: &str, limit: &tollgate_policy::Limit) -> Vec<(&'static str, String)> {
+    vec![("limitador_namespace", namespace.to_string()), ("limit_name", rule_label(limit))]
+}
+
 /// A labelled counter: its name, `limitador_namespace`, and `limit_name` for the per-limit ones.
 #[derive(Hash, PartialEq, Eq)]
 struct SeriesKey {
@@ -195,6 +200,25 @@ impl Metrics {
             metrics::describe_counter!(
                 "tollgate_requests_refused_total",
                 "Calls refused before deciding for their size, per bound (--max-value-bytes: value_bytes, ...)"
+            );
+            metrics::describe_gauge!("tollgate_rlqs_streams", "RLQS streams open (one per Envoy instance)");
+            metrics::describe_gauge!("tollgate_rlqs_buckets", "RLQS buckets the open streams report on");
+            metrics::describe_counter!(
+                "tollgate_rlqs_ignored_buckets_total",
+                "RLQS buckets left without an assignment, per reason (empty_bucket_id, oversize, max_buckets_per_stream, max_buckets)"
+            );
+            metrics::describe_counter!(
+                "tollgate_rlqs_reported_allowed_total",
+                "Requests RLQS instances reported allowed, per limit"
+            );
+            metrics::describe_counter!(
+                "tollgate_rlqs_reported_denied_total",
+                "Requests RLQS instances reported denied, per limit"
+            );
+            metrics::describe_gauge!("tollgate_rlqs_instances", "RLQS instances holding a share of each limit");
+            metrics::describe_gauge!(
+                "tollgate_rlqs_assigned_hits_per_second",
+                "What the RLQS assignments in force may admit of each limit, in hits per second"
             );
             Bound::ALL.map(|bound| counter!("tollgate_requests_refused_total", "bound" => bound.name()))
         });
@@ -307,6 +331,44 @@ impl Metrics {
     /// Records a call refused for its size: over `bound`.
     pub fn refused(&self, bound: Bound) {
         self.refused[Bound::ALL.iter().position(|b| *b == bound).expect("every bound is in ALL")].increment(1);
+    }
+
+    /// RLQS: `delta` streams opened (positive) or closed (negative), in
+    /// `tollgate_rlqs_streams`.
+    pub(crate) fn rlqs_streams(&self, delta: i64) {
+        with_local_recorder(&self.recorder, || gauge!("tollgate_rlqs_streams").increment(delta as f64));
+    }
+
+    /// RLQS: `delta` buckets reported on for the first time (positive) or gone with their
+    /// stream (negative), in `tollgate_rlqs_buckets`.
+    pub(crate) fn rlqs_buckets(&self, delta: i64) {
+        with_local_recorder(&self.recorder, || gauge!("tollgate_rlqs_buckets").increment(delta as f64));
+    }
+
+    /// RLQS: a bucket of a report left without an assignment, and why (`empty_bucket_id`,
+    /// `oversize`, `max_buckets_per_stream`, `max_buckets`).
+    pub(crate) fn rlqs_ignored(&self, reason: &'static str) {
+        with_local_recorder(&self.recorder, || counter!("tollgate_rlqs_ignored_buckets_total", "reason" => reason))
+            .increment(1);
+    }
+
+    /// RLQS: what an instance reported of one limit's bucket: requests it allowed and denied.
+    pub(crate) fn rlqs_usage(&self, namespace: &str, limit: &tollgate_policy::Limit, allowed: u64, denied: u64) {
+        let labels = rlqs_labels(namespace, limit);
+        with_local_recorder(&self.recorder, || {
+            counter!("tollgate_rlqs_reported_allowed_total", &labels).increment(allowed);
+            counter!("tollgate_rlqs_reported_denied_total", &labels).increment(denied);
+        });
+    }
+
+    /// RLQS: after an assignment on `limit`, how many instances hold a share of it and the hits
+    /// per second their assignments may admit in all.
+    pub(crate) fn rlqs_assigned(&self, namespace: &str, limit: &tollgate_policy::Limit, instances: usize, rate: f64) {
+        let labels = rlqs_labels(namespace, limit);
+        with_local_recorder(&self.recorder, || {
+            gauge!("tollgate_rlqs_instances", &labels).set(instances as f64);
+            gauge!("tollgate_rlqs_assigned_hits_per_second", &labels).set(rate);
+        });
     }
 
     /// Records hits reported without a decision (Kuadrant's `Report`), decided as `outcome`; a

@@ -11,6 +11,10 @@ pub(crate) const ENVOY: &str = "envoy.service.ratelimit.v3.RateLimitService";
 /// take and return Envoy's messages.
 pub(crate) const KUADRANT: &str = "kuadrant.service.ratelimit.v1.RateLimitService";
 
+/// Envoy's rate limit quota service (RLQS): one streaming method, served by tonic
+/// (`serve::net::rlqs`), not by the unary path.
+pub(crate) const RLQS: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService";
+
 /// Every rate-limit method, by its path: `/{service}/{method}`.
 const METHODS: [(&str, &str, Action); 3] = [
     (ENVOY, "ShouldRateLimit", Action::CheckAndReport),

@@ -7,4 +7,5 @@ pub mod headers;
 pub mod http;
 pub(crate) mod metadata;
 pub(crate) mod methods;
+pub mod rlqs;
 pub mod rls;

@@ -1,0 +1,396 @@
+//! Envoy's Rate Limit Quota Service (RLQS, `envoy.service.rate_limit_quota.v3`): each Envoy
+//! reports its buckets' usage on a long-lived stream and enforces locally what it is assigned;
+//! this service hands each instance its fair share of every limit its buckets count against.
+//!
+//! - The stream's `domain` is the namespace, and a bucket's id map is matched as one descriptor
+//!   (`descriptors[0]`), so one limits file serves RLS and RLQS alike.
+//! - Each report is answered at once with an assignment for every bucket in it, lasting
+//!   [`RlqsConfig::assignment_ttl`]: `ALLOW_ALL` for a bucket no denying limit counts,
+//!   `DENY_ALL` while a limit's window is exhausted (until it ends) or the share is 0, else a
+//!   token bucket (see `strategy`).
+//! - Shares: an instance's demand on a counter is what its bucket asked (allowed + denied) over
+//!   the report's `time_elapsed`, scaled to the limit's window; the limit is divided max-min
+//!   fairly among the instances holding a share of it, and no instance gets more than the
+//!   others' assignments in force leave (see `ledger`). Every assignment's token bucket admits
+//!   in any stretch of the window at most its share, bursts included, so the fleet admits at
+//!   most the limit in any window of it.
+//! - A stream that ends cleanly gives its shares back at once; one that breaks keeps them until
+//!   its assignments expire, as Envoy keeps enforcing them until then.
+//!
+//! The counters RLS calls take from are read (an exhausted window denies all), not charged:
+//! the fleet's admissions are bounded by the assignments, not counted one by one.
+
+mod ledger;
+mod strategy;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    BucketAction as Action, QuotaAssignmentAction,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use hashbrown::HashMap;
+use tollgate::{Clock, SystemClock};
+use tollgate_policy::Descriptor;
+use tonic::Status as GrpcStatus;
+use tracing::Instrument;
+
+use self::ledger::{CounterKey, Holder, Ledger};
+use self::strategy::{Assignment, Bucket};
+use crate::serve::engine::Engine;
+use crate::serve::model::{Action as CallAction, CallError};
+use crate::serve::ops::metrics::Metrics;
+use crate::serve::ops::trace::TARGET;
+
+/// The RLQS service's settings (`tollgate serve --rlqs-*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RlqsConfig {
+    /// How long an assignment lasts in Envoy unless renewed; whole seconds, at least one (Envoy
+    /// reads no more, and expires 0 at once). Envoy reports every 5 s: the default, 15 s, rides
+    /// out two lost reports, and a server that is gone leaves no quota in force past it.
+    pub assignment_ttl: Duration,
+    /// Most buckets one stream (one Envoy) may report on; reports on more are ignored.
+    pub max_buckets_per_stream: usize,
+    /// Most buckets of all streams together; a new bucket past it is ignored.
+    pub max_buckets: usize,
+}
+
+impl Default for RlqsConfig {
+    fn default() -> RlqsConfig {
+        RlqsConfig { assignment_ttl: Duration::from_secs(15), max_buckets_per_stream: 10_000, max_buckets: 1_000_000 }
+    }
+}
+
+/// The RLQS service of one server: its streams' shares of every limit.
+pub struct Rlqs<C: Clock = SystemClock> {
+    engine: Arc<Engine<C>>,
+    metrics: Arc<Metrics>,
+    clock: C,
+    config: RlqsConfig,
+    ledger: Mutex<Ledger>,
+    instances: AtomicU64,
+    bucket_numbers: AtomicU64,
+    buckets: AtomicUsize,
+}
+
+impl<C: Clock + Clone> Rlqs<C> {
+    /// A service assigning the limits `engine` has loaded, timing assignments on `clock` (the
+    /// engine's), recording into `metrics`.
+    pub fn new(engine: Arc<Engine<C>>, metrics: Arc<Metrics>, clock: C, config: RlqsConfig) -> Rlqs<C> {
+        let ttl = Duration::from_secs(config.assignment_ttl.as_secs().max(1));
+        Rlqs {
+            engine,
+            metrics,
+            clock,
+            config: RlqsConfig { assignment_ttl: ttl, ..config },
+            ledger: Mutex::new(Ledger::default()),
+            instances: AtomicU64::new(0),
+            bucket_numbers: AtomicU64::new(0),
+            buckets: AtomicUsize::new(0),
+        }
+    }
+
+    /// A new stream: one Envoy instance.
+    pub fn open(self: &Arc<Self>) -> Instance<C> {
+        let id = self.instances.fetch_add(1, Ordering::Relaxed) + 1;
+        self.metrics.rlqs_streams(1);
+        Instance { rlqs: Arc::clone(self), id, domain: None, buckets: HashMap::new(), ended: false }
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for Rlqs<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rlqs")
+            .field("config", &self.config)
+            .field("buckets", &self.buckets.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a stream knows of one of its buckets.
+#[derive(Debug)]
+struct BucketState {
+    /// Its number in the server (its holder id in the ledger).
+    number: u64,
+    /// The token bucket last assigned, if any: Envoy keeps it unless told one it can tell apart.
+    last: Option<Bucket>,
+}
+
+/// One stream of reports: one Envoy instance, its buckets and their assignments.
+pub struct Instance<C: Clock + Clone = SystemClock> {
+    rlqs: Arc<Rlqs<C>>,
+    id: u64,
+    domain: Option<String>,
+    buckets: HashMap<Vec<(String, String)>, BucketState>,
+    ended: bool,
+}
+
+impl<C: Clock + Clone> Instance<C> {
+    /// Answers one report: an assignment for each bucket in it, in its order. Buckets with an
+    /// empty id, or past the bounds on buckets, are left out (Envoy keeps applying what it has
+    /// to them). An error ends the stream: a report whose domain is missing on the first
+    /// message, or differs from the stream's.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+    /// use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    /// use futures::executor::block_on;
+    /// use tollgate::ManualClock;
+    /// use tollgate_policy::Policy;
+    /// use tollgate_server::serve::{Engine, Metrics, Mode, rlqs::{Rlqs, RlqsConfig}};
+    ///
+    /// let policy = Policy::parse("- {namespace: api, max_value: 600, seconds: 60, conditions: [\"descriptors[0].path == '/a'\"]}", "limits.yaml")?;
+    /// let clock = ManualClock::new();
+    /// let engine = Arc::new(Engine::new(policy, Mode::Accuracy, false, clock.clone()));
+    /// let rlqs = Arc::new(Rlqs::new(engine, Arc::new(Metrics::new()), clock, RlqsConfig::default()));
+    /// let mut envoy = rlqs.open();
+    /// let bucket = BucketId { bucket: [("path".to_string(), "/a".to_string())].into() };
+    /// let usage = BucketQuotaUsage { bucket_id: Some(bucket), num_requests_allowed: 1, ..Default::default() };
+    /// let report = RateLimitQuotaUsageReports { domain: "api".into(), bucket_quota_usages: vec![usage] };
+    /// let answer = block_on(envoy.report(report))?;
+    /// assert_eq!(answer.bucket_action.len(), 1, "one assignment: a token bucket holding the whole limit");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn report(&mut self, reports: RateLimitQuotaUsageReports) -> Result<RateLimitQuotaResponse, GrpcStatus> {
+        let domain = match (&self.domain, reports.domain.as_str()) {
+            (None, "") => return Err(GrpcStatus::invalid_argument("the stream's first report names no domain")),
+            (None, domain) => self.domain.insert(domain.to_string()).clone(),
+            (Some(ours), domain) if !domain.is_empty() && domain != ours => {
+                return Err(GrpcStatus::invalid_argument(format!(
+                    "the report's domain {domain:?} is not the stream's, {ours:?}: one stream per domain"
+                )));
+            }
+            (Some(ours), _) => ours.clone(),
+        };
+        let span = tracing::span!(
+            target: TARGET,
+            tracing::Level::TRACE,
+            "ratelimit.rlqs.assign",
+            ratelimit.namespace = domain.as_str(),
+            rlqs.instance = self.id,
+            rlqs.buckets = reports.bucket_quota_usages.len(),
+        );
+        self.answer(&domain, reports.bucket_quota_usages).instrument(span).await
+    }
+
+    async fn answer(
+        &mut self,
+        domain: &str,
+        usages: Vec<BucketQuotaUsage>,
+    ) -> Result<RateLimitQuotaResponse, GrpcStatus> {
+        let mut actions = Vec::with_capacity(usages.len());
+        for usage in usages {
+            let Some(id) = usage.bucket_id.as_ref().filter(|id| !id.bucket.is_empty()) else {
+                self.rlqs.metrics.rlqs_ignored("empty_bucket_id");
+                continue;
+            };
+            let mut entries: Vec<(String, String)> = id.bucket.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            entries.sort();
+            let descriptor = Descriptor { entries, hits: None, limit: None };
+            if self.rlqs.engine.request_bounds().check(domain, std::slice::from_ref(&descriptor)).is_err() {
+                self.rlqs.metrics.rlqs_ignored("oversize");
+                continue;
+            }
+            let Some(number) = self.bucket(&descriptor.entries) else { continue };
+            let Some((assignment, ttl)) = self.assign(domain, &descriptor, &usage, number).await else { continue };
+            actions.push(BucketAction {
+                bucket_id: Some(BucketId { bucket: id.bucket.clone() }),
+                bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+                    assignment_time_to_live: Some(ProtoDuration { seconds: ttl as i64, nanos: 0 }),
+                    rate_limit_strategy: Some(assignment.strategy()),
+                })),
+            });
+        }
+        Ok(RateLimitQuotaResponse { bucket_action: actions })
+    }
+
+    /// The bucket's number, a new one for a bucket not seen before; `None` when the stream or
+    /// the server has as many buckets as it may.
+    fn bucket(&mut self, entries: &[(String, String)]) -> Option<u64> {
+        if let Some(state) = self.buckets.get(entries) {
+            return Some(state.number);
+        }
+        let config = &self.rlqs.config;
+        if self.buckets.len() >= config.max_buckets_per_stream {
+            self.rlqs.metrics.rlqs_ignored("max_buckets_per_stream");
+            return None;
+        }
+        let total = &self.rlqs.buckets;
+        if total
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < config.max_buckets).then_some(n + 1))
+            .is_err()
+        {
+            self.rlqs.metrics.rlqs_ignored("max_buckets");
+            return None;
+        }
+        let number = self.rlqs.bucket_numbers.fetch_add(1, Ordering::Relaxed) + 1;
+        self.buckets.insert(entries.to_vec(), BucketState { number, last: None });
+        self.rlqs.metrics.rlqs_buckets(1);
+        Some(number)
+    }
+
+    /// The assignment of one bucket, recorded in the ledger, and its time to live in whole
+    /// seconds; `None` when the storage cannot answer (Envoy keeps what it has until it
+    /// expires).
+    async fn assign(
+        &mut self,
+        domain: &str,
+        descriptor: &Descriptor,
+        usage: &BucketQuotaUsage,
+        number: u64,
+    ) -> Option<(Assignment, u64)> {
+        let rlqs = &*self.rlqs;
+        let values = std::slice::from_ref(descriptor);
+        let probe = match rlqs.engine.call(domain, values, 1, CallAction::Check).await {
+            Ok(outcome) => outcome,
+            Err(CallError::Oversize(_)) => return None,
+            Err(e) => {
+                tracing::warn!("RLQS: cannot read the counters of {domain:?}, the bucket keeps its assignment: {e}");
+                return None;
+            }
+        };
+        let loaded = rlqs.engine.loaded();
+        let hits = loaded.policy.hits(domain, values);
+        let shared: Vec<_> = hits
+            .iter()
+            .filter(|h| h.limit.enforcement().denies() && !h.limit.unlimited() && !h.limit.denies_all())
+            .collect();
+        let asked = usage.num_requests_allowed.saturating_add(usage.num_requests_denied);
+        let elapsed = usage.time_elapsed.map_or(Duration::ZERO, |d| {
+            Duration::new(u64::try_from(d.seconds).unwrap_or(0), u32::try_from(d.nanos).unwrap_or(0))
+        });
+        for hit in &shared {
+            rlqs.metrics.rlqs_usage(domain, hit.limit, usage.num_requests_allowed, usage.num_requests_denied);
+        }
+        let holder = Holder { instance: self.id, bucket: number };
+        let now = rlqs.clock.now();
+        let expires = now.saturating_add(u64::try_from(rlqs.config.assignment_ttl.as_nanos()).unwrap_or(u64::MAX));
+        let counters: Vec<(CounterKey, u64, Duration)> = shared
+            .iter()
+            .map(|h| (CounterKey { limit: h.counter.id(), values: h.values.clone() }, h.max_value, h.limit.window()))
+            .collect();
+        let exhausted = probe.would_limit && !rlqs.engine.shadow();
+        let mut ttl = rlqs.config.assignment_ttl.as_secs();
+        if exhausted {
+            // Until the window ends, and at least the usual time to live.
+            let reset = probe.statuses.iter().filter(|s| s.limited).map(|s| s.meta.reset_ns).max().unwrap_or(0);
+            ttl = ttl.max(reset.div_ceil(1_000_000_000));
+        }
+        let state = self.buckets.get_mut(&descriptor.entries).expect("numbered above");
+        let assignment = {
+            let mut ledger = rlqs.ledger();
+            let assignment = if exhausted {
+                Assignment::DenyAll
+            } else if counters.is_empty() || rlqs.engine.shadow() {
+                Assignment::AllowAll
+            } else {
+                let parts: Vec<(u64, Duration)> = counters
+                    .iter()
+                    .map(|(key, limit, window)| {
+                        let want = want(*limit, *window, asked, elapsed);
+                        (ledger.share(key, *limit, holder, want, now), *window)
+                    })
+                    .collect();
+                match Bucket::within(&parts) {
+                    Some(bucket) => Assignment::Bucket(bucket.replacing(state.last)),
+                    None => Assignment::DenyAll,
+                }
+            };
+            for (key, _, window) in &counters {
+                let held = match assignment {
+                    Assignment::Bucket(b) => b.admits_within(*window),
+                    _ => 0,
+                };
+                ledger.hold(key, holder, held, expires);
+            }
+            for hit in &shared {
+                let (instances, held) = ledger.limit_totals(hit.counter.id());
+                rlqs.metrics.rlqs_assigned(
+                    domain,
+                    hit.limit,
+                    instances,
+                    held as f64 / hit.limit.window().as_secs_f64(),
+                );
+            }
+            assignment
+        };
+        state.last = match assignment {
+            Assignment::Bucket(b) => Some(b),
+            _ => None,
+        };
+        Some((assignment, ttl))
+    }
+
+    /// The stream ended cleanly: the instance enforces nothing more, its shares go back.
+    pub fn end(mut self) {
+        self.ended = true;
+    }
+}
+
+impl<C: Clock + Clone> Drop for Instance<C> {
+    fn drop(&mut self) {
+        let rlqs = &self.rlqs;
+        rlqs.buckets.fetch_sub(self.buckets.len(), Ordering::Relaxed);
+        rlqs.metrics.rlqs_buckets(-(self.buckets.len() as i64));
+        rlqs.metrics.rlqs_streams(-1);
+        let mut ledger = rlqs.ledger();
+        if self.ended {
+            ledger.release(self.id);
+        }
+        ledger.expire(rlqs.clock.now());
+    }
+}
+
+impl<C: Clock + Clone> std::fmt::Debug for Instance<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("id", &self.id)
+            .field("domain", &self.domain)
+            .field("buckets", &self.buckets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The hits per window of `window` a bucket wants of a limit of `limit`, from what it asked
+/// (`asked`: allowed and denied) over `elapsed`: a tenth more than its rate asks, rounded up to
+/// a fiftieth of the limit (so a demand that wavers a little keeps its assignment, and Envoy
+/// its bucket), at least 1 (an idle bucket keeps a trickle), at most the limit. A bucket whose
+/// demand is not known yet (Envoy's first report of a bucket says 0 s elapsed) wants it all.
+fn want(limit: u64, window: Duration, asked: u64, elapsed: Duration) -> u64 {
+    if elapsed.is_zero() {
+        return limit;
+    }
+    let per_window = asked as f64 * window.as_secs_f64() / elapsed.as_secs_f64() * 1.1;
+    let grid = (limit / 50).max(1) as f64;
+    let rounded = (per_window / grid).ceil() * grid;
+    if rounded >= limit as f64 { limit } else { (rounded as u64).max(1) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_want_is_the_demand_per_window_with_a_margin_on_a_coarse_grid() {
+        let minute = Duration::from_secs(60);
+        let five = Duration::from_secs(5);
+        // 50 asked in 5 s is 600 a minute, 660 with the margin, on a grid of 20.
+        assert_eq!(want(1_000, minute, 50, five), 660);
+        assert_eq!(want(1_000, minute, 51, five), 680, "rounded up");
+        assert_eq!(want(1_000, minute, 500, five), 1_000, "at most the limit");
+        assert_eq!(want(1_000, minute, 0, five), 1, "an idle bucket keeps a trickle");
+        assert_eq!(want(1_000, minute, 1, Duration::ZERO), 1_000, "not known yet: all of it");
+    }
+}

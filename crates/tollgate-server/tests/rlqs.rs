@@ -1,0 +1,440 @@
+//! Envoy's Rate Limit Quota Service end to end: a fleet of simulated Envoy filters
+//! (`support/fleet.rs`) against the real server over gRPC, on the server's manual clock.
+//!
+//! The figures in docs/server.md ("RLQS") come from `fleet_targets_*`:
+//! `cargo test -p tollgate-server --test rlqs -- --nocapture fleet_targets`.
+
+mod support;
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use futures::channel::mpsc::unbounded;
+use support::fleet::{Demand, Enforce, Envoy, Timeline, run};
+use support::{Server, descriptor, server_with, should_rate_limit};
+use tollgate_server::serve::{RlqsConfig, Storage};
+use tollgate_testkit::RedisServer;
+
+/// Envoy's report interval, shortened (Envoy's is 5 s): the server needs nothing else changed.
+const REPORT: Duration = Duration::from_secs(1);
+const WINDOW: Duration = Duration::from_secs(10);
+const LIMIT: f64 = 1000.0;
+const STEP: Duration = Duration::from_millis(10);
+
+/// One limit of 1000 per 10 s on the bucket `{api: search}`, a second limit for another bucket,
+/// and one that denies all.
+const LIMITS: &str = r#"
+- namespace: shop
+  name: search
+  max_value: 1000
+  seconds: 10
+  conditions: ["descriptors[0].api == 'search'"]
+- namespace: shop
+  name: closed
+  max_value: 0
+  seconds: 10
+  conditions: ["descriptors[0].api == 'closed'"]
+- namespace: shop
+  name: orders
+  max_value: 5
+  seconds: 60
+  conditions: ["descriptors[0].api == 'orders'"]
+"#;
+
+const SEARCH: &[(&str, &str)] = &[("api", "search")];
+
+async fn rlqs_server(storage: Storage) -> Server {
+    server_with(LIMITS, |config| {
+        config.storage = storage;
+        config.rlqs = RlqsConfig { assignment_ttl: Duration::from_secs(3), ..RlqsConfig::default() };
+    })
+    .await
+}
+
+fn fleet(server: &Server, n: usize) -> Vec<Envoy> {
+    (0..n).map(|_| Envoy::new(server.running.grpc, "shop", &server.clock, REPORT)).collect()
+}
+
+/// Demand in requests per second for a share of the limit per window (2.0: twice the limit).
+fn per_second(share_of_limit: f64) -> f64 {
+    share_of_limit * LIMIT / WINDOW.as_secs_f64()
+}
+
+/// Instance `i` starts a third of a report interval after `i - 1`, so their reports interleave.
+fn staggered(i: usize, t: Duration) -> bool {
+    t >= REPORT / 3 * i as u32
+}
+
+/// The fleet's figures for one storage: over-admission, utilization, fairness and convergence.
+async fn fleet_targets(storage: impl Fn() -> Storage) -> Vec<(String, f64, String)> {
+    let mut figures = Vec::new();
+    let warm = 3 * WINDOW;
+    let length = 8 * WINDOW;
+
+    // Three instances wanting twice the limit together.
+    let server = rlqs_server(storage()).await;
+    let mut envoys = fleet(&server, 3);
+    let mut timeline = Timeline::default();
+    let demand: Demand = &|i, t| if staggered(i, t) { per_second(2.0 / 3.0) } else { 0.0 };
+    run(&mut envoys, &server.clock, SEARCH, STEP, length, demand, &mut timeline).await;
+    let most = timeline.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    figures.push(("3 instances, 2x demand: most admitted in any window".into(), most, "<= 1.02".into()));
+    assert!(most <= 1.02, "over-admission: {most}");
+    let used = timeline.admitted(None, warm, warm + WINDOW) as f64 / LIMIT;
+    figures.push(("3 instances, 2x demand: admitted in a window".into(), used, ">= 0.95".into()));
+    assert!(used >= 0.95, "utilization: {used}");
+
+    // Three instances wanting twice the limit each: fair shares.
+    let server = rlqs_server(storage()).await;
+    let mut envoys = fleet(&server, 3);
+    let mut timeline = Timeline::default();
+    let demand: Demand = &|i, t| if staggered(i, t) { per_second(2.0) } else { 0.0 };
+    run(&mut envoys, &server.clock, SEARCH, STEP, length, demand, &mut timeline).await;
+    for i in 0..3 {
+        let share = timeline.admitted(Some(i), warm, warm + WINDOW) as f64 / LIMIT;
+        figures.push((format!("3 instances wanting 2x each: instance {i}'s share"), share, ">= 0.2".into()));
+        assert!(share >= 0.2, "instance {i}: {share}");
+    }
+    let most = timeline.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    figures.push(("3 instances wanting 2x each: most admitted in any window".into(), most, "<= 1.02".into()));
+    assert!(most <= 1.02, "over-admission: {most}");
+
+    // One wants 0.2 of the limit, two want 2x each.
+    let server = rlqs_server(storage()).await;
+    let mut envoys = fleet(&server, 3);
+    let mut timeline = Timeline::default();
+    let demand: Demand = &|i, t| match (i, staggered(i, t)) {
+        (_, false) => 0.0,
+        (0, true) => per_second(0.2),
+        _ => per_second(2.0),
+    };
+    run(&mut envoys, &server.clock, SEARCH, STEP, length, demand, &mut timeline).await;
+    let small = timeline.admitted(Some(0), warm, warm + WINDOW) as f64 / timeline.asked(0, warm, warm + WINDOW) as f64;
+    figures.push(("one wanting 0.2: share of what it wants".into(), small, ">= 0.9".into()));
+    assert!(small >= 0.9, "the small one got {small} of its demand");
+    for i in 1..3 {
+        let share = timeline.admitted(Some(i), warm, warm + WINDOW) as f64 / LIMIT;
+        figures.push((format!("one wanting 0.2: instance {i} wanting 2x, share"), share, ">= 0.3".into()));
+        assert!(share >= 0.3, "instance {i}: {share}");
+    }
+
+    // Convergence: one instance's demand drops to zero, then another closes its stream.
+    let server = rlqs_server(storage()).await;
+    let mut envoys = fleet(&server, 3);
+    let mut timeline = Timeline::default();
+    let drop_at = warm;
+    let demand: Demand = &|i, t| match (i, staggered(i, t)) {
+        (_, false) => 0.0,
+        (0, true) if t >= drop_at => 0.0,
+        _ => per_second(2.0),
+    };
+    run(&mut envoys, &server.clock, SEARCH, STEP, warm + 2 * WINDOW + 2 * REPORT, demand, &mut timeline).await;
+    let from = drop_at + 2 * REPORT;
+    let others = (timeline.admitted(Some(1), from, from + WINDOW) + timeline.admitted(Some(2), from, from + WINDOW))
+        as f64
+        / LIMIT;
+    figures.push(("demand drops to 0: the others' use, 2 reports later".into(), others, ">= 0.9".into()));
+    assert!(others >= 0.9, "after a drop the others used {others}");
+    let most = timeline.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    assert!(most <= 1.02, "over-admission around a drop: {most}");
+
+    // Instance 2 closes its stream (shuts down); 0 and 1 want 2x each from now on.
+    envoys[2].close().await;
+    let closed_at = timeline.admitted.len() as u32 * STEP;
+    let mut rest: Vec<Envoy> = envoys.drain(..2).collect();
+    let demand: Demand = &|_, _| per_second(2.0);
+    let mut after = Timeline::default();
+    run(&mut rest, &server.clock, SEARCH, STEP, 2 * REPORT + 2 * WINDOW, demand, &mut after).await;
+    let used = after.admitted(None, 2 * REPORT, 2 * REPORT + WINDOW) as f64 / LIMIT;
+    figures.push(("a stream closes: the others' use, 2 reports later".into(), used, ">= 0.9".into()));
+    assert!(used >= 0.9, "after a close at {closed_at:?} the others used {used}");
+    let most = after.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    assert!(most <= 1.02, "over-admission after a close: {most}");
+    figures
+}
+
+fn print(storage: &str, figures: &[(String, f64, String)]) {
+    println!("RLQS fleet on {storage} (limit 1000 per 10 s, reports every 1 s, assignments live 3 s):");
+    for (what, value, target) in figures {
+        println!("  {what:<58} {value:>6.3}  (target {target})");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_targets_in_memory() {
+    let figures = fleet_targets(|| Storage::Memory).await;
+    print("memory", &figures);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_targets_on_redis() {
+    let redis = RedisServer::start();
+    let figures = fleet_targets(|| Storage::Redis { url: redis.url(), prefix: "rlqs:".into() }).await;
+    print("redis", &figures);
+}
+
+/// One stream opened by hand: its report sender and answers.
+struct Raw {
+    reports: futures::channel::mpsc::UnboundedSender<RateLimitQuotaUsageReports>,
+    answers: tonic::Streaming<RateLimitQuotaResponse>,
+}
+
+impl Raw {
+    async fn open(server: &Server) -> Raw {
+        let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", server.running.grpc)).await.unwrap();
+        let (reports, outgoing) = unbounded();
+        let answers = client.stream_rate_limit_quotas(outgoing).await.unwrap().into_inner();
+        Raw { reports, answers }
+    }
+
+    async fn report(
+        &mut self,
+        domain: &str,
+        usages: Vec<BucketQuotaUsage>,
+    ) -> Result<RateLimitQuotaResponse, tonic::Status> {
+        self.reports
+            .unbounded_send(RateLimitQuotaUsageReports { domain: domain.into(), bucket_quota_usages: usages })
+            .unwrap();
+        self.answers.message().await.map(|m| m.expect("an answer per report"))
+    }
+}
+
+fn usage(entries: &[(&str, &str)], allowed: u64, seconds: i64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(BucketId { bucket: entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }),
+        time_elapsed: Some(envoy_types::pb::google::protobuf::Duration { seconds, nanos: 0 }),
+        num_requests_allowed: allowed,
+        num_requests_denied: 0,
+    }
+}
+
+/// The strategy and time to live of each action of an answer, by the bucket's `api`.
+fn strategies(answer: &RateLimitQuotaResponse) -> Vec<(String, Strategy, i64)> {
+    answer
+        .bucket_action
+        .iter()
+        .map(|a| {
+            let api = a.bucket_id.as_ref().unwrap().bucket.get("api").cloned().unwrap_or_default();
+            let Some(Action::QuotaAssignmentAction(q)) = &a.bucket_action else { panic!("{a:?}") };
+            (api, q.rate_limit_strategy.unwrap().strategy.unwrap(), q.assignment_time_to_live.unwrap().seconds)
+        })
+        .collect()
+}
+
+const ALLOW_ALL: Strategy = Strategy::BlanketRule(BlanketRule::AllowAll as i32);
+const DENY_ALL: Strategy = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_bucket_gets_what_its_limits_say() {
+    let redis = RedisServer::start();
+    for storage in [Storage::Memory, Storage::Redis { url: redis.url(), prefix: "each:".into() }] {
+        let server = rlqs_server(storage).await;
+        let mut envoy = Raw::open(&server).await;
+        let answer = envoy
+            .report(
+                "shop",
+                vec![usage(SEARCH, 1, 0), usage(&[("api", "closed")], 1, 0), usage(&[("api", "other")], 1, 0)],
+            )
+            .await
+            .unwrap();
+        let got = strategies(&answer);
+        assert_eq!(got.len(), 3, "{got:?}");
+        let Strategy::TokenBucket(bucket) = got[0].1 else { panic!("{got:?}") };
+        assert_eq!((bucket.max_tokens, bucket.tokens_per_fill.unwrap().value), (20, 980), "alone: the whole limit");
+        assert_eq!(bucket.fill_interval.unwrap().seconds, 10);
+        assert_eq!(got[0].2, 3, "the configured time to live");
+        assert_eq!((got[1].1, got[1].2), (DENY_ALL, 10), "a limit of 0 denies all until its window ends");
+        assert_eq!(got[2].1, ALLOW_ALL, "no limit");
+
+        // The RLS exhausts `orders`: its bucket is denied all until the window ends.
+        let mut rls = server.rls().await;
+        let orders = vec![descriptor(&[("api", "orders")])];
+        should_rate_limit(&mut rls, "shop", orders, 5).await;
+        server.clock.advance(Duration::from_secs(20));
+        let answer = envoy.report("shop", vec![usage(&[("api", "orders")], 0, 0)]).await.unwrap();
+        assert_eq!(strategies(&answer), [("orders".to_string(), DENY_ALL, 40)]);
+        server.clock.advance(Duration::from_secs(40));
+        let answer = envoy.report("shop", vec![usage(&[("api", "orders")], 0, 1)]).await.unwrap();
+        assert!(matches!(strategies(&answer)[0].1, Strategy::TokenBucket(_)), "{answer:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_reports_are_refused_or_ignored_and_other_streams_carry_on() {
+    let server = server_with(LIMITS, |config| {
+        config.rlqs = RlqsConfig { max_buckets_per_stream: 3, max_buckets: 5, ..RlqsConfig::default() };
+    })
+    .await;
+    let mut good = Raw::open(&server).await;
+    assert_eq!(good.report("shop", vec![usage(SEARCH, 1, 0)]).await.unwrap().bucket_action.len(), 1);
+
+    // No domain on the first report.
+    let mut nameless = Raw::open(&server).await;
+    let refused = nameless.report("", vec![usage(SEARCH, 1, 0)]).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+    assert!(refused.message().contains("domain"), "{refused}");
+
+    // Another domain on the same stream.
+    let mut fickle = Raw::open(&server).await;
+    fickle.report("shop", vec![usage(SEARCH, 1, 0)]).await.unwrap();
+    let refused = fickle.report("other", vec![usage(SEARCH, 1, 0)]).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+
+    // An empty bucket id, and buckets past the stream's bound: left out, the rest answered.
+    let mut many = Raw::open(&server).await;
+    let empty = BucketQuotaUsage { bucket_id: Some(BucketId::default()), ..usage(SEARCH, 1, 0) };
+    let usages = vec![
+        empty,
+        usage(SEARCH, 1, 0),
+        usage(&[("api", "a")], 1, 0),
+        usage(&[("api", "b")], 1, 0),
+        usage(&[("api", "c")], 1, 0),
+    ];
+    let answer = many.report("shop", usages).await.unwrap();
+    let apis: Vec<String> = strategies(&answer).into_iter().map(|(api, _, _)| api).collect();
+    assert_eq!(apis, ["search", "a", "b"], "three buckets a stream");
+
+    // The server's bound: `good` has 1, `many` 3 (the refused streams' buckets went with
+    // them), so a new stream gets one more.
+    let mut late = Raw::open(&server).await;
+    let answer = late.report("shop", vec![usage(&[("api", "x")], 1, 0), usage(&[("api", "y")], 1, 0)]).await.unwrap();
+    assert_eq!(answer.bucket_action.len(), 1, "five buckets in all: {answer:?}");
+    let (_, metrics) = server.get("/metrics").await;
+    for reason in ["empty_bucket_id", "max_buckets_per_stream", "max_buckets"] {
+        let line = format!("tollgate_rlqs_ignored_buckets_total{{reason=\"{reason}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+
+    // Garbage on a stream: refused, and the other streams are answered as before.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.running.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let path = http::uri::PathAndQuery::from_static(
+        "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas",
+    );
+    let garbage = futures::stream::iter([bytes::Bytes::from_static(&[0xff, 0xff, 0xff, 0x0f, 0x01])]);
+    let answers = grpc.streaming(tonic::Request::new(garbage), path, RawCodec).await;
+    let refused = match answers {
+        Err(status) => status,
+        Ok(answers) => answers.into_inner().message().await.unwrap_err(),
+    };
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+    assert_eq!(good.report("shop", vec![usage(SEARCH, 10, 1)]).await.unwrap().bucket_action.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_holds_up_no_one_else() {
+    let server = rlqs_server(Storage::Memory).await;
+    let mut mute = Raw::open(&server).await;
+    // Thousands of buckets a report, and reports it never reads the answers to.
+    let usages: Vec<BucketQuotaUsage> =
+        (0..5_000).map(|i| usage(&[("api", "search"), ("user", &i.to_string())], 1, 1)).collect();
+    for _ in 0..200 {
+        let report = RateLimitQuotaUsageReports { domain: "shop".into(), bucket_quota_usages: usages.clone() };
+        if mute.reports.unbounded_send(report).is_err() {
+            break;
+        }
+    }
+    let mut other = Raw::open(&server).await;
+    let answer = tokio::time::timeout(Duration::from_secs(30), other.report("shop", vec![usage(SEARCH, 1, 0)]))
+        .await
+        .expect("answered while the other stream is stuck")
+        .unwrap();
+    assert_eq!(answer.bucket_action.len(), 1);
+    let first = mute.answers.message().await.unwrap().unwrap();
+    assert_eq!(first.bucket_action.len(), 5_000, "thousands of buckets in one report are all answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_stream_keeps_its_share_until_its_assignment_expires() {
+    let server = rlqs_server(Storage::Memory).await;
+    let mut envoys = fleet(&server, 2);
+    let mut timeline = Timeline::default();
+    let demand: Demand = &|_, _| per_second(2.0);
+    run(&mut envoys, &server.clock, SEARCH, STEP, 4 * REPORT, demand, &mut timeline).await;
+    let Some(Enforce::Tokens { max, per_second: rate, .. }) = envoys[0].enforcing(SEARCH) else { panic!() };
+    assert!((rate * 10.0 + max - 500.0).abs() < 1.0, "half each: {rate}/s + {max}");
+
+    // 1's stream breaks: Envoy enforces its assignment until it expires, so 0 gets no more.
+    envoys[1].break_stream();
+    let mut alone: Vec<Envoy> = envoys.drain(..1).collect();
+    run(&mut alone, &server.clock, SEARCH, STEP, 2 * REPORT, demand, &mut timeline).await;
+    let Some(Enforce::Tokens { per_second: held, .. }) = alone[0].enforcing(SEARCH) else { panic!() };
+    assert!((held - rate).abs() < 1e-9, "still half while 1's assignment lives: {held}");
+    // Past its 3 s, the whole limit.
+    run(&mut alone, &server.clock, SEARCH, STEP, 2 * REPORT, demand, &mut timeline).await;
+    let Some(Enforce::Tokens { per_second: all, .. }) = alone[0].enforcing(SEARCH) else { panic!() };
+    assert!(all > 90.0, "the whole limit once 1's assignment expired: {all}/s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_each_limits_instances_rate_and_usage() {
+    let server = rlqs_server(Storage::Memory).await;
+    let mut envoys = fleet(&server, 2);
+    let mut timeline = Timeline::default();
+    let demand: Demand = &|_, _| per_second(2.0);
+    run(&mut envoys, &server.clock, SEARCH, STEP, 3 * REPORT, demand, &mut timeline).await;
+    let (_, metrics) = server.get("/metrics").await;
+    let labels = "limitador_namespace=\"shop\",limit_name=\"search\"";
+    assert!(metrics.contains(&format!("tollgate_rlqs_instances{{{labels}}} 2")), "{metrics}");
+    let rate = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("tollgate_rlqs_assigned_hits_per_second{{{labels}}} ")))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    let rate: f64 = rate.parse().unwrap();
+    assert!((90.0..=100.0).contains(&rate), "{rate}");
+    let allowed = timeline.admitted(None, Duration::ZERO, 3 * REPORT);
+    let reported = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("tollgate_rlqs_reported_allowed_total{{{labels}}} ")))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    // The last second's requests are not reported yet.
+    let reported: u64 = reported.parse().unwrap();
+    assert!(reported <= allowed && reported + 200 >= allowed, "{reported} of {allowed}");
+    assert!(metrics.contains("tollgate_rlqs_streams 2"), "{metrics}");
+}
+
+/// Bytes as they are, for sending what no protobuf decoder reads.
+#[derive(Clone, Copy, Debug, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = bytes::Bytes;
+    type Decode = bytes::Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: bytes::Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put(dst, item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<bytes::Bytes>, tonic::Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
