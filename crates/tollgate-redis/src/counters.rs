@@ -1,6 +1,7 @@
 //! The rate-limit server's Redis API: fixed-window counters of different limits decided in one
 //! round trip, reporting each counter (what Limitador's Redis storage and Envoy's per-descriptor
-//! statuses need), and listing and deleting them ([`scan_windows`], [`delete_windows`]).
+//! statuses need), and listing and deleting them ([`scan_windows`], [`delete_windows`]); fair
+//! shares of a counter among RLQS holders on several servers ([`take_share`]).
 //!
 //! Unlike [`crate::RedisLimiter`], the limits are not fixed at build time: each call names its
 //! counters and their limits. All keys of one call must share a hash tag (Redis Cluster): build
@@ -13,8 +14,10 @@ use tollgate::Meta;
 use crate::{BackendError, Redis, RedisTime, scripts};
 
 mod scan;
+mod shares;
 
 pub use scan::{StoredWindow, WindowKey, WindowPage, delete_windows, scan_windows};
+pub use shares::{Share, drop_share, take_share};
 
 /// One counter of a call.
 #[derive(Clone, Debug)]

@@ -159,6 +159,67 @@ async fn fleet_targets(storage: impl Fn() -> Storage) -> Vec<(String, f64, Strin
     figures
 }
 
+/// Two servers on one Redis (`--storage redis-leased`), two instances on each, wanting twice
+/// the limit together: the shares are decided in Redis for all four.
+async fn replica_targets() -> Vec<(String, f64, String)> {
+    let redis = RedisServer::start();
+    let dir = support::temp_dir("rlqs-replicas");
+    let limits = dir.join("limits.yaml");
+    std::fs::write(&limits, LIMITS).unwrap();
+    let clock = tollgate::ManualClock::new();
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let storage = Storage::RedisLeased { url: redis.url(), prefix: "replicas:".into() };
+        let server = support::server_on_clock(limits.clone(), clock.clone(), |config| {
+            config.storage = storage;
+            config.rlqs = RlqsConfig { assignment_ttl: Duration::from_secs(3), ..RlqsConfig::default() };
+        })
+        .await
+        .unwrap();
+        servers.push(server);
+    }
+    let mut envoys: Vec<Envoy> =
+        (0..4).map(|i| Envoy::new(servers[i % 2].running.grpc, "shop", &clock, REPORT)).collect();
+    let mut timeline = Timeline::default();
+    let demand: Demand = &|i, t| if staggered(i, t) { per_second(0.5) } else { 0.0 };
+    run(&mut envoys, &clock, SEARCH, STEP, 8 * WINDOW, demand, &mut timeline).await;
+    let mut figures = Vec::new();
+    let most = timeline.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    figures.push(("2 servers, 4 instances, 2x demand: most in any window".into(), most, "<= 1.02".into()));
+    assert!(most <= 1.02, "replicas over-admitted: {most}");
+    let warm = 3 * WINDOW;
+    let used = timeline.admitted(None, warm, warm + WINDOW) as f64 / LIMIT;
+    figures.push(("2 servers, 4 instances, 2x demand: admitted in a window".into(), used, ">= 0.95".into()));
+    assert!(used >= 0.95, "replicas' utilization: {used}");
+    for i in 0..4 {
+        let share = timeline.admitted(Some(i), warm, warm + WINDOW) as f64 / LIMIT;
+        assert!(share >= 0.2, "instance {i} on server {}: {share}", i % 2);
+    }
+
+    // One instance of each server closes its stream: the other two get the whole limit.
+    envoys[0].close().await;
+    envoys[1].close().await;
+    let mut rest: Vec<Envoy> = envoys.drain(2..).collect();
+    let demand: Demand = &|_, _| per_second(1.0);
+    let mut after = Timeline::default();
+    run(&mut rest, &clock, SEARCH, STEP, 2 * REPORT + WINDOW, demand, &mut after).await;
+    let used = after.admitted(None, 2 * REPORT, 2 * REPORT + WINDOW) as f64 / LIMIT;
+    figures.push(("2 servers: one stream of each closes, the others' use".into(), used, ">= 0.9".into()));
+    assert!(used >= 0.9, "after closes the others used {used}");
+    // The streams still open would hold up a graceful shutdown.
+    drop(rest);
+    for server in servers {
+        server.running.shutdown().await;
+    }
+    figures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_targets_with_replicas_on_one_redis() {
+    let figures = replica_targets().await;
+    print("two servers on one Redis", &figures);
+}
+
 fn print(storage: &str, figures: &[(String, f64, String)]) {
     println!("RLQS fleet on {storage} (limit 1000 per 10 s, reports every 1 s, assignments live 3 s):");
     for (what, value, target) in figures {
@@ -175,7 +236,13 @@ async fn fleet_targets_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_targets_on_redis() {
     let redis = RedisServer::start();
-    let figures = fleet_targets(|| Storage::Redis { url: redis.url(), prefix: "rlqs:".into() }).await;
+    // A prefix per server: each starts its clock at 0, and must not see the last one's holders.
+    let servers = std::sync::atomic::AtomicUsize::new(0);
+    let figures = fleet_targets(|| {
+        let n = servers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Storage::Redis { url: redis.url(), prefix: format!("fleet{n}:") }
+    })
+    .await;
     print("redis", &figures);
 }
 

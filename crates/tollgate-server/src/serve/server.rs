@@ -278,9 +278,11 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         .with_counter_cap(config.counters)
         .with_request_bounds(config.bounds);
     let metrics = Arc::new(Metrics::new());
+    let mut redis_store = None;
     if let Some((url, prefix)) = config.storage.redis() {
         let redis = tollgate_redis::Redis::connect(url).await?;
         let store = RedisStore { redis, prefix: prefix.to_owned(), time };
+        redis_store = Some(store.clone());
         // The Redis stores register their metrics in this server's recorder, not the global one.
         let kind = config.storage.kind();
         engine = metrics.recording(|| engine.with_redis_storage(kind, store)).map_err(storage_error)?;
@@ -312,7 +314,11 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
             .with_dynamic_metadata(config.response_dynamic_metadata)
             .with_trace_parent(config.trace_parent.clone()),
     );
-    let rlqs = Rlqs::new(engine.clone(), metrics.clone(), clock.clone(), config.rlqs);
+    let mut rlqs = Rlqs::new(engine.clone(), metrics.clone(), clock.clone(), config.rlqs);
+    if let Some(store) = redis_store {
+        // Replicas on one Redis share each limit among all their streams.
+        rlqs = rlqs.with_redis(store);
+    }
     let rlqs = RateLimitQuotaServiceServer::new(RlqsService(Arc::new(rlqs)));
     // The rate-limit calls are answered by `Unary`; tonic's routes serve health and RLQS.
     let routes = tonic::service::Routes::new(health_service).add_service(rlqs).prepare();

@@ -81,9 +81,17 @@ pub async fn server_at(
     limits: PathBuf,
     edit: impl FnOnce(&mut ServeConfig),
 ) -> Result<Server, tollgate_server::serve::ServeError> {
+    server_on_clock(limits, ManualClock::new(), edit).await
+}
+
+/// The same, on `clock` (servers that share one, as replicas on one Redis do in time).
+pub async fn server_on_clock(
+    limits: PathBuf,
+    clock: ManualClock,
+    edit: impl FnOnce(&mut ServeConfig),
+) -> Result<Server, tollgate_server::serve::ServeError> {
     let mut config = config(&limits);
     edit(&mut config);
-    let clock = ManualClock::new();
     let running = start(&config, clock.clone()).await?;
     let http = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
     Ok(Server { running, clock, limits, http })

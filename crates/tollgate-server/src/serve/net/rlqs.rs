@@ -39,7 +39,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> RateLimitQuotaService for RlqsSer
                     Err(status) => Some((Err(status), None)),
                 },
                 Ok(None) => {
-                    instance.end();
+                    instance.end().await;
                     None
                 }
                 Err(status) => Some((Err(invalid_when_undecodable(status)), None)),

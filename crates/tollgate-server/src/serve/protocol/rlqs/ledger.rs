@@ -48,27 +48,33 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// The hits per window `holder` may be assigned on `counter` (whose limit is `limit` hits
-    /// per window) now that it wants `want`: its max-min fair share among the counter's live
-    /// holders, capped by what the others' assignments in force leave. Records the want; what
-    /// it holds stays as it was until [`Ledger::hold`].
-    pub(crate) fn share(&mut self, counter: &CounterKey, limit: u64, holder: Holder, want: u64, now_ns: u64) -> u64 {
+    /// Gives `holder` its share of `counter` (whose limit is `limit` hits per window) now that it
+    /// wants `want`: its max-min fair share among the counter's live holders, capped by what the
+    /// others' assignments in force leave; or, with `fixed`, that (0 for an assignment that
+    /// admits nothing). Records it as what the holder holds until `expires_ns`, and returns it.
+    /// (`fair_share.lua` applies the same rule to holders on several servers.)
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn share(
+        &mut self,
+        counter: &CounterKey,
+        limit: u64,
+        holder: Holder,
+        want: u64,
+        fixed: Option<u64>,
+        now_ns: u64,
+        expires_ns: u64,
+    ) -> u64 {
         let holds = self.holds(counter);
-        holds.retain(|_, h| h.expires_ns > now_ns);
-        holds.entry(holder).and_modify(|h| h.want = want).or_insert(Hold { want, held: 0, expires_ns: now_ns });
-        let wants: Vec<u64> = holds.values().map(|h| h.want).collect();
-        let at = holds.keys().position(|h| *h == holder).expect("inserted above");
-        let fair = fair_shares(limit, &wants)[at];
-        let others: u64 = holds.iter().filter(|(h, _)| **h != holder).map(|(_, h)| h.held).sum();
-        fair.min(limit.saturating_sub(others))
-    }
-
-    /// Records that `holder`'s assignment in force may admit `held` hits per window of
-    /// `counter` until `expires_ns`.
-    pub(crate) fn hold(&mut self, counter: &CounterKey, holder: Holder, held: u64, expires_ns: u64) {
-        let hold = self.holds(counter).entry(holder).or_insert(Hold { want: held, held, expires_ns });
-        hold.held = held;
-        hold.expires_ns = expires_ns;
+        holds.retain(|h, hold| hold.expires_ns > now_ns || *h == holder);
+        let share = fixed.unwrap_or_else(|| {
+            let mut wants = vec![want];
+            wants.extend(holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.want));
+            let fair = fair_shares(limit, &wants)[0];
+            let others: u64 = holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.held).sum();
+            fair.min(limit.saturating_sub(others))
+        });
+        holds.insert(holder, Hold { want, held: share, expires_ns });
+        share
     }
 
     /// The holds of `counter`, empty when it has none yet.
@@ -133,13 +139,13 @@ mod tests {
     fn a_newcomer_gets_only_what_the_others_do_not_hold_until_they_give_it_up() {
         let mut ledger = Ledger::default();
         let c = counter();
-        assert_eq!(ledger.share(&c, 90, holder(1), 200, 0), 90, "alone: all of it");
-        ledger.hold(&c, holder(1), 90, 1_000);
-        assert_eq!(ledger.share(&c, 90, holder(2), 200, 0), 0, "1 holds all until it reports");
-        ledger.hold(&c, holder(2), 0, 1_000);
-        assert_eq!(ledger.share(&c, 90, holder(1), 200, 10), 45, "1 is cut to its fair share");
-        ledger.hold(&c, holder(1), 45, 1_000);
-        assert_eq!(ledger.share(&c, 90, holder(2), 200, 20), 45, "then 2 gets the rest");
+        let mut share = |h, want, now| ledger.share(&c, 90, holder(h), want, None, now, 1_000);
+        assert_eq!(share(1, 200, 0), 90, "alone: all of it");
+        assert_eq!(share(2, 200, 0), 0, "1 holds all until it reports");
+        assert_eq!(share(1, 200, 10), 45, "1 is cut to its fair share");
+        assert_eq!(share(2, 200, 20), 45, "then 2 gets the rest");
+        assert_eq!(share(1, 10, 30), 10, "1 wants less");
+        assert_eq!(share(2, 200, 40), 80, "2 gets what 1 left");
     }
 
     #[test]
@@ -147,17 +153,52 @@ mod tests {
         let mut ledger = Ledger::default();
         let c = counter();
         for i in 1..=3 {
-            let _ = ledger.share(&c, 90, holder(i), 200, 0);
-        }
-        for i in 1..=3 {
-            ledger.hold(&c, holder(i), 30, if i == 3 { 500 } else { 1_000 });
+            let _ = ledger.share(&c, 90, holder(i), 200, Some(30), 0, if i == 3 { 500 } else { 1_000 });
         }
         assert_eq!(ledger.limit_totals(LimitId(7)), (3, 90));
-        assert_eq!(ledger.share(&c, 90, holder(1), 200, 100), 30);
+        assert_eq!(ledger.share(&c, 90, holder(1), 200, None, 100, 1_000), 30);
         ledger.release(2);
-        assert_eq!(ledger.share(&c, 90, holder(1), 200, 100), 45, "2 ended its stream: half of what 3 leaves");
-        assert_eq!(ledger.share(&c, 90, holder(1), 200, 600), 90, "3's assignment expired");
+        assert_eq!(
+            ledger.share(&c, 90, holder(1), 200, None, 100, 1_000),
+            45,
+            "2 ended its stream: half of what 3 leaves"
+        );
+        assert_eq!(ledger.share(&c, 90, holder(1), 200, None, 600, 1_000), 90, "3's assignment expired");
         ledger.expire(2_000);
         assert_eq!(ledger.limit_totals(LimitId(7)), (0, 0));
+    }
+
+    /// `fair_share.lua` decides as the ledger does: the same shares for the same steps, with
+    /// holders coming, going quiet (their assignments expiring) and holding nothing.
+    #[test]
+    fn the_script_on_redis_gives_the_ledgers_shares() {
+        use proptest::prelude::*;
+        use tollgate::{Clock, ManualClock};
+        use tollgate_redis::counters::take_share;
+        use tollgate_redis::{Redis, RedisTime};
+
+        let server = tollgate_testkit::RedisServer::start();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let redis = runtime.block_on(Redis::connect(&server.url())).unwrap();
+        let ttl = std::time::Duration::from_secs(2);
+        let step = (0u64..4, 0u64..300, proptest::option::weighted(0.2, Just(0u64)), 0u64..1_500);
+        let cases = std::sync::atomic::AtomicU64::new(0);
+        proptest!(ProptestConfig::with_cases(48), |(limit in 1u64..200, steps in proptest::collection::vec(step, 1..30))| {
+            let key = format!("case{}", cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            let clock = ManualClock::new();
+            let time = RedisTime::clock(clock.clone());
+            let mut ledger = Ledger::default();
+            for (h, want, fixed, advance_ms) in steps {
+                clock.advance(std::time::Duration::from_millis(advance_ms));
+                let now = clock.now();
+                let expires = now + ttl.as_nanos() as u64;
+                let ours = ledger.share(&counter(), limit, holder(h), want, fixed, now, expires);
+                let theirs = runtime
+                    .block_on(take_share(&redis, &key, &format!("h{h}"), limit, want, fixed, ttl, &time))
+                    .unwrap();
+                prop_assert_eq!(ours, theirs.share, "holder {} wanting {} of {}", h, want, limit);
+                prop_assert!(theirs.held <= limit.max(theirs.share), "{:?}", theirs);
+            }
+        });
     }
 }

@@ -39,6 +39,8 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use hashbrown::HashMap;
 use tollgate::{Clock, SystemClock};
 use tollgate_policy::Descriptor;
+use tollgate_redis::counters::{drop_share, take_share};
+use tollgate_redis::{Keyspace, Redis, RedisTime};
 use tonic::Status as GrpcStatus;
 use tracing::Instrument;
 
@@ -48,6 +50,7 @@ use crate::serve::engine::Engine;
 use crate::serve::model::{Action as CallAction, CallError};
 use crate::serve::ops::metrics::Metrics;
 use crate::serve::ops::trace::TARGET;
+use crate::serve::store::RedisStore;
 
 /// The RLQS service's settings (`tollgate serve --rlqs-*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +77,10 @@ pub struct Rlqs<C: Clock = SystemClock> {
     metrics: Arc<Metrics>,
     clock: C,
     config: RlqsConfig,
+    /// This server's view of the shares: the shares themselves on memory storage.
     ledger: Mutex<Ledger>,
+    /// The shares of every server on the same Redis, on the Redis storages.
+    redis: Option<SharedShares>,
     instances: AtomicU64,
     bucket_numbers: AtomicU64,
     buckets: AtomicUsize,
@@ -91,9 +97,55 @@ impl<C: Clock + Clone> Rlqs<C> {
             clock,
             config: RlqsConfig { assignment_ttl: ttl, ..config },
             ledger: Mutex::new(Ledger::default()),
+            redis: None,
             instances: AtomicU64::new(0),
             bucket_numbers: AtomicU64::new(0),
             buckets: AtomicUsize::new(0),
+        }
+    }
+
+    /// Shares decided with every server on `store`'s Redis (replicas behind one Envoy fleet):
+    /// the counters' holders are kept there, under the store's prefix followed by `rlqs:`.
+    #[must_use]
+    pub fn with_redis(self, store: RedisStore) -> Rlqs<C> {
+        let server = format!(
+            "{:016x}",
+            std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), std::process::id())
+        );
+        let keyspace = Keyspace::new(format!("{}rlqs:", store.prefix));
+        Rlqs { redis: Some(SharedShares { redis: store.redis, keyspace, time: store.time, server }), ..self }
+    }
+
+    /// Gives `holder` its share of `counter` (see `Ledger::share`), in memory or in Redis; `None`
+    /// when Redis cannot answer (the bucket is then left without an assignment: Envoy keeps the
+    /// one it has until it expires).
+    #[allow(clippy::too_many_arguments)]
+    async fn share(
+        &self,
+        namespace: &str,
+        counter: &CounterKey,
+        limit: u64,
+        holder: Holder,
+        want: u64,
+        fixed: Option<u64>,
+        now: u64,
+    ) -> Option<u64> {
+        let ttl = self.config.assignment_ttl;
+        let expires = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
+        let Some(shared) = &self.redis else {
+            return Some(self.ledger().share(counter, limit, holder, want, fixed, now, expires));
+        };
+        let key = shared.key(namespace, counter);
+        match take_share(&shared.redis, &key, &shared.holder(holder), limit, want, fixed, ttl, &shared.time).await {
+            Ok(taken) => {
+                // This server's view, for its metrics.
+                self.ledger().share(counter, limit, holder, want, Some(taken.share), now, expires);
+                Some(taken.share)
+            }
+            Err(e) => {
+                tracing::warn!("RLQS: cannot reach the shares in Redis, the bucket keeps its assignment: {e}");
+                None
+            }
         }
     }
 
@@ -118,6 +170,28 @@ impl<C: Clock> std::fmt::Debug for Rlqs<C> {
     }
 }
 
+/// Shares kept in Redis for every server using it.
+struct SharedShares {
+    redis: Redis,
+    keyspace: Keyspace,
+    time: RedisTime,
+    /// This server's name among them, random.
+    server: String,
+}
+
+impl SharedShares {
+    /// A counter's holders: under the namespace as hash tag, named by the limit's id, with the
+    /// counter's values (the counter's own key, in the `rlqs:` keyspace).
+    fn key(&self, namespace: &str, counter: &CounterKey) -> String {
+        self.keyspace.key(namespace, &counter.limit.to_string(), &counter.values)
+    }
+
+    /// A holder's name, unique among the servers.
+    fn holder(&self, holder: Holder) -> String {
+        format!("{}:{}:{}", self.server, holder.instance, holder.bucket)
+    }
+}
+
 /// What a stream knows of one of its buckets.
 #[derive(Debug)]
 struct BucketState {
@@ -125,6 +199,8 @@ struct BucketState {
     number: u64,
     /// The token bucket last assigned, if any: Envoy keeps it unless told one it can tell apart.
     last: Option<Bucket>,
+    /// The counters it was last assigned a share of.
+    counters: Vec<CounterKey>,
 }
 
 /// One stream of reports: one Envoy instance, its buckets and their assignments.
@@ -236,7 +312,7 @@ impl<C: Clock + Clone> Instance<C> {
             return None;
         }
         let number = self.rlqs.bucket_numbers.fetch_add(1, Ordering::Relaxed) + 1;
-        self.buckets.insert(entries.to_vec(), BucketState { number, last: None });
+        self.buckets.insert(entries.to_vec(), BucketState { number, last: None, counters: Vec::new() });
         self.rlqs.metrics.rlqs_buckets(1);
         Some(number)
     }
@@ -276,7 +352,6 @@ impl<C: Clock + Clone> Instance<C> {
         }
         let holder = Holder { instance: self.id, bucket: number };
         let now = rlqs.clock.now();
-        let expires = now.saturating_add(u64::try_from(rlqs.config.assignment_ttl.as_nanos()).unwrap_or(u64::MAX));
         let counters: Vec<(CounterKey, u64, Duration)> = shared
             .iter()
             .map(|h| (CounterKey { limit: h.counter.id(), values: h.values.clone() }, h.max_value, h.limit.window()))
@@ -288,54 +363,65 @@ impl<C: Clock + Clone> Instance<C> {
             let reset = probe.statuses.iter().filter(|s| s.limited).map(|s| s.meta.reset_ns).max().unwrap_or(0);
             ttl = ttl.max(reset.div_ceil(1_000_000_000));
         }
-        let state = self.buckets.get_mut(&descriptor.entries).expect("numbered above");
-        let assignment = {
-            let mut ledger = rlqs.ledger();
-            let assignment = if exhausted {
-                Assignment::DenyAll
-            } else if counters.is_empty() || rlqs.engine.shadow() {
-                Assignment::AllowAll
-            } else {
-                let parts: Vec<(u64, Duration)> = counters
-                    .iter()
-                    .map(|(key, limit, window)| {
-                        let want = want(*limit, *window, asked, elapsed);
-                        (ledger.share(key, *limit, holder, want, now), *window)
-                    })
-                    .collect();
-                match Bucket::within(&parts) {
-                    Some(bucket) => Assignment::Bucket(bucket.replacing(state.last)),
-                    None => Assignment::DenyAll,
-                }
-            };
-            for (key, _, window) in &counters {
-                let held = match assignment {
-                    Assignment::Bucket(b) => b.admits_within(*window),
-                    _ => 0,
-                };
-                ledger.hold(key, holder, held, expires);
+        let last = self.buckets.get(&descriptor.entries).and_then(|state| state.last);
+        let shadow = rlqs.engine.shadow();
+        let mut assignment = if exhausted {
+            Assignment::DenyAll
+        } else if counters.is_empty() || shadow {
+            Assignment::AllowAll
+        } else {
+            let mut parts = Vec::with_capacity(counters.len());
+            for (key, limit, window) in &counters {
+                let want = want(*limit, *window, asked, elapsed);
+                parts.push((rlqs.share(domain, key, *limit, holder, want, None, now).await?, *window));
             }
+            match Bucket::within(&parts) {
+                Some(bucket) => Assignment::Bucket(bucket.replacing(last)),
+                None => Assignment::DenyAll,
+            }
+        };
+        if !matches!(assignment, Assignment::Bucket(_)) {
+            // It admits nothing, or is not counted: it holds nothing of its counters.
+            // What it wants stays known, so that the others make room for it.
+            for (key, limit, window) in &counters {
+                let want = want(*limit, *window, asked, elapsed);
+                if rlqs.share(domain, key, *limit, holder, want, Some(0), now).await.is_none() {
+                    assignment = Assignment::DenyAll;
+                }
+            }
+        }
+        {
+            let ledger = rlqs.ledger();
             for hit in &shared {
                 let (instances, held) = ledger.limit_totals(hit.counter.id());
-                rlqs.metrics.rlqs_assigned(
-                    domain,
-                    hit.limit,
-                    instances,
-                    held as f64 / hit.limit.window().as_secs_f64(),
-                );
+                let rate = held as f64 / hit.limit.window().as_secs_f64();
+                rlqs.metrics.rlqs_assigned(domain, hit.limit, instances, rate);
             }
-            assignment
-        };
+        }
+        let state = self.buckets.get_mut(&descriptor.entries).expect("numbered above");
         state.last = match assignment {
             Assignment::Bucket(b) => Some(b),
             _ => None,
         };
+        state.counters = counters.into_iter().map(|(key, _, _)| key).collect();
         Some((assignment, ttl))
     }
 
-    /// The stream ended cleanly: the instance enforces nothing more, its shares go back.
-    pub fn end(mut self) {
+    /// The stream ended cleanly: the instance enforces nothing more, its shares go back (on
+    /// Redis, before this returns; a holder Redis does not hear of expires with its assignment).
+    pub async fn end(mut self) {
         self.ended = true;
+        if let Some(shared) = &self.rlqs.redis {
+            for state in self.buckets.values() {
+                let holder = shared.holder(Holder { instance: self.id, bucket: state.number });
+                for counter in &state.counters {
+                    let namespace = self.domain.as_deref().unwrap_or_default();
+                    if let Err(e) = drop_share(&shared.redis, &shared.key(namespace, counter), &holder).await {
+                        tracing::warn!("RLQS: a closed stream's share stays in Redis until it expires: {e}");
+                    }
+                }
+            }
+        }
     }
 }
 

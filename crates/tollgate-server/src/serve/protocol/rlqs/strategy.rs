@@ -103,6 +103,7 @@ impl Bucket {
 
     /// The most this bucket admits in any stretch of `window`: a full bucket, then whole tokens
     /// of its refill.
+    #[cfg(test)]
     pub(crate) fn admits_within(self, window: Duration) -> u64 {
         let refill = window.as_secs_f64() * f64::from(self.tokens_per_fill) / f64::from(self.fill_secs.max(1));
         u64::from(self.max_tokens).saturating_add(refill.floor() as u64)

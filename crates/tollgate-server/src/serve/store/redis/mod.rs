@@ -69,7 +69,7 @@ impl TimeSource {
 
 /// Counters in Redis instead of in memory: the connection, the key prefix, and whose clock times
 /// the windows.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct RedisStore {
     /// The connection.
     pub redis: tollgate_redis::Redis,
