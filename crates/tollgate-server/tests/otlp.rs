@@ -345,6 +345,32 @@ async fn the_last_spans_are_sent_when_the_server_stops_and_the_service_name_is_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_rlqs_assignment_round_is_a_span() {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+
+    let (collector, addr) = Collector::start().await;
+    let endpoint = format!("http://{addr}");
+    let env = [("OTEL_BSP_SCHEDULE_DELAY", "3600000")];
+    let server = Tollgate::start(&limits_file(), &["--otlp-endpoint", &endpoint], &env).await;
+    let mut rlqs = RateLimitQuotaServiceClient::connect(format!("http://{}", server.grpc)).await.unwrap();
+    let buckets = ["ann", "bob"].map(|user| BucketQuotaUsage {
+        bucket_id: Some(BucketId { bucket: [("user".to_string(), user.to_string())].into() }),
+        num_requests_allowed: 1,
+        ..Default::default()
+    });
+    let report = RateLimitQuotaUsageReports { domain: "api".into(), bucket_quota_usages: buckets.to_vec() };
+    let mut answers = rlqs.stream_rate_limit_quotas(futures::stream::iter([report])).await.unwrap().into_inner();
+    assert_eq!(answers.message().await.unwrap().unwrap().bucket_action.len(), 2);
+    assert!(server.stop().success());
+    let spans = collector.spans();
+    let round = spans.iter().find(|s| s.name == "ratelimit.rlqs.assign").unwrap_or_else(|| panic!("{spans:#?}"));
+    assert_eq!(round.attributes.get("ratelimit.namespace").map(String::as_str), Some("api"), "{round:?}");
+    assert_eq!(round.attributes.get("rlqs.buckets").map(String::as_str), Some("2"), "{round:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_flag_nothing_is_exported_even_with_the_sdks_endpoint_variable_set() {
     let (collector, addr) = Collector::start().await;
     let endpoint = format!("http://{addr}");

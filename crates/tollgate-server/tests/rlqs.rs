@@ -333,6 +333,32 @@ async fn each_bucket_gets_what_its_limits_say() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_unreachable_buckets_keep_the_assignments_they_have() {
+    let mut redis = RedisServer::start();
+    let server = rlqs_server(Storage::RedisLeased { url: redis.url(), prefix: "down:".into() }).await;
+    let mut envoy = Raw::open(&server).await;
+    let answer = envoy.report("shop", vec![usage(SEARCH, 1, 0), usage(&[("api", "other")], 1, 0)]).await.unwrap();
+    assert_eq!(answer.bucket_action.len(), 2);
+    redis.kill();
+    // Nothing is assigned for a bucket whose counters cannot be read: Envoy keeps what it has
+    // until it expires. A bucket that no limit counts is still allowed all.
+    let answer = envoy.report("shop", vec![usage(SEARCH, 10, 1), usage(&[("api", "other")], 1, 1)]).await.unwrap();
+    assert_eq!(strategies(&answer), [("other".to_string(), ALLOW_ALL, 3)], "{answer:?}");
+    redis.restart();
+    // The connection backs off for up to half a second of real time after failures: ask until
+    // it is back (for at most 10 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = envoy.report("shop", vec![usage(SEARCH, 10, 1)]).await.unwrap();
+        if let [(_, Strategy::TokenBucket(_), _)] = strategies(&answer)[..] {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no assignment once Redis is back: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_reports_are_refused_or_ignored_and_other_streams_carry_on() {
     let server = server_with(LIMITS, |config| {
         config.rlqs = RlqsConfig { max_buckets_per_stream: 3, max_buckets: 5, ..RlqsConfig::default() };
