@@ -8,8 +8,10 @@
 //! - `ops`: [`Metrics`] (Prometheus), [`Reloader`] (watching the limits file), [`trace`] (a
 //!   `tracing` span per decision, and the [`TraceParent`] hook that links it to the caller's
 //!   trace);
-//! - `protocol`: Envoy's and Kuadrant's rate limit services ([`rls`]), the HTTP API ([`http`],
-//!   Limitador's) and the RateLimit [`headers`], each answering in its own messages, unframed;
+//! - `protocol`: Envoy's and Kuadrant's rate limit services ([`rls`]), Envoy's rate limit quota
+//!   service ([`rlqs`]: fair shares of each limit for Envoys that enforce locally), the HTTP API
+//!   ([`http`], Limitador's) and the RateLimit [`headers`], each answering in its own messages,
+//!   unframed;
 //! - `net`: the listeners' connections, framing those answers (the rate-limit gRPC calls without
 //!   tonic's per-call machinery, the HTTP decision calls without hyper's);
 //! - [`start`]: all of it on the current tokio runtime.
