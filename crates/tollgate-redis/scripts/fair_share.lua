@@ -1,6 +1,6 @@
 -- fair_share.lua: one holder's share of a counter's limit, decided among the holders of every
--- server on this Redis (the rate-limit server's RLQS: each holder is one bucket of one Envoy
--- instance, and its share is what the assignment it is given may admit per window).
+-- server on this Redis (the rate-limit server's RLQS: each holder is one Envoy instance, and its
+-- share is what the assignments of its buckets on the counter may admit per window together).
 --
 -- The rule (the server's in-memory ledger applies the same, `protocol/rlqs/ledger.rs`): the
 -- holder's share is its max-min fair share of the limit among the live holders' wants, and never

@@ -358,6 +358,41 @@ async fn with_redis_unreachable_buckets_keep_the_assignments_they_have() {
     }
 }
 
+/// What each token bucket of an answer may admit per 10 s window: its burst and its refill.
+fn per_window(answer: &RateLimitQuotaResponse) -> Vec<u64> {
+    strategies(answer)
+        .into_iter()
+        .map(|(_, strategy, _)| match strategy {
+            Strategy::TokenBucket(b) => {
+                let per_fill = u64::from(b.tokens_per_fill.unwrap().value);
+                u64::from(b.max_tokens) + per_fill * 10 / b.fill_interval.unwrap().seconds as u64
+            }
+            _ => 0,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_are_fair_between_envoys_not_between_buckets() {
+    let server = rlqs_server(Storage::Memory).await;
+    // One Envoy with three users' buckets on the `search` limit, another with one.
+    let (mut three, mut one) = (Raw::open(&server).await, Raw::open(&server).await);
+    let users = |asked, seconds| {
+        ["ann", "bob", "cat"].map(|u| usage(&[("api", "search"), ("user", u)], asked, seconds)).to_vec()
+    };
+    three.report("shop", users(1, 0)).await.unwrap();
+    one.report("shop", vec![usage(&[("api", "search"), ("user", "dan")], 1, 0)]).await.unwrap();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        server.clock.advance(Duration::from_secs(1));
+        a = per_window(&three.report("shop", users(100, 1)).await.unwrap());
+        b = per_window(&one.report("shop", vec![usage(&[("api", "search"), ("user", "dan")], 300, 1)]).await.unwrap());
+    }
+    let (a, b): (u64, u64) = (a.iter().sum(), b.iter().sum());
+    assert!(a + b <= 1_000, "{a} + {b}");
+    assert!((490..=510).contains(&a) && (490..=510).contains(&b), "half each, however many buckets: {a}, {b}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_reports_are_refused_or_ignored_and_other_streams_carry_on() {
     let server = server_with(LIMITS, |config| {

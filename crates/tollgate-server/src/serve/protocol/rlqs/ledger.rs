@@ -1,5 +1,5 @@
-//! Who holds what of each counter's limit: the shares assigned to the buckets of the Envoy
-//! instances that report on it, until their assignments expire.
+//! Who holds what of each counter's limit: the shares assigned to the Envoy instances whose
+//! buckets count on it, until their assignments expire.
 //!
 //! The rule that keeps the fleet within a limit: a holder's new share is its max-min fair share
 //! of the limit among the live holders, and never more than the others leave — what *they* hold
@@ -13,14 +13,9 @@ use tollgate_policy::LimitId;
 
 use crate::serve::model::fair_shares;
 
-/// One bucket of one Envoy instance (a stream): the unit that holds a share.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Holder {
-    /// The stream's number.
-    pub(crate) instance: u64,
-    /// The bucket's number within the server.
-    pub(crate) bucket: u64,
-}
+/// One Envoy instance (a stream), by its number: what holds a share of a counter (its buckets on
+/// the counter split it).
+pub(crate) type Holder = u64;
 
 /// One counter of one limit, as the RLS counts it: the limit and its variables' values.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -90,7 +85,7 @@ impl Ledger {
     /// assignments until their time to live ends.)
     pub(crate) fn release(&mut self, instance: u64) {
         self.counters.retain(|_, holds| {
-            holds.retain(|h, _| h.instance != instance);
+            holds.retain(|h, _| *h != instance);
             !holds.is_empty()
         });
     }
@@ -113,7 +108,7 @@ impl Ledger {
                 continue;
             }
             for (holder, hold) in holds {
-                instances.push(holder.instance);
+                instances.push(*holder);
                 held = held.saturating_add(hold.held);
             }
         }
@@ -132,7 +127,7 @@ mod tests {
     }
 
     fn holder(instance: u64) -> Holder {
-        Holder { instance, bucket: instance }
+        instance
     }
 
     #[test]

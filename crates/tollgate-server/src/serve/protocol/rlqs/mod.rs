@@ -8,10 +8,11 @@
 //!   [`RlqsConfig::assignment_ttl`]: `ALLOW_ALL` for a bucket no denying limit counts,
 //!   `DENY_ALL` while a limit's window is exhausted (until it ends) or the share is 0, else a
 //!   token bucket (see `strategy`).
-//! - Shares: an instance's demand on a counter is what its bucket asked (allowed + denied) over
-//!   the report's `time_elapsed`, scaled to the limit's window; the limit is divided max-min
-//!   fairly among the instances holding a share of it, and no instance gets more than the
-//!   others' assignments in force leave (see `ledger`). Every assignment's token bucket admits
+//! - Shares: an instance's demand on a counter is what its buckets on it asked (allowed +
+//!   denied) over the report's `time_elapsed`, scaled to the limit's window; the limit is
+//!   divided max-min fairly among the instances holding a share of it (between Envoys, not
+//!   buckets: an instance's buckets on a counter split its one share the same way), and no
+//!   instance gets more than the others' assignments in force leave (see `ledger`). Every assignment's token bucket admits
 //!   in any stretch of the window at most its share, bursts included, so the fleet admits at
 //!   most the limit in any window of it.
 //! - A stream that ends cleanly gives its shares back at once; one that breaks keeps them until
@@ -44,10 +45,10 @@ use tollgate_redis::{Keyspace, Redis, RedisTime};
 use tonic::Status as GrpcStatus;
 use tracing::Instrument;
 
-use self::ledger::{CounterKey, Holder, Ledger};
+use self::ledger::{CounterKey, Ledger};
 use self::strategy::{Assignment, Bucket};
 use crate::serve::engine::Engine;
-use crate::serve::model::{Action as CallAction, CallError};
+use crate::serve::model::{Action as CallAction, CallError, fair_shares};
 use crate::serve::ops::metrics::Metrics;
 use crate::serve::ops::trace::TARGET;
 use crate::serve::store::RedisStore;
@@ -125,7 +126,7 @@ impl<C: Clock + Clone> Rlqs<C> {
         namespace: &str,
         counter: &CounterKey,
         limit: u64,
-        holder: Holder,
+        holder: u64,
         want: u64,
         fixed: Option<u64>,
         now: u64,
@@ -153,7 +154,14 @@ impl<C: Clock + Clone> Rlqs<C> {
     pub fn open(self: &Arc<Self>) -> Instance<C> {
         let id = self.instances.fetch_add(1, Ordering::Relaxed) + 1;
         self.metrics.rlqs_streams(1);
-        Instance { rlqs: Arc::clone(self), id, domain: None, buckets: HashMap::new(), ended: false }
+        Instance {
+            rlqs: Arc::clone(self),
+            id,
+            domain: None,
+            buckets: HashMap::new(),
+            holdings: HashMap::new(),
+            ended: false,
+        }
     }
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
@@ -186,21 +194,56 @@ impl SharedShares {
         self.keyspace.key(namespace, &counter.limit.to_string(), &counter.values)
     }
 
-    /// A holder's name, unique among the servers.
-    fn holder(&self, holder: Holder) -> String {
-        format!("{}:{}:{}", self.server, holder.instance, holder.bucket)
+    /// An instance's name as a holder, unique among the servers.
+    fn holder(&self, instance: u64) -> String {
+        format!("{}:{instance}", self.server)
     }
 }
 
 /// What a stream knows of one of its buckets.
 #[derive(Debug)]
 struct BucketState {
-    /// Its number in the server (its holder id in the ledger).
+    /// Its number in the server.
     number: u64,
     /// The token bucket last assigned, if any: Envoy keeps it unless told one it can tell apart.
     last: Option<Bucket>,
-    /// The counters it was last assigned a share of.
+    /// The counters it counts on, as last read.
     counters: Vec<CounterKey>,
+}
+
+/// What an instance wants and holds of one counter, bucket by bucket: the instance holds one
+/// share of the counter (fairness is between Envoys, however many buckets each has on it), which
+/// its buckets on the counter split.
+#[derive(Debug, Default)]
+struct Holding {
+    /// Each bucket's demand in hits per window (`None`: not known yet), and what its assignment
+    /// may admit per window.
+    buckets: HashMap<u64, (Option<f64>, u64)>,
+}
+
+impl Holding {
+    /// What the instance wants of the counter: its buckets' demands together (see [`want`]).
+    fn want(&self, limit: u64) -> u64 {
+        let demand = self.buckets.values().try_fold(0.0, |sum, (demand, _)| demand.map(|d| sum + d));
+        want(limit, demand)
+    }
+}
+
+/// One bucket of a report, read: its id, its number, and what its limits say.
+struct Read {
+    id: BucketId,
+    entries: Vec<(String, String)>,
+    number: u64,
+    verdict: Verdict,
+}
+
+/// What a bucket's limits say before any share is given.
+enum Verdict {
+    /// An assignment that needs no share (allowed all, or denied all until its window ends), its
+    /// time to live in whole seconds, and the counters it then holds nothing of.
+    Fixed(Assignment, u64, Vec<CounterKey>),
+    /// A share of each of these counters (key, limit, window).
+    Shared(Vec<(CounterKey, u64, Duration)>),
 }
 
 /// One stream of reports: one Envoy instance, its buckets and their assignments.
@@ -209,6 +252,8 @@ pub struct Instance<C: Clock + Clone = SystemClock> {
     id: u64,
     domain: Option<String>,
     buckets: HashMap<Vec<(String, String)>, BucketState>,
+    /// What it wants and holds of each counter its buckets count on.
+    holdings: HashMap<CounterKey, Holding>,
     ended: bool,
 }
 
@@ -266,7 +311,8 @@ impl<C: Clock + Clone> Instance<C> {
         domain: &str,
         usages: Vec<BucketQuotaUsage>,
     ) -> Result<RateLimitQuotaResponse, GrpcStatus> {
-        let mut actions = Vec::with_capacity(usages.len());
+        let now = self.rlqs.clock.now();
+        let mut read = Vec::with_capacity(usages.len());
         for usage in usages {
             let Some(id) = usage.bucket_id.as_ref().filter(|id| !id.bucket.is_empty()) else {
                 self.rlqs.metrics.rlqs_ignored("empty_bucket_id");
@@ -280,16 +326,127 @@ impl<C: Clock + Clone> Instance<C> {
                 continue;
             }
             let Some(number) = self.bucket(&descriptor.entries) else { continue };
-            let Some((assignment, ttl)) = self.assign(domain, &descriptor, &usage, number).await else { continue };
+            let Some(verdict) = self.read(domain, &descriptor, &usage, number).await else { continue };
+            read.push(Read {
+                id: BucketId { bucket: id.bucket.clone() },
+                entries: descriptor.entries,
+                number,
+                verdict,
+            });
+        }
+        let parts = self.split(domain, &read, now).await;
+        let ttl = self.rlqs.config.assignment_ttl.as_secs();
+        let mut actions = Vec::with_capacity(read.len());
+        let mut limits = Vec::new();
+        for bucket in read {
+            let (assignment, ttl) = match bucket.verdict {
+                Verdict::Fixed(assignment, ttl, counters) => {
+                    for key in &counters {
+                        self.holdings
+                            .entry(key.clone())
+                            .or_default()
+                            .buckets
+                            .entry(bucket.number)
+                            .or_insert((None, 0))
+                            .1 = 0;
+                    }
+                    (assignment, ttl)
+                }
+                Verdict::Shared(counters) => {
+                    // A counter whose share Redis could not give: the bucket keeps what it has.
+                    let Some(shares) = counters
+                        .iter()
+                        .map(|(key, _, window)| Some((*parts.get(&(key.clone(), bucket.number))?, *window)))
+                        .collect::<Option<Vec<_>>>()
+                    else {
+                        continue;
+                    };
+                    let last = self.buckets.get(&bucket.entries).and_then(|state| state.last);
+                    let assignment = match Bucket::within(&shares) {
+                        Some(b) => Assignment::Bucket(b.replacing(last)),
+                        None => Assignment::DenyAll,
+                    };
+                    for ((key, _, _), (share, _)) in counters.iter().zip(&shares) {
+                        let held = if matches!(assignment, Assignment::Bucket(_)) { *share } else { 0 };
+                        self.holdings
+                            .entry(key.clone())
+                            .or_default()
+                            .buckets
+                            .entry(bucket.number)
+                            .or_insert((None, 0))
+                            .1 = held;
+                        limits.push(key.limit);
+                    }
+                    (assignment, ttl)
+                }
+            };
+            if let Some(state) = self.buckets.get_mut(&bucket.entries) {
+                state.last = match assignment {
+                    Assignment::Bucket(b) => Some(b),
+                    _ => None,
+                };
+            }
             actions.push(BucketAction {
-                bucket_id: Some(BucketId { bucket: id.bucket.clone() }),
+                bucket_id: Some(bucket.id),
                 bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
                     assignment_time_to_live: Some(ProtoDuration { seconds: ttl as i64, nanos: 0 }),
                     rate_limit_strategy: Some(assignment.strategy()),
                 })),
             });
         }
+        limits.sort_unstable();
+        limits.dedup();
+        self.record(domain, &limits);
         Ok(RateLimitQuotaResponse { bucket_action: actions })
+    }
+
+    /// The instance's share of each counter the report's buckets count on, taken once per
+    /// counter, and split among those buckets: what each may hold, by (counter, bucket). What
+    /// the instance's other buckets on a counter hold stays theirs. A counter Redis could not
+    /// answer for has no parts.
+    async fn split(&mut self, domain: &str, read: &[Read], now: u64) -> HashMap<(CounterKey, u64), u64> {
+        let mut on: HashMap<CounterKey, (u64, Vec<u64>)> = HashMap::new();
+        for bucket in read {
+            if let Verdict::Shared(counters) = &bucket.verdict {
+                for (key, limit, _) in counters {
+                    on.entry(key.clone()).or_insert((*limit, Vec::new())).1.push(bucket.number);
+                }
+            }
+        }
+        let mut parts = HashMap::new();
+        for (key, (limit, numbers)) in on {
+            let holding = self.holdings.entry(key.clone()).or_default();
+            let want = holding.want(limit);
+            let Some(share) = self.rlqs.share(domain, &key, limit, self.id, want, None, now).await else { continue };
+            let holding = &self.holdings[&key];
+            let reported: hashbrown::HashSet<u64> = numbers.iter().copied().collect();
+            let elsewhere: u64 =
+                holding.buckets.iter().filter(|(b, _)| !reported.contains(*b)).map(|(_, (_, held))| *held).sum();
+            let available = share.saturating_sub(elsewhere);
+            let wants: Vec<u64> =
+                numbers.iter().map(|b| bucket_want(limit, holding.buckets.get(b).and_then(|(d, _)| *d))).collect();
+            let mut split = fair_shares(available, &wants);
+            // What is left past their wants (the instance's margin) goes to them evenly.
+            let left = available - split.iter().sum::<u64>();
+            let count = split.len() as u64;
+            for (i, part) in split.iter_mut().enumerate() {
+                *part += left / count + u64::from((i as u64) < left % count);
+            }
+            for (number, part) in numbers.into_iter().zip(split) {
+                parts.insert((key.clone(), number), part);
+            }
+        }
+        parts
+    }
+
+    /// Updates the per-limit metrics of `limits` from this server's view of the shares.
+    fn record(&self, domain: &str, limits: &[tollgate_policy::LimitId]) {
+        let loaded = self.rlqs.engine.loaded();
+        let ledger = self.rlqs.ledger();
+        for limit in loaded.policy.limits().iter().filter(|l| limits.contains(&l.id())) {
+            let (instances, held) = ledger.limit_totals(limit.id());
+            self.rlqs.metrics.rlqs_assigned(domain, limit, instances, held as f64 / limit.window().as_secs_f64());
+        }
     }
 
     /// The bucket's number, a new one for a bucket not seen before; `None` when the stream or
@@ -317,16 +474,16 @@ impl<C: Clock + Clone> Instance<C> {
         Some(number)
     }
 
-    /// The assignment of one bucket, recorded in the ledger, and its time to live in whole
-    /// seconds; `None` when the storage cannot answer (Envoy keeps what it has until it
-    /// expires).
-    async fn assign(
+    /// Reads one bucket: the limits its id matches, whether one is exhausted, and what it asked
+    /// of each counter (recorded in the instance's holdings); `None` when the storage cannot
+    /// answer (Envoy keeps the assignment it has until it expires).
+    async fn read(
         &mut self,
         domain: &str,
         descriptor: &Descriptor,
         usage: &BucketQuotaUsage,
         number: u64,
-    ) -> Option<(Assignment, u64)> {
+    ) -> Option<Verdict> {
         let rlqs = &*self.rlqs;
         let values = std::slice::from_ref(descriptor);
         let probe = match rlqs.engine.call(domain, values, 1, CallAction::Check).await {
@@ -350,61 +507,38 @@ impl<C: Clock + Clone> Instance<C> {
         for hit in &shared {
             rlqs.metrics.rlqs_usage(domain, hit.limit, usage.num_requests_allowed, usage.num_requests_denied);
         }
-        let holder = Holder { instance: self.id, bucket: number };
-        let now = rlqs.clock.now();
         let counters: Vec<(CounterKey, u64, Duration)> = shared
             .iter()
             .map(|h| (CounterKey { limit: h.counter.id(), values: h.values.clone() }, h.max_value, h.limit.window()))
             .collect();
-        let exhausted = probe.would_limit && !rlqs.engine.shadow();
-        let mut ttl = rlqs.config.assignment_ttl.as_secs();
-        if exhausted {
-            // Until the window ends, and at least the usual time to live.
-            let reset = probe.statuses.iter().filter(|s| s.limited).map(|s| s.meta.reset_ns).max().unwrap_or(0);
-            ttl = ttl.max(reset.div_ceil(1_000_000_000));
-        }
-        let last = self.buckets.get(&descriptor.entries).and_then(|state| state.last);
-        let shadow = rlqs.engine.shadow();
-        let mut assignment = if exhausted {
-            Assignment::DenyAll
-        } else if counters.is_empty() || shadow {
-            Assignment::AllowAll
-        } else {
-            let mut parts = Vec::with_capacity(counters.len());
-            for (key, limit, window) in &counters {
-                let want = want(*limit, *window, asked, elapsed);
-                parts.push((rlqs.share(domain, key, *limit, holder, want, None, now).await?, *window));
-            }
-            match Bucket::within(&parts) {
-                Some(bucket) => Assignment::Bucket(bucket.replacing(last)),
-                None => Assignment::DenyAll,
-            }
-        };
-        if !matches!(assignment, Assignment::Bucket(_)) {
-            // It admits nothing, or is not counted: it holds nothing of its counters.
-            // What it wants stays known, so that the others make room for it.
-            for (key, limit, window) in &counters {
-                let want = want(*limit, *window, asked, elapsed);
-                if rlqs.share(domain, key, *limit, holder, want, Some(0), now).await.is_none() {
-                    assignment = Assignment::DenyAll;
+        // The bucket leaves the counters it no longer counts on (the limits were reloaded).
+        let state = self.buckets.get_mut(&descriptor.entries).expect("numbered before it is read");
+        for old in &state.counters {
+            if !counters.iter().any(|(key, _, _)| key == old)
+                && let Some(holding) = self.holdings.get_mut(old)
+            {
+                holding.buckets.remove(&number);
+                if holding.buckets.is_empty() {
+                    self.holdings.remove(old);
                 }
             }
         }
-        {
-            let ledger = rlqs.ledger();
-            for hit in &shared {
-                let (instances, held) = ledger.limit_totals(hit.counter.id());
-                let rate = held as f64 / hit.limit.window().as_secs_f64();
-                rlqs.metrics.rlqs_assigned(domain, hit.limit, instances, rate);
-            }
+        state.counters = counters.iter().map(|(key, _, _)| key.clone()).collect();
+        for (key, _, window) in &counters {
+            let demand = (!elapsed.is_zero()).then(|| asked as f64 * window.as_secs_f64() / elapsed.as_secs_f64());
+            self.holdings.entry(key.clone()).or_default().buckets.entry(number).or_insert((None, 0)).0 = demand;
         }
-        let state = self.buckets.get_mut(&descriptor.entries).expect("numbered above");
-        state.last = match assignment {
-            Assignment::Bucket(b) => Some(b),
-            _ => None,
-        };
-        state.counters = counters.into_iter().map(|(key, _, _)| key).collect();
-        Some((assignment, ttl))
+        if probe.would_limit && !rlqs.engine.shadow() {
+            // Until the window ends, and at least the usual time to live.
+            let reset = probe.statuses.iter().filter(|s| s.limited).map(|s| s.meta.reset_ns).max().unwrap_or(0);
+            let ttl = rlqs.config.assignment_ttl.as_secs().max(reset.div_ceil(1_000_000_000));
+            let keys = counters.into_iter().map(|(key, _, _)| key).collect();
+            return Some(Verdict::Fixed(Assignment::DenyAll, ttl, keys));
+        }
+        if counters.is_empty() || rlqs.engine.shadow() {
+            return Some(Verdict::Fixed(Assignment::AllowAll, rlqs.config.assignment_ttl.as_secs(), Vec::new()));
+        }
+        Some(Verdict::Shared(counters))
     }
 
     /// The stream ended cleanly: the instance enforces nothing more, its shares go back (on
@@ -412,13 +546,11 @@ impl<C: Clock + Clone> Instance<C> {
     pub async fn end(mut self) {
         self.ended = true;
         if let Some(shared) = &self.rlqs.redis {
-            for state in self.buckets.values() {
-                let holder = shared.holder(Holder { instance: self.id, bucket: state.number });
-                for counter in &state.counters {
-                    let namespace = self.domain.as_deref().unwrap_or_default();
-                    if let Err(e) = drop_share(&shared.redis, &shared.key(namespace, counter), &holder).await {
-                        tracing::warn!("RLQS: a closed stream's share stays in Redis until it expires: {e}");
-                    }
+            let holder = shared.holder(self.id);
+            let namespace = self.domain.as_deref().unwrap_or_default();
+            for counter in self.holdings.keys() {
+                if let Err(e) = drop_share(&shared.redis, &shared.key(namespace, counter), &holder).await {
+                    tracing::warn!("RLQS: a closed stream's share stays in Redis until it expires: {e}");
                 }
             }
         }
@@ -449,19 +581,22 @@ impl<C: Clock + Clone> std::fmt::Debug for Instance<C> {
     }
 }
 
-/// The hits per window of `window` a bucket wants of a limit of `limit`, from what it asked
-/// (`asked`: allowed and denied) over `elapsed`: a tenth more than its rate asks, rounded up to
-/// a fiftieth of the limit (so a demand that wavers a little keeps its assignment, and Envoy
-/// its bucket), at least 1 (an idle bucket keeps a trickle), at most the limit. A bucket whose
-/// demand is not known yet (Envoy's first report of a bucket says 0 s elapsed) wants it all.
-fn want(limit: u64, window: Duration, asked: u64, elapsed: Duration) -> u64 {
-    if elapsed.is_zero() {
-        return limit;
-    }
-    let per_window = asked as f64 * window.as_secs_f64() / elapsed.as_secs_f64() * 1.1;
+/// The hits per window an instance wants of a limit of `limit`, given its buckets' demand in
+/// hits per window (`None` when a bucket's is not known yet: Envoy's first report of a bucket
+/// says 0 s elapsed, and it then wants it all): a tenth more, rounded up to a fiftieth of the
+/// limit (so a demand that wavers a little keeps its assignment, and Envoy its bucket), at least
+/// 1 (an idle instance keeps a trickle), at most the limit.
+fn want(limit: u64, demand: Option<f64>) -> u64 {
+    let Some(demand) = demand else { return limit };
     let grid = (limit / 50).max(1) as f64;
-    let rounded = (per_window / grid).ceil() * grid;
+    let rounded = (demand * 1.1 / grid).ceil() * grid;
     if rounded >= limit as f64 { limit } else { (rounded as u64).max(1) }
+}
+
+/// What one bucket wants of an instance's share, to split it: its demand with a tenth more, at
+/// least 1, at most the limit (all of it when not known yet).
+fn bucket_want(limit: u64, demand: Option<f64>) -> u64 {
+    demand.map_or(limit, |d| ((d * 1.1).ceil() as u64).clamp(1, limit))
 }
 
 #[cfg(test)]
@@ -470,13 +605,11 @@ mod tests {
 
     #[test]
     fn a_want_is_the_demand_per_window_with_a_margin_on_a_coarse_grid() {
-        let minute = Duration::from_secs(60);
-        let five = Duration::from_secs(5);
-        // 50 asked in 5 s is 600 a minute, 660 with the margin, on a grid of 20.
-        assert_eq!(want(1_000, minute, 50, five), 660);
-        assert_eq!(want(1_000, minute, 51, five), 680, "rounded up");
-        assert_eq!(want(1_000, minute, 500, five), 1_000, "at most the limit");
-        assert_eq!(want(1_000, minute, 0, five), 1, "an idle bucket keeps a trickle");
-        assert_eq!(want(1_000, minute, 1, Duration::ZERO), 1_000, "not known yet: all of it");
+        // 600 a minute is 660 with the margin, on a grid of 20.
+        assert_eq!(want(1_000, Some(600.0)), 660);
+        assert_eq!(want(1_000, Some(612.0)), 680, "rounded up");
+        assert_eq!(want(1_000, Some(6_000.0)), 1_000, "at most the limit");
+        assert_eq!(want(1_000, Some(0.0)), 1, "an idle instance keeps a trickle");
+        assert_eq!(want(1_000, None), 1_000, "not known yet: all of it");
     }
 }
