@@ -54,6 +54,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "redis://127.0.0.1:6379", value_name = "URL")]
     redis_url: String,
 
+    /// With counters in Redis: longest a decision waits for Redis before the call is answered
+    /// unavailable (gRPC UNAVAILABLE, HTTP 503); consecutive misses back off (25 ms doubling to
+    /// 500 ms) before Redis is asked again. RLQS assignment rounds, off the request path, wait
+    /// at least 1 s.
+    #[arg(long, default_value = "50ms", value_name = "DURATION", value_parser = tollgate::parse_duration)]
+    redis_deadline: Duration,
+
     /// Prefix of the Redis keys.
     #[arg(long, default_value = "tollgate:", value_name = "PREFIX")]
     redis_prefix: String,
@@ -338,6 +345,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             StorageKind::RedisLeased => Storage::RedisLeased { url: args.redis_url, prefix: args.redis_prefix },
         },
         trace_parent,
+        redis_deadline: args.redis_deadline,
         rlqs: RlqsConfig {
             assignment_ttl: args.rlqs_assignment_ttl,
             max_buckets_per_stream: args.rlqs_max_buckets_per_stream.get(),

@@ -78,6 +78,9 @@ pub struct ServeConfig {
     /// Envoy's Rate Limit Quota Service on the gRPC port: assignments' time to live and the
     /// bounds on buckets (`--rlqs-*`).
     pub rlqs: RlqsConfig,
+    /// With counters in Redis: longest a decision waits for it before the call is answered
+    /// unavailable (`--redis-deadline`). Default 50 ms.
+    pub redis_deadline: Duration,
 }
 
 impl ServeConfig {
@@ -114,6 +117,7 @@ impl ServeConfig {
             http_read_timeout: Some(DEFAULT_HTTP_READ_TIMEOUT),
             grpc_read_timeout: Some(DEFAULT_GRPC_READ_TIMEOUT),
             rlqs: RlqsConfig::default(),
+            redis_deadline: tollgate_redis::RedisOptions::default().deadline,
         }
     }
 }
@@ -280,7 +284,8 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     let metrics = Arc::new(Metrics::new());
     let mut redis_store = None;
     if let Some((url, prefix)) = config.storage.redis() {
-        let redis = tollgate_redis::Redis::connect(url).await?;
+        let options = tollgate_redis::RedisOptions { deadline: config.redis_deadline, ..Default::default() };
+        let redis = tollgate_redis::Redis::connect_with(url, options).await?;
         let store = RedisStore { redis, prefix: prefix.to_owned(), time };
         redis_store = Some(store.clone());
         // The Redis stores register their metrics in this server's recorder, not the global one.

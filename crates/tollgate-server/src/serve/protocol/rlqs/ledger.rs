@@ -24,6 +24,13 @@ pub(crate) struct CounterKey {
     pub(crate) values: Vec<String>,
 }
 
+impl From<&CounterKey> for CounterKey {
+    /// A copy made only when a map meets the counter for the first time (`entry_ref`).
+    fn from(key: &CounterKey) -> CounterKey {
+        key.clone()
+    }
+}
+
 /// What one holder has of a counter.
 #[derive(Clone, Copy, Debug)]
 struct Hold {
@@ -74,10 +81,7 @@ impl Ledger {
 
     /// The holds of `counter`, empty when it has none yet.
     fn holds(&mut self, counter: &CounterKey) -> &mut HashMap<Holder, Hold> {
-        if !self.counters.contains_key(counter) {
-            self.counters.insert(counter.clone(), HashMap::new());
-        }
-        self.counters.get_mut(counter).expect("inserted above")
+        self.counters.entry_ref(counter).or_default()
     }
 
     /// Forgets what `instance` holds: its stream ended cleanly, so it enforces nothing more.

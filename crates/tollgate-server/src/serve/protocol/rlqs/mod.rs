@@ -114,7 +114,10 @@ impl<C: Clock + Clone> Rlqs<C> {
             std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), std::process::id())
         );
         let keyspace = Keyspace::new(format!("{}rlqs:", store.prefix));
-        Rlqs { redis: Some(SharedShares { redis: store.redis, keyspace, time: store.time, server }), ..self }
+        // Assignment rounds are off the request path: a slow Redis should delay an assignment
+        // (Envoy reports every 5 s), not drop it.
+        let redis = store.redis.with_deadline(store.redis.deadline().max(Duration::from_secs(1)));
+        Rlqs { redis: Some(SharedShares { redis, keyspace, time: store.time, server }), ..self }
     }
 
     /// Gives `holder` its share of `counter` (see `Ledger::share`), in memory or in Redis; `None`
@@ -342,13 +345,7 @@ impl<C: Clock + Clone> Instance<C> {
             let (assignment, ttl) = match bucket.verdict {
                 Verdict::Fixed(assignment, ttl, counters) => {
                     for key in &counters {
-                        self.holdings
-                            .entry(key.clone())
-                            .or_default()
-                            .buckets
-                            .entry(bucket.number)
-                            .or_insert((None, 0))
-                            .1 = 0;
+                        self.on(key, bucket.number).1 = 0;
                     }
                     (assignment, ttl)
                 }
@@ -368,13 +365,7 @@ impl<C: Clock + Clone> Instance<C> {
                     };
                     for ((key, _, _), (share, _)) in counters.iter().zip(&shares) {
                         let held = if matches!(assignment, Assignment::Bucket(_)) { *share } else { 0 };
-                        self.holdings
-                            .entry(key.clone())
-                            .or_default()
-                            .buckets
-                            .entry(bucket.number)
-                            .or_insert((None, 0))
-                            .1 = held;
+                        self.on(key, bucket.number).1 = held;
                         limits.push(key.limit);
                     }
                     (assignment, ttl)
@@ -439,6 +430,11 @@ impl<C: Clock + Clone> Instance<C> {
         parts
     }
 
+    /// What bucket `number` wants and holds of `counter`.
+    fn on(&mut self, counter: &CounterKey, number: u64) -> &mut (Option<f64>, u64) {
+        self.holdings.entry_ref(counter).or_default().buckets.entry(number).or_insert((None, 0))
+    }
+
     /// Updates the per-limit metrics of `limits` from this server's view of the shares.
     fn record(&self, domain: &str, limits: &[tollgate_policy::LimitId]) {
         let loaded = self.rlqs.engine.loaded();
@@ -484,7 +480,7 @@ impl<C: Clock + Clone> Instance<C> {
         usage: &BucketQuotaUsage,
         number: u64,
     ) -> Option<Verdict> {
-        let rlqs = &*self.rlqs;
+        let rlqs = Arc::clone(&self.rlqs);
         let values = std::slice::from_ref(descriptor);
         let probe = match rlqs.engine.call(domain, values, 1, CallAction::Check).await {
             Ok(outcome) => outcome,
@@ -526,7 +522,7 @@ impl<C: Clock + Clone> Instance<C> {
         state.counters = counters.iter().map(|(key, _, _)| key.clone()).collect();
         for (key, _, window) in &counters {
             let demand = (!elapsed.is_zero()).then(|| asked as f64 * window.as_secs_f64() / elapsed.as_secs_f64());
-            self.holdings.entry(key.clone()).or_default().buckets.entry(number).or_insert((None, 0)).0 = demand;
+            self.on(key, number).0 = demand;
         }
         if probe.would_limit && !rlqs.engine.shadow() {
             // Until the window ends, and at least the usual time to live.
