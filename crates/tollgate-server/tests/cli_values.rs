@@ -71,6 +71,10 @@ fn counter_caps_are_checked_before_serving() {
         (["--max-request-bytes", "1.5.5"], "'--max-request-bytes <BYTES>'"),
         (["--max-entries", "0"], "'--max-entries <N>'"),
         (["--max-descriptors", "x"], "'--max-descriptors <N>'"),
+        (["--rlqs-assignment-ttl", "1500ms"], "'--rlqs-assignment-ttl <DURATION>'"),
+        (["--rlqs-assignment-ttl", "0s"], "'--rlqs-assignment-ttl <DURATION>'"),
+        (["--rlqs-max-buckets", "0"], "'--rlqs-max-buckets <N>'"),
+        (["--redis-deadline", "soon"], "'--redis-deadline <DURATION>'"),
     ] {
         let mut args = vec!["serve", "--limits", "l.yaml"];
         args.extend(extra);
