@@ -27,6 +27,60 @@ const WINDOW: Duration = Duration::from_secs(10);
 const LIMIT: f64 = 1000.0;
 const STEP: Duration = Duration::from_millis(10);
 
+/// The fleet scenarios' scale: Envoy's report interval, the limit and its window, the fleet's
+/// time step, the assignments' time to live.
+struct Scale {
+    report: Duration,
+    window: Duration,
+    limit: f64,
+    step: Duration,
+    ttl: Duration,
+}
+
+/// Short, for CI: reports every second (Envoy's 5 s shortened), 1,000 per 10 s.
+const SHORT: Scale = Scale { report: REPORT, window: WINDOW, limit: LIMIT, step: STEP, ttl: Duration::from_secs(3) };
+
+/// With `TOLLGATE_RLQS_FULL=1`: as deployed, Envoy's 5 s reports, 6,000 per minute, the
+/// server's default 15 s time to live.
+const FULL: Scale = Scale {
+    report: Duration::from_secs(5),
+    window: Duration::from_secs(60),
+    limit: 6000.0,
+    step: Duration::from_millis(50),
+    ttl: Duration::from_secs(15),
+};
+
+fn scale() -> &'static Scale {
+    if std::env::var_os("TOLLGATE_RLQS_FULL").is_some() { &FULL } else { &SHORT }
+}
+
+impl Scale {
+    /// [`LIMITS`] with the `search` limit at this scale.
+    fn limits(&self) -> String {
+        let search = format!("max_value: {}\n  seconds: {}", self.limit, self.window.as_secs());
+        LIMITS.replacen("max_value: 1000\n  seconds: 10", &search, 1)
+    }
+
+    async fn server(&self, storage: Storage) -> Server {
+        server_with(&self.limits(), |config| {
+            config.storage = storage;
+            config.redis_deadline = PATIENT;
+            config.rlqs = RlqsConfig { assignment_ttl: self.ttl, ..RlqsConfig::default() };
+        })
+        .await
+    }
+
+    /// Demand in requests per second for a share of the limit per window (2.0: twice the limit).
+    fn per_second(&self, share_of_limit: f64) -> f64 {
+        share_of_limit * self.limit / self.window.as_secs_f64()
+    }
+
+    /// Instance `i` starts a third of a report interval after `i - 1`, so their reports interleave.
+    fn staggered(&self, i: usize, t: Duration) -> bool {
+        t >= self.report / 3 * i as u32
+    }
+}
+
 /// One limit of 1000 per 10 s on the bucket `{api: search}`, a second limit for another bucket,
 /// and one that denies all.
 const LIMITS: &str = r#"
@@ -55,12 +109,7 @@ const SEARCH: &[(&str, &str)] = &[("api", "search")];
 const PATIENT: Duration = Duration::from_secs(5);
 
 async fn rlqs_server(storage: Storage) -> Server {
-    server_with(LIMITS, |config| {
-        config.storage = storage;
-        config.redis_deadline = PATIENT;
-        config.rlqs = RlqsConfig { assignment_ttl: Duration::from_secs(3), ..RlqsConfig::default() };
-    })
-    .await
+    SHORT.server(storage).await
 }
 
 fn fleet(server: &Server, n: usize) -> Vec<Envoy> {
@@ -69,109 +118,105 @@ fn fleet(server: &Server, n: usize) -> Vec<Envoy> {
 
 /// Demand in requests per second for a share of the limit per window (2.0: twice the limit).
 fn per_second(share_of_limit: f64) -> f64 {
-    share_of_limit * LIMIT / WINDOW.as_secs_f64()
-}
-
-/// Instance `i` starts a third of a report interval after `i - 1`, so their reports interleave.
-fn staggered(i: usize, t: Duration) -> bool {
-    t >= REPORT / 3 * i as u32
+    SHORT.per_second(share_of_limit)
 }
 
 /// The fleet's figures for one storage: over-admission, utilization, fairness and convergence.
-async fn fleet_targets(storage: impl Fn() -> Storage) -> Vec<(String, f64, String)> {
+async fn fleet_targets(s: &Scale, storage: impl Fn() -> Storage) -> Vec<(String, f64, String)> {
     let mut figures = Vec::new();
-    let warm = 3 * WINDOW;
-    let length = 8 * WINDOW;
+    let warm = 3 * s.window;
+    let length = 8 * s.window;
 
     // Three instances wanting twice the limit together.
-    let server = rlqs_server(storage()).await;
+    let server = s.server(storage()).await;
     let mut envoys = fleet(&server, 3);
     let mut timeline = Timeline::default();
-    let demand: Demand = &|i, t| if staggered(i, t) { per_second(2.0 / 3.0) } else { 0.0 };
-    run(&mut envoys, &server.clock, SEARCH, STEP, length, demand, &mut timeline).await;
-    let most = timeline.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    let demand: Demand = &|i, t| if s.staggered(i, t) { s.per_second(2.0 / 3.0) } else { 0.0 };
+    run(&mut envoys, &server.clock, SEARCH, s.step, length, demand, &mut timeline).await;
+    let most = timeline.most_in_any(s.window, Duration::ZERO) as f64 / s.limit;
     figures.push(("3 instances, 2x demand: most admitted in any window".into(), most, "<= 1.02".into()));
     assert!(most <= 1.02, "over-admission: {most}");
-    let used = timeline.admitted(None, warm, warm + WINDOW) as f64 / LIMIT;
+    let used = timeline.admitted(None, warm, warm + s.window) as f64 / s.limit;
     figures.push(("3 instances, 2x demand: admitted in a window".into(), used, ">= 0.95".into()));
     assert!(used >= 0.95, "utilization: {used}");
 
     // Three instances wanting twice the limit each: fair shares.
-    let server = rlqs_server(storage()).await;
+    let server = s.server(storage()).await;
     let mut envoys = fleet(&server, 3);
     let mut timeline = Timeline::default();
-    let demand: Demand = &|i, t| if staggered(i, t) { per_second(2.0) } else { 0.0 };
-    run(&mut envoys, &server.clock, SEARCH, STEP, length, demand, &mut timeline).await;
+    let demand: Demand = &|i, t| if s.staggered(i, t) { s.per_second(2.0) } else { 0.0 };
+    run(&mut envoys, &server.clock, SEARCH, s.step, length, demand, &mut timeline).await;
     for i in 0..3 {
-        let share = timeline.admitted(Some(i), warm, warm + WINDOW) as f64 / LIMIT;
+        let share = timeline.admitted(Some(i), warm, warm + s.window) as f64 / s.limit;
         figures.push((format!("3 instances wanting 2x each: instance {i}'s share"), share, ">= 0.2".into()));
         assert!(share >= 0.2, "instance {i}: {share}");
     }
-    let most = timeline.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    let most = timeline.most_in_any(s.window, Duration::ZERO) as f64 / s.limit;
     figures.push(("3 instances wanting 2x each: most admitted in any window".into(), most, "<= 1.02".into()));
     assert!(most <= 1.02, "over-admission: {most}");
 
     // One wants 0.2 of the limit, two want 2x each.
-    let server = rlqs_server(storage()).await;
+    let server = s.server(storage()).await;
     let mut envoys = fleet(&server, 3);
     let mut timeline = Timeline::default();
-    let demand: Demand = &|i, t| match (i, staggered(i, t)) {
+    let demand: Demand = &|i, t| match (i, s.staggered(i, t)) {
         (_, false) => 0.0,
-        (0, true) => per_second(0.2),
-        _ => per_second(2.0),
+        (0, true) => s.per_second(0.2),
+        _ => s.per_second(2.0),
     };
-    run(&mut envoys, &server.clock, SEARCH, STEP, length, demand, &mut timeline).await;
-    let small = timeline.admitted(Some(0), warm, warm + WINDOW) as f64 / timeline.asked(0, warm, warm + WINDOW) as f64;
+    run(&mut envoys, &server.clock, SEARCH, s.step, length, demand, &mut timeline).await;
+    let small =
+        timeline.admitted(Some(0), warm, warm + s.window) as f64 / timeline.asked(0, warm, warm + s.window) as f64;
     figures.push(("one wanting 0.2: share of what it wants".into(), small, ">= 0.9".into()));
     assert!(small >= 0.9, "the small one got {small} of its demand");
     for i in 1..3 {
-        let share = timeline.admitted(Some(i), warm, warm + WINDOW) as f64 / LIMIT;
+        let share = timeline.admitted(Some(i), warm, warm + s.window) as f64 / s.limit;
         figures.push((format!("one wanting 0.2: instance {i} wanting 2x, share"), share, ">= 0.3".into()));
         assert!(share >= 0.3, "instance {i}: {share}");
     }
 
     // Convergence: one instance's demand drops to zero, then another closes its stream.
-    let server = rlqs_server(storage()).await;
+    let server = s.server(storage()).await;
     let mut envoys = fleet(&server, 3);
     let mut timeline = Timeline::default();
     let drop_at = warm;
-    let demand: Demand = &|i, t| match (i, staggered(i, t)) {
+    let demand: Demand = &|i, t| match (i, s.staggered(i, t)) {
         (_, false) => 0.0,
         (0, true) if t >= drop_at => 0.0,
-        _ => per_second(2.0),
+        _ => s.per_second(2.0),
     };
-    run(&mut envoys, &server.clock, SEARCH, STEP, warm + 2 * WINDOW + 2 * REPORT, demand, &mut timeline).await;
-    let from = drop_at + 2 * REPORT;
-    let others = (timeline.admitted(Some(1), from, from + WINDOW) + timeline.admitted(Some(2), from, from + WINDOW))
+    run(&mut envoys, &server.clock, SEARCH, s.step, warm + 2 * s.window + 2 * s.report, demand, &mut timeline).await;
+    let from = drop_at + 2 * s.report;
+    let others = (timeline.admitted(Some(1), from, from + s.window) + timeline.admitted(Some(2), from, from + s.window))
         as f64
-        / LIMIT;
+        / s.limit;
     figures.push(("demand drops to 0: the others' use, 2 reports later".into(), others, ">= 0.9".into()));
     assert!(others >= 0.9, "after a drop the others used {others}");
-    let most = timeline.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    let most = timeline.most_in_any(s.window, Duration::ZERO) as f64 / s.limit;
     assert!(most <= 1.02, "over-admission around a drop: {most}");
 
     // Instance 2 closes its stream (shuts down); 0 and 1 want 2x each from now on.
     envoys[2].close().await;
-    let closed_at = timeline.admitted.len() as u32 * STEP;
+    let closed_at = timeline.admitted.len() as u32 * s.step;
     let mut rest: Vec<Envoy> = envoys.drain(..2).collect();
-    let demand: Demand = &|_, _| per_second(2.0);
+    let demand: Demand = &|_, _| s.per_second(2.0);
     let mut after = Timeline::default();
-    run(&mut rest, &server.clock, SEARCH, STEP, 2 * REPORT + 2 * WINDOW, demand, &mut after).await;
-    let used = after.admitted(None, 2 * REPORT, 2 * REPORT + WINDOW) as f64 / LIMIT;
+    run(&mut rest, &server.clock, SEARCH, s.step, 2 * s.report + 2 * s.window, demand, &mut after).await;
+    let used = after.admitted(None, 2 * s.report, 2 * s.report + s.window) as f64 / s.limit;
     figures.push(("a stream closes: the others' use, 2 reports later".into(), used, ">= 0.9".into()));
     assert!(used >= 0.9, "after a close at {closed_at:?} the others used {used}");
-    let most = after.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    let most = after.most_in_any(s.window, Duration::ZERO) as f64 / s.limit;
     assert!(most <= 1.02, "over-admission after a close: {most}");
     figures
 }
 
 /// Two servers on one Redis (`--storage redis-leased`), two instances on each, wanting twice
 /// the limit together: the shares are decided in Redis for all four.
-async fn replica_targets() -> Vec<(String, f64, String)> {
+async fn replica_targets(s: &Scale) -> Vec<(String, f64, String)> {
     let redis = RedisServer::start();
     let dir = support::temp_dir("rlqs-replicas");
     let limits = dir.join("limits.yaml");
-    std::fs::write(&limits, LIMITS).unwrap();
+    std::fs::write(&limits, s.limits()).unwrap();
     let clock = tollgate::ManualClock::new();
     let mut servers = Vec::new();
     for _ in 0..2 {
@@ -179,27 +224,27 @@ async fn replica_targets() -> Vec<(String, f64, String)> {
         let server = support::server_on_clock(limits.clone(), clock.clone(), |config| {
             config.storage = storage;
             config.redis_deadline = PATIENT;
-            config.rlqs = RlqsConfig { assignment_ttl: Duration::from_secs(3), ..RlqsConfig::default() };
+            config.rlqs = RlqsConfig { assignment_ttl: s.ttl, ..RlqsConfig::default() };
         })
         .await
         .unwrap();
         servers.push(server);
     }
     let mut envoys: Vec<Envoy> =
-        (0..4).map(|i| Envoy::new(servers[i % 2].running.grpc, "shop", &clock, REPORT)).collect();
+        (0..4).map(|i| Envoy::new(servers[i % 2].running.grpc, "shop", &clock, s.report)).collect();
     let mut timeline = Timeline::default();
-    let demand: Demand = &|i, t| if staggered(i, t) { per_second(0.5) } else { 0.0 };
-    run(&mut envoys, &clock, SEARCH, STEP, 8 * WINDOW, demand, &mut timeline).await;
+    let demand: Demand = &|i, t| if s.staggered(i, t) { s.per_second(0.5) } else { 0.0 };
+    run(&mut envoys, &clock, SEARCH, s.step, 8 * s.window, demand, &mut timeline).await;
     let mut figures = Vec::new();
-    let most = timeline.most_in_any(WINDOW, Duration::ZERO) as f64 / LIMIT;
+    let most = timeline.most_in_any(s.window, Duration::ZERO) as f64 / s.limit;
     figures.push(("2 servers, 4 instances, 2x demand: most in any window".into(), most, "<= 1.02".into()));
     assert!(most <= 1.02, "replicas over-admitted: {most}");
-    let warm = 3 * WINDOW;
-    let used = timeline.admitted(None, warm, warm + WINDOW) as f64 / LIMIT;
+    let warm = 3 * s.window;
+    let used = timeline.admitted(None, warm, warm + s.window) as f64 / s.limit;
     figures.push(("2 servers, 4 instances, 2x demand: admitted in a window".into(), used, ">= 0.95".into()));
     assert!(used >= 0.95, "replicas' utilization: {used}");
     for i in 0..4 {
-        let share = timeline.admitted(Some(i), warm, warm + WINDOW) as f64 / LIMIT;
+        let share = timeline.admitted(Some(i), warm, warm + s.window) as f64 / s.limit;
         assert!(share >= 0.2, "instance {i} on server {}: {share}", i % 2);
     }
 
@@ -207,10 +252,10 @@ async fn replica_targets() -> Vec<(String, f64, String)> {
     envoys[0].close().await;
     envoys[1].close().await;
     let mut rest: Vec<Envoy> = envoys.drain(2..).collect();
-    let demand: Demand = &|_, _| per_second(1.0);
+    let demand: Demand = &|_, _| s.per_second(1.0);
     let mut after = Timeline::default();
-    run(&mut rest, &clock, SEARCH, STEP, 2 * REPORT + WINDOW, demand, &mut after).await;
-    let used = after.admitted(None, 2 * REPORT, 2 * REPORT + WINDOW) as f64 / LIMIT;
+    run(&mut rest, &clock, SEARCH, s.step, 2 * s.report + s.window, demand, &mut after).await;
+    let used = after.admitted(None, 2 * s.report, 2 * s.report + s.window) as f64 / s.limit;
     figures.push(("2 servers: one stream of each closes, the others' use".into(), used, ">= 0.9".into()));
     assert!(used >= 0.9, "after closes the others used {used}");
     // The streams still open would hold up a graceful shutdown.
@@ -223,12 +268,15 @@ async fn replica_targets() -> Vec<(String, f64, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_targets_with_replicas_on_one_redis() {
-    let figures = replica_targets().await;
-    print("two servers on one Redis", &figures);
+    let figures = replica_targets(scale()).await;
+    print(scale(), "two servers on one Redis", &figures);
 }
 
-fn print(storage: &str, figures: &[(String, f64, String)]) {
-    println!("RLQS fleet on {storage} (limit 1000 per 10 s, reports every 1 s, assignments live 3 s):");
+fn print(s: &Scale, storage: &str, figures: &[(String, f64, String)]) {
+    println!(
+        "RLQS fleet on {storage} (limit {} per {:?}, reports every {:?}, assignments live {:?}):",
+        s.limit, s.window, s.report, s.ttl
+    );
     for (what, value, target) in figures {
         println!("  {what:<58} {value:>6.3}  (target {target})");
     }
@@ -236,8 +284,8 @@ fn print(storage: &str, figures: &[(String, f64, String)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_targets_in_memory() {
-    let figures = fleet_targets(|| Storage::Memory).await;
-    print("memory", &figures);
+    let figures = fleet_targets(scale(), || Storage::Memory).await;
+    print(scale(), "memory", &figures);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,12 +293,12 @@ async fn fleet_targets_on_redis() {
     let redis = RedisServer::start();
     // A prefix per server: each starts its clock at 0, and must not see the last one's holders.
     let servers = std::sync::atomic::AtomicUsize::new(0);
-    let figures = fleet_targets(|| {
+    let figures = fleet_targets(scale(), || {
         let n = servers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Storage::Redis { url: redis.url(), prefix: format!("fleet{n}:") }
     })
     .await;
-    print("redis", &figures);
+    print(scale(), "redis", &figures);
 }
 
 /// One stream opened by hand: its report sender and answers.
@@ -320,7 +368,7 @@ async fn each_bucket_gets_what_its_limits_say() {
         let got = strategies(&answer);
         assert_eq!(got.len(), 3, "{got:?}");
         let Strategy::TokenBucket(bucket) = got[0].1 else { panic!("{got:?}") };
-        assert_eq!((bucket.max_tokens, bucket.tokens_per_fill.unwrap().value), (20, 980), "alone: the whole limit");
+        assert_eq!((bucket.max_tokens, bucket.tokens_per_fill.unwrap().value), (8, 992), "alone: the whole limit");
         assert_eq!(bucket.fill_interval.unwrap().seconds, 10);
         assert_eq!(got[0].2, 3, "the configured time to live");
         assert_eq!((got[1].1, got[1].2), (DENY_ALL, 10), "a limit of 0 denies all until its window ends");

@@ -51,11 +51,14 @@ pub(crate) struct Bucket {
     pub(crate) fill_secs: u32,
 }
 
-/// The burst a share gets: a fiftieth of it, at least one token. Small, because it is not
-/// refilled into the window's rate (so at most 2 % of a share is not admitted when demand
-/// exceeds it), and because a rebuilt bucket starts full again.
+/// The burst a share gets: a two-hundredth of it, and up to 8 tokens for a small share (a
+/// quarter of it at most), at least one. Small, because a rebuilt bucket starts full again, on
+/// top of what the old one admitted in the window (measured: a fiftieth let a fleet admit 1.03x
+/// a limit of 6,000 a minute while demand shifted); not one token, because a bucket that holds
+/// one wastes the refill that comes between two requests (a third of a share at 2x demand in
+/// 10 ms steps).
 fn burst(share: u64) -> u64 {
-    (share / 50).max(1)
+    (share / 200).max((share / 4).min(8)).max(1)
 }
 
 impl Bucket {
@@ -64,7 +67,7 @@ impl Bucket {
     /// window); `None` when a share is 0 (nothing may pass) or there are no parts.
     ///
     /// The refill is expressed over the tightest part's window in whole seconds (Envoy reads
-    /// no more), so a share of 300 per minute is 294 tokens per 60 s, not a rounded rate per
+    /// no more), so a share of 300 per minute is 292 tokens per 60 s, not a rounded rate per
     /// second.
     pub(crate) fn within(parts: &[(u64, Duration)]) -> Option<Bucket> {
         if parts.is_empty() || parts.iter().any(|&(share, _)| share == 0) {
@@ -147,7 +150,7 @@ mod tests {
     #[test]
     fn a_share_per_minute_is_a_burst_and_the_rest_refilled_over_the_minute() {
         let b = Bucket::within(&[(300, MINUTE)]).unwrap();
-        assert_eq!(b, Bucket { max_tokens: 6, tokens_per_fill: 294, fill_secs: 60 });
+        assert_eq!(b, Bucket { max_tokens: 8, tokens_per_fill: 292, fill_secs: 60 });
         assert_eq!(b.admits_within(MINUTE), 300);
     }
 
@@ -159,7 +162,7 @@ mod tests {
         for (share, window) in parts {
             assert!(b.admits_within(window) <= share, "{b:?} admits {} in {window:?}", b.admits_within(window));
         }
-        assert_eq!(b.max_tokens, 1, "the smallest burst");
+        assert_eq!(b.max_tokens, 2, "the smallest burst: a quarter of 10");
         for (share, window) in
             [(1, MINUTE), (2, MINUTE), (7, Duration::from_millis(500)), (5, Duration::from_secs(86_400))]
         {
