@@ -538,13 +538,19 @@ async fn a_client_that_never_reads_holds_up_no_one_else() {
     assert_eq!(first.bucket_action.len(), 5_000, "thousands of buckets in one report are all answered");
 }
 
+/// Two Envoys on `server` sending `demand` to `search` for `length`.
+async fn two_envoys(server: &Server, demand: Demand<'_>, length: Duration) -> (Vec<Envoy>, Timeline) {
+    let mut envoys = fleet(server, 2);
+    let mut timeline = Timeline::default();
+    run(&mut envoys, &server.clock, SEARCH, STEP, length, demand, &mut timeline).await;
+    (envoys, timeline)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_stream_keeps_its_share_until_its_assignment_expires() {
     let server = rlqs_server(Storage::Memory).await;
-    let mut envoys = fleet(&server, 2);
-    let mut timeline = Timeline::default();
     let demand: Demand = &|_, _| per_second(2.0);
-    run(&mut envoys, &server.clock, SEARCH, STEP, 4 * REPORT, demand, &mut timeline).await;
+    let (mut envoys, mut timeline) = two_envoys(&server, demand, 4 * REPORT).await;
     let Some(Enforce::Tokens { max, per_second: rate, .. }) = envoys[0].enforcing(SEARCH) else { panic!() };
     assert!((rate * 10.0 + max - 500.0).abs() < 1.0, "half each: {rate}/s + {max}");
 
@@ -563,10 +569,7 @@ async fn a_broken_stream_keeps_its_share_until_its_assignment_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_each_limits_instances_rate_and_usage() {
     let server = rlqs_server(Storage::Memory).await;
-    let mut envoys = fleet(&server, 2);
-    let mut timeline = Timeline::default();
-    let demand: Demand = &|_, _| per_second(2.0);
-    run(&mut envoys, &server.clock, SEARCH, STEP, 3 * REPORT, demand, &mut timeline).await;
+    let (_envoys, timeline) = two_envoys(&server, &|_, _| per_second(2.0), 3 * REPORT).await;
     let (_, metrics) = server.get("/metrics").await;
     let labels = "limitador_namespace=\"shop\",limit_name=\"search\"";
     assert!(metrics.contains(&format!("tollgate_rlqs_instances{{{labels}}} 2")), "{metrics}");

@@ -122,6 +122,33 @@ fn rule_label(limit: &tollgate_policy::Limit) -> String {
     limit.name().or(limit.file_id()).map_or_else(|| limit.id().to_string(), str::to_string)
 }
 
+/// Describes the RLQS series (`serve::protocol::rlqs`) in the recorder in force.
+fn describe_rlqs() {
+    let gauges = [
+        ("tollgate_rlqs_streams", "RLQS streams open (one per Envoy instance)"),
+        ("tollgate_rlqs_buckets", "RLQS buckets the open streams report on"),
+        ("tollgate_rlqs_instances", "RLQS instances holding a share of each limit"),
+        (
+            "tollgate_rlqs_assigned_hits_per_second",
+            "What the RLQS assignments in force may admit of each limit, in hits per second",
+        ),
+    ];
+    for (name, help) in gauges {
+        metrics::describe_gauge!(name, help);
+    }
+    let counters = [
+        (
+            "tollgate_rlqs_ignored_buckets_total",
+            "RLQS buckets left without an assignment, per reason (empty_bucket_id, oversize, max_buckets_per_stream, max_buckets)",
+        ),
+        ("tollgate_rlqs_reported_allowed_total", "Requests RLQS instances reported allowed, per limit"),
+        ("tollgate_rlqs_reported_denied_total", "Requests RLQS instances reported denied, per limit"),
+    ];
+    for (name, help) in counters {
+        metrics::describe_counter!(name, help);
+    }
+}
+
 /// The labels of a limit's RLQS series: its namespace and name, as the decision metrics'.
 fn rlqs_labels(namespace: &str, limit: &tollgate_policy::Limit) -> Vec<(&'static str, String)> {
     vec![("limitador_namespace", namespace.to_string()), ("limit_name", rule_label(limit))]
@@ -195,30 +222,12 @@ impl Metrics {
                 metrics::describe_counter!(name, help);
             }
         });
+        with_local_recorder(&recorder, describe_rlqs);
         let latency = with_local_recorder(&recorder, || histogram!("tollgate_decision_seconds"));
         let refused = with_local_recorder(&recorder, || {
             metrics::describe_counter!(
                 "tollgate_requests_refused_total",
                 "Calls refused before deciding for their size, per bound (--max-value-bytes: value_bytes, ...)"
-            );
-            metrics::describe_gauge!("tollgate_rlqs_streams", "RLQS streams open (one per Envoy instance)");
-            metrics::describe_gauge!("tollgate_rlqs_buckets", "RLQS buckets the open streams report on");
-            metrics::describe_counter!(
-                "tollgate_rlqs_ignored_buckets_total",
-                "RLQS buckets left without an assignment, per reason (empty_bucket_id, oversize, max_buckets_per_stream, max_buckets)"
-            );
-            metrics::describe_counter!(
-                "tollgate_rlqs_reported_allowed_total",
-                "Requests RLQS instances reported allowed, per limit"
-            );
-            metrics::describe_counter!(
-                "tollgate_rlqs_reported_denied_total",
-                "Requests RLQS instances reported denied, per limit"
-            );
-            metrics::describe_gauge!("tollgate_rlqs_instances", "RLQS instances holding a share of each limit");
-            metrics::describe_gauge!(
-                "tollgate_rlqs_assigned_hits_per_second",
-                "What the RLQS assignments in force may admit of each limit, in hits per second"
             );
             Bound::ALL.map(|bound| counter!("tollgate_requests_refused_total", "bound" => bound.name()))
         });
