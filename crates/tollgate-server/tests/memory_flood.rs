@@ -65,7 +65,7 @@ impl Served {
                 |after: &str| line.split(after).nth(1).map(|a| a.split_whitespace().next().unwrap().parse().unwrap());
             if line.contains("HTTP API listening") {
                 http = addr("http://");
-            } else if line.contains("Envoy RLS (gRPC) listening on") {
+            } else if line.contains("Envoy RLS and RLQS (gRPC) listening on") {
                 grpc = addr("listening on ");
             }
         }

@@ -374,7 +374,7 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             shadow = config.shadow,
             "limits loaded"
         );
-        tracing::info!("Envoy RLS (gRPC) listening on {}", running.grpc);
+        tracing::info!("Envoy RLS and RLQS (gRPC) listening on {}", running.grpc);
         tracing::info!("HTTP API listening on http://{} (metrics on /metrics)", running.http);
         #[cfg(feature = "otlp")]
         if let Some(endpoint) = &args.otlp_endpoint {
