@@ -12,14 +12,15 @@
 //!   denied) over the report's `time_elapsed`, scaled to the limit's window; the limit is
 //!   divided max-min fairly among the instances holding a share of it (between Envoys, not
 //!   buckets: an instance's buckets on a counter split its one share the same way), and no
-//!   instance gets more than the others' assignments in force leave (see `ledger`). Every assignment's token bucket admits
-//!   in any stretch of the window at most its share, bursts included, so the fleet admits at
-//!   most the limit in any window of it.
+//!   instance gets more than the others' assignments in force leave (see `ledger`). Every
+//!   assignment's token bucket admits in any stretch of the window at most its share, bursts
+//!   included, so the fleet admits at most the limit in any window of it.
 //! - A stream that ends cleanly gives its shares back at once; one that breaks keeps them until
 //!   its assignments expire, as Envoy keeps enforcing them until then.
 //!
 //! The counters RLS calls take from are read (an exhausted window denies all), not charged:
-//! the fleet's admissions are bounded by the assignments, not counted one by one.
+//! the fleet's admissions are bounded by the assignments, not counted one by one. So a limit
+//! served both to RLS callers and to Envoys over RLQS admits up to its limit on each path.
 
 mod ledger;
 mod strategy;
