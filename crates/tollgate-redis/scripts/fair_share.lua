@@ -15,12 +15,10 @@
 -- ARGV[3]  the limit: hits per window.
 -- ARGV[4]  what the holder wants: hits per window.
 -- ARGV[5]  how long the holder's assignment lives, in microseconds.
--- ARGV[6]  '' to decide the share; or what the holder holds, decided by the caller (0 for an
---          assignment that admits nothing).
 --
--- Returns {share, holders, held}: what the holder now holds (its share, or ARGV[6]), recorded
--- until now + ARGV[5]; how many live holders the counter has, this one included; what they hold
--- in all. Holders whose assignment expired are removed.
+-- Returns {share, holders, held}: what the holder now holds, recorded until now + ARGV[5]; how
+-- many live holders the counter has, this one included; what they hold in all. Holders whose
+-- assignment expired are removed.
 
 local key, holder = KEYS[1], ARGV[2]
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
@@ -40,30 +38,25 @@ for i = 1, #fields, 2 do
   end
 end
 
-local share
-if ARGV[6] ~= '' then
-  share = ARGV[6] + 0
-else
-  -- Water-filling: the smallest wants are met in full while they are under an equal split of
-  -- what is left; past that, everyone left gets the level (and one of the units it leaves over).
-  table.sort(wants)
-  local left, fair = limit, want
-  for k = 1, #wants do
-    local waiting = #wants - k + 1
-    local level = (left - left % waiting) / waiting
-    if wants[k] > level then
-      if want > level then
-        fair = level
-        if left - level * waiting > 0 then fair = level + 1 end
-      end
-      break
+-- Water-filling: the smallest wants are met in full while they are under an equal split of
+-- what is left; past that, everyone left gets the level (and one of the units it leaves over).
+table.sort(wants)
+local left, fair = limit, want
+for k = 1, #wants do
+  local waiting = #wants - k + 1
+  local level = (left - left % waiting) / waiting
+  if wants[k] > level then
+    if want > level then
+      fair = level
+      if left - level * waiting > 0 then fair = level + 1 end
     end
-    left = left - wants[k]
+    break
   end
-  share = limit - others
-  if share < 0 then share = 0 end
-  if fair < share then share = fair end
+  left = left - wants[k]
 end
+local share = limit - others
+if share < 0 then share = 0 end
+if fair < share then share = fair end
 
 redis.call('HSET', key, holder, string.format('%.0f %.0f %.0f', want, share, now + ttl))
 local ttl_ms = (ttl - ttl % 1000) / 1000 + 1

@@ -361,13 +361,19 @@ impl Metrics {
             .increment(1);
     }
 
-    /// RLQS: what an instance reported of one limit's bucket: requests it allowed and denied.
-    pub(crate) fn rlqs_usage(&self, namespace: &str, limit: &tollgate_policy::Limit, allowed: u64, denied: u64) {
-        let labels = rlqs_labels(namespace, limit);
-        with_local_recorder(&self.recorder, || {
-            counter!("tollgate_rlqs_reported_allowed_total", &labels).increment(allowed);
-            counter!("tollgate_rlqs_reported_denied_total", &labels).increment(denied);
-        });
+    /// RLQS: what an instance reported of one limit's bucket: requests it allowed and denied
+    /// (`outcome`: the bucket's counters read on the same limits).
+    pub(crate) fn rlqs_usage(
+        &self,
+        namespace: &str,
+        limit: &tollgate_policy::Limit,
+        allowed: u64,
+        denied: u64,
+        outcome: &Outcome,
+    ) {
+        let label = rule_label(limit);
+        self.add("tollgate_rlqs_reported_allowed_total", namespace, Some(&label), allowed, outcome);
+        self.add("tollgate_rlqs_reported_denied_total", namespace, Some(&label), denied, outcome);
     }
 
     /// RLQS: after an assignment on `limit`, how many instances hold a share of it and the hits

@@ -124,7 +124,6 @@ impl<C: Clock + Clone> Rlqs<C> {
     /// Gives `holder` its share of `counter` (see `Ledger::share`), in memory or in Redis; `None`
     /// when Redis cannot answer (the bucket is then left without an assignment: Envoy keeps the
     /// one it has until it expires).
-    #[allow(clippy::too_many_arguments)]
     async fn share(
         &self,
         namespace: &str,
@@ -132,16 +131,15 @@ impl<C: Clock + Clone> Rlqs<C> {
         limit: u64,
         holder: u64,
         want: u64,
-        fixed: Option<u64>,
         now: u64,
     ) -> Option<u64> {
         let ttl = self.config.assignment_ttl;
         let expires = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
         let Some(shared) = &self.redis else {
-            return Some(self.ledger().share(counter, limit, holder, want, fixed, now, expires));
+            return Some(self.ledger().share(counter, limit, holder, want, None, now, expires));
         };
         let key = shared.key(namespace, counter);
-        match take_share(&shared.redis, &key, &shared.holder(holder), limit, want, fixed, ttl, &shared.time).await {
+        match take_share(&shared.redis, &key, &shared.holder(holder), limit, want, ttl, &shared.time).await {
             Ok(taken) => {
                 // This server's view, for its metrics.
                 self.ledger().share(counter, limit, holder, want, Some(taken.share), now, expires);
@@ -409,7 +407,7 @@ impl<C: Clock + Clone> Instance<C> {
         for (key, (limit, numbers)) in on {
             let holding = self.holdings.entry(key.clone()).or_default();
             let want = holding.want(limit);
-            let Some(share) = self.rlqs.share(domain, &key, limit, self.id, want, None, now).await else { continue };
+            let Some(share) = self.rlqs.share(domain, &key, limit, self.id, want, now).await else { continue };
             let holding = &self.holdings[&key];
             let reported: hashbrown::HashSet<u64> = numbers.iter().copied().collect();
             let elsewhere: u64 =
@@ -502,7 +500,7 @@ impl<C: Clock + Clone> Instance<C> {
             Duration::new(u64::try_from(d.seconds).unwrap_or(0), u32::try_from(d.nanos).unwrap_or(0))
         });
         for hit in &shared {
-            rlqs.metrics.rlqs_usage(domain, hit.limit, usage.num_requests_allowed, usage.num_requests_denied);
+            rlqs.metrics.rlqs_usage(domain, hit.limit, usage.num_requests_allowed, usage.num_requests_denied, &probe);
         }
         let counters: Vec<(CounterKey, u64, Duration)> = shared
             .iter()

@@ -114,7 +114,9 @@ impl Bucket {
 
     /// This bucket, changed if need be so that Envoy replaces `before` with it: Envoy keeps its
     /// bucket when `max_tokens` and `tokens_per_fill` are unchanged, whatever `fill_interval`'s
-    /// whole seconds say. The change is downward (one token less), never more than was planned.
+    /// whole seconds say. The change is downward (one token less per fill), never more than was
+    /// planned; a bucket of one token per fill gets two per twice the fill instead (the same
+    /// rate, and a `tokens_per_fill` Envoy tells apart).
     pub(crate) fn replacing(self, before: Option<Bucket>) -> Bucket {
         match before {
             Some(b)
@@ -123,21 +125,12 @@ impl Bucket {
             {
                 if self.tokens_per_fill > 1 {
                     Bucket { tokens_per_fill: self.tokens_per_fill - 1, ..self }
-                } else if self.max_tokens > 1 {
-                    Bucket { max_tokens: self.max_tokens - 1, ..self }
                 } else {
-                    // One token and one per fill: only a slower fill can differ; add a second.
-                    Bucket { fill_secs: self.fill_secs.saturating_add(1), ..self }.replacing_slower(b)
+                    Bucket { tokens_per_fill: 2, fill_secs: self.fill_secs.saturating_mul(2), ..self }
                 }
             }
             _ => self,
         }
-    }
-
-    /// A bucket of one token refilled one at a time cannot be told apart by Envoy from another
-    /// such: keep the slower of the two fills (Envoy keeps what it has).
-    fn replacing_slower(self, before: Bucket) -> Bucket {
-        if before.fill_secs >= self.fill_secs { before } else { self }
     }
 }
 
@@ -184,5 +177,8 @@ mod tests {
         let after = Bucket { fill_secs: 30, ..before }.replacing(Some(before));
         assert_eq!(after, Bucket { max_tokens: 6, tokens_per_fill: 293, fill_secs: 30 });
         assert_eq!(before.replacing(Some(before)), before, "the same bucket is kept as it is");
+        let slow = Bucket { max_tokens: 1, tokens_per_fill: 1, fill_secs: 7 };
+        let slower = Bucket { fill_secs: 9, ..slow }.replacing(Some(slow));
+        assert_eq!(slower, Bucket { max_tokens: 1, tokens_per_fill: 2, fill_secs: 18 }, "1 per 9 s, told apart");
     }
 }
