@@ -36,6 +36,18 @@ pub trait Algorithm: Send + Sync + 'static {
     /// of a concurrency lease). Rate algorithms give back only what still counts at `now`.
     fn give_back(&self, state: &Self::State, now: u64, n: u64, acquired_at: u64);
 
+    /// Takes `n` permits at `now` whatever the state, past the limit if need be: what a
+    /// [`crate::Reservation`] settled for more than it reserved costs. The excess is a debt that
+    /// later requests pay before any is admitted (each algorithm says how). `n == 0` takes
+    /// nothing and tells whether this algorithm can carry a debt.
+    ///
+    /// `Err` says why this algorithm cannot (it then takes nothing). The default, for algorithms
+    /// outside this crate, cannot.
+    fn charge(&self, state: &Self::State, now: u64, n: u64) -> Result<(), &'static str> {
+        let _ = (state, now, n);
+        Err("the algorithm does not implement Algorithm::charge")
+    }
+
     /// True when the state holds no information: it is back at full capacity and a fresh state
     /// would decide identically. Keyed limiters evict such keys.
     fn is_idle(&self, state: &Self::State, now: u64) -> bool;
@@ -86,6 +98,12 @@ pub trait Algorithm: Send + Sync + 'static {
     fn releases_on_drop(&self) -> bool {
         false
     }
+}
+
+/// The algorithm's type name without its path (`TokenBucket`), for errors.
+pub(crate) fn algorithm_name<A: ?Sized>() -> &'static str {
+    let name = std::any::type_name::<A>();
+    name.rsplit("::").next().unwrap_or(name)
 }
 
 /// What `algo` would answer for `n` permits on `state` at `now`, taking nothing, whichever way

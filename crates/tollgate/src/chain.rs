@@ -10,6 +10,7 @@ use crate::all_or_nothing::{AllOrNothing, Outcome, PartAnswer, Reply, Step};
 use crate::answer::{Answer, Check, Decision, Refund};
 use crate::decision::{Lease, Rejected};
 use crate::rate_limiter::{Acquire, RateLimiter};
+use crate::reservation::Settle;
 use crate::snapshot::Meta;
 
 /// Both limits must admit; when the second rejects, what the first granted is given back (a real
@@ -151,6 +152,20 @@ where
     fn give_back(&self, key: &K, lease: Lease) -> Refund {
         let Some([a, b]) = lease.take_parts() else { return Answer::Ready(()) };
         self.second.give_back(key, b).and(self.first.give_back(key, a))
+    }
+
+    /// Each part settles its own lease. A part that cannot settle fails the chain's settle with
+    /// its error, and the other part is settled all the same: a chain meant for reservations is
+    /// built of limiters that can carry a debt.
+    fn settle(&self, key: &K, lease: &Lease, actual: u64, id: u64) -> Settle {
+        let Some([a, b]) = lease.parts() else { return Answer::Ready(Ok(())) };
+        match (self.second.settle(key, b, actual, id), self.first.settle(key, a, actual, id)) {
+            (Answer::Ready(second), Answer::Ready(first)) => Answer::Ready(second.and(first)),
+            (second, first) => Answer::Pending(Box::pin(async move {
+                let second = second.await;
+                second.and(first.await)
+            })),
+        }
     }
 
     fn capacity(&self) -> u64 {

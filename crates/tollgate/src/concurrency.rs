@@ -100,6 +100,12 @@ impl Algorithm for Concurrency {
         assert!(prev >= n, "released {n} permits but only {prev} were held");
     }
 
+    fn charge(&self, _state: &ConcurrencyState, _now: u64, _n: u64) -> Result<(), &'static str> {
+        Err(
+            "a concurrency permit is held while the work runs and given back after it, never spent: there is no cost to settle",
+        )
+    }
+
     fn is_idle(&self, state: &ConcurrencyState, _now: u64) -> bool {
         state.0.load(Ordering::Relaxed) == 0
     }

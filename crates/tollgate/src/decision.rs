@@ -185,6 +185,14 @@ impl Lease {
         }
     }
 
+    /// A chain's two parts, left in place; `None` for a lease that is not a chain's.
+    pub(crate) fn parts(&self) -> Option<&[Lease; 2]> {
+        match &*self.hold {
+            Some(Hold::Pair(parts)) => Some(parts),
+            _ => None,
+        }
+    }
+
     /// When the permits were granted, in nanoseconds of the limiter's [`crate::Clock`]; 0 for
     /// limits that never read the clock (concurrency).
     pub fn granted_at(&self) -> u64 {

@@ -176,7 +176,8 @@ impl FixedWindow {
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
         let (w, end) = self.at(*guard, now, q.period_ns());
         let fixed = self.fixed_bounds();
-        if w.count.saturating_add(n) > q.limit() {
+        // `n > 0`: a probe answers even over the limit (a settled debt).
+        if w.count.saturating_add(n) > q.limit() && n > 0 {
             let mut m = meta(&q, w, end, fixed, now);
             m.retry_ns = Some(end.saturating_sub(now));
             return Err(m);
@@ -210,6 +211,18 @@ impl Algorithm for FixedWindow {
         if acquired_at >= w.start {
             w.count = w.count.saturating_sub(n);
         }
+    }
+
+    /// Counted in the window open at `now` (opening one if none is), past its limit if need be:
+    /// nothing more is admitted in that window. A window's count starts again at 0, so a debt
+    /// never outlives the window it was charged in.
+    fn charge(&self, state: &FixedWindowState, now: u64, n: u64) -> Result<(), &'static str> {
+        if n > 0 {
+            let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
+            let (w, _) = self.at(*guard, now, self.quota.load().period_ns());
+            *guard = w.counted(n);
+        }
+        Ok(())
     }
 
     fn is_idle(&self, state: &FixedWindowState, now: u64) -> bool {

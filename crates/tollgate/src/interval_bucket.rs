@@ -68,6 +68,22 @@ pub struct IntervalBucketState(Mutex<Tokens>);
 struct Tokens {
     tokens: u64,
     tick: u64,
+    /// Tokens owed by a reservation settled past what was left ([`Algorithm::charge`]): paid
+    /// from the next tokens before any is stored. Nonzero only while `tokens` is 0.
+    debt: u64,
+}
+
+impl Tokens {
+    /// `n` tokens arrive (or come back): the debt is paid first, the rest stored up to `burst`.
+    fn credited(self, n: u64, burst: u64) -> Tokens {
+        let paid = self.debt.min(n);
+        Tokens { tokens: self.tokens.saturating_add(n - paid).min(burst), debt: self.debt - paid, ..self }
+    }
+
+    /// Tokens short of a full bucket, the debt included.
+    fn missing(self, burst: u64) -> u64 {
+        burst.saturating_sub(self.tokens).saturating_add(self.debt)
+    }
 }
 
 impl IntervalBucket {
@@ -125,9 +141,7 @@ impl IntervalBucket {
     pub(crate) fn replenish(&self, state: &IntervalBucketState, now: u64) {
         let q = self.quota.load();
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
-        let mut t = self.refreshed(*guard, now, &q);
-        t.tokens = t.tokens.saturating_add(q.limit()).min(q.burst());
-        *guard = t;
+        *guard = self.refreshed(*guard, now, &q).credited(q.limit(), q.burst());
     }
 
     fn refreshed(&self, t: Tokens, now: u64, q: &Quota) -> Tokens {
@@ -136,21 +150,19 @@ impl IntervalBucket {
         }
         let tick = now / q.period_ns();
         let ticks = tick.saturating_sub(t.tick);
-        Tokens {
-            tokens: t.tokens.saturating_add(ticks.saturating_mul(q.limit())).min(q.burst()),
-            tick: tick.max(t.tick),
-        }
+        Tokens { tick: tick.max(t.tick), ..t.credited(ticks.saturating_mul(q.limit()), q.burst()) }
     }
 
     /// Nanoseconds until `permits` tokens will have been available in total.
     fn wait_for(&self, t: Tokens, now: u64, q: &Quota, permits: u64) -> Option<u64> {
-        if permits <= t.tokens {
+        let needed = permits.saturating_add(t.debt);
+        if needed <= t.tokens {
             return Some(0);
         }
         if !self.auto {
             return None;
         }
-        let ticks = (permits - t.tokens).div_ceil(q.limit());
+        let ticks = (needed - t.tokens).div_ceil(q.limit());
         let at = (t.tick as u128 + ticks as u128) * q.period_ns() as u128;
         Some(u64::try_from(at.saturating_sub(now as u128)).unwrap_or(u64::MAX))
     }
@@ -186,7 +198,7 @@ impl Algorithm for IntervalBucket {
 
     fn new_state(&self, now: u64) -> IntervalBucketState {
         let q = self.quota.load();
-        IntervalBucketState(Mutex::new(Tokens { tokens: q.burst(), tick: now / q.period_ns() }))
+        IntervalBucketState(Mutex::new(Tokens { tokens: q.burst(), tick: now / q.period_ns(), debt: 0 }))
     }
 
     fn capacity(&self) -> u64 {
@@ -201,28 +213,38 @@ impl Algorithm for IntervalBucket {
     fn give_back(&self, state: &IntervalBucketState, now: u64, n: u64, _acquired_at: u64) {
         let q = self.quota.load();
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
-        let mut t = self.refreshed(*guard, now, &q);
-        t.tokens = t.tokens.saturating_add(n).min(q.burst());
-        *guard = t;
+        *guard = self.refreshed(*guard, now, &q).credited(n, q.burst());
+    }
+
+    /// Taken from the tokens left, the rest as a debt the next tokens pay (in auto mode the next
+    /// periods', in manual mode the next `replenish`es').
+    fn charge(&self, state: &IntervalBucketState, now: u64, n: u64) -> Result<(), &'static str> {
+        let q = self.quota.load();
+        let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        let t = self.refreshed(*guard, now, &q);
+        let taken = t.tokens.min(n);
+        *guard = Tokens { tokens: t.tokens - taken, debt: t.debt.saturating_add(n - taken), ..t };
+        Ok(())
     }
 
     fn is_idle(&self, state: &IntervalBucketState, now: u64) -> bool {
         let q = self.quota.load();
         let t = self.refreshed(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, &q);
-        t.tokens >= q.burst()
+        t.missing(q.burst()) == 0
     }
 
     fn idle_at(&self, state: &IntervalBucketState, now: u64) -> u64 {
         let q = self.quota.load();
         let t = self.refreshed(*state.0.lock().unwrap_or_else(|e| e.into_inner()), now, &q);
-        if t.tokens >= q.burst() {
+        let missing = t.missing(q.burst());
+        if missing == 0 {
             return now;
         }
         if !self.auto {
             return u64::MAX;
         }
         // Full at the start of the tick that brings the missing tokens.
-        let ticks = (q.burst() - t.tokens).div_ceil(q.limit());
+        let ticks = missing.div_ceil(q.limit());
         let at = (u128::from(t.tick) + u128::from(ticks)) * u128::from(q.period_ns());
         u64::try_from(at).unwrap_or(u64::MAX)
     }
@@ -251,7 +273,11 @@ impl Algorithm for IntervalBucket {
         let old = self.step(old);
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
         let t = self.refreshed(*guard, now, &old);
-        let used = old.burst().saturating_sub(t.tokens);
-        *guard = Tokens { tokens: q.burst().saturating_sub(used), tick: now / q.period_ns() };
+        let used = t.missing(old.burst());
+        *guard = Tokens {
+            tokens: q.burst().saturating_sub(used),
+            tick: now / q.period_ns(),
+            debt: used.saturating_sub(q.burst()),
+        };
     }
 }

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, peek};
+use crate::algorithm::{Algorithm, algorithm_name, peek};
 use crate::clock::{Clock, SystemClock, nanos};
 use crate::concurrency::Concurrency;
 use crate::decision::{Lease, Rejected};
 use crate::interval_bucket::IntervalBucket;
 use crate::queue::{Queue, QueueOrder};
 use crate::quota::Quota;
+use crate::reservation::SettleError;
 use crate::shared::{Gate, Shared};
 use crate::snapshot::Meta;
 use crate::stats::{Counts, Statistics};
@@ -149,6 +150,15 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// counts; concurrency permits are released).
     pub fn give_back(&self, lease: Lease) {
         self.shared.give_back(lease)
+    }
+
+    /// Settles a reservation's `lease` (granted by this limiter) for `actual` permits: gives back
+    /// what it exceeded, or takes the rest past the limit as a debt ([`crate::Reservation`]).
+    /// Usually called through [`crate::Reservation::settle`].
+    pub fn settle(&self, lease: &Lease, actual: u64) -> Result<(), SettleError> {
+        self.shared
+            .settle(lease, actual)
+            .map_err(|why| SettleError::Unsupported { limiter: algorithm_name::<A>(), why })
     }
 
     /// Cheap counters: available permits, queued permits, and (when built with

@@ -21,6 +21,7 @@ use crate::clock::Clock;
 use crate::decision::{Lease, Rejected};
 use crate::keyed::Keyed;
 use crate::limiter::Limiter;
+use crate::reservation::{Reservation, Settle, SettleError};
 
 /// A limiter that decides on permits for a key.
 ///
@@ -75,6 +76,28 @@ pub trait RateLimiter<K: ?Sized = ()>: Send + Sync {
     /// The period the quota is counted over (HTTP's `RateLimit-Policy` window); `None` when not
     /// counted over time (concurrency).
     fn window(&self) -> Option<Duration>;
+
+    /// Takes `estimate` permits for work whose cost is known only afterwards, to be settled
+    /// for the actual cost ([`Reservation::settle`]); the same decision as
+    /// [`decide`](RateLimiter::decide), never waiting.
+    fn reserve(&self, key: &K, estimate: u64) -> Answer<Result<Reservation, Rejected>> {
+        self.decide(key, estimate).map(|decision| decision.map(Reservation::new))
+    }
+
+    /// Settles `lease` (a reservation's, granted by this limiter for `key`) at `actual` permits:
+    /// gives back what it exceeded, or takes the rest past the limit as a debt (see
+    /// [`crate::reservation`](crate::Reservation) for the rule and its bound). `id` names the
+    /// reservation: a distributed limiter applies one id's settle once. Callers use
+    /// [`Reservation::settle`].
+    ///
+    /// The default cannot settle ([`SettleError::Unsupported`]).
+    fn settle(&self, key: &K, lease: &Lease, actual: u64, id: u64) -> Settle {
+        let _ = (key, lease, actual, id);
+        Answer::Ready(Err(SettleError::Unsupported {
+            limiter: std::any::type_name::<Self>(),
+            why: "it does not implement RateLimiter::settle",
+        }))
+    }
 }
 
 /// A [`RateLimiter`] that can wait for permits.
@@ -114,6 +137,9 @@ impl<A: Algorithm, C: Clock> RateLimiter for Limiter<A, C> {
     fn window(&self) -> Option<Duration> {
         Limiter::window(self)
     }
+    fn settle(&self, _key: &(), lease: &Lease, actual: u64, _id: u64) -> Settle {
+        Answer::Ready(Limiter::settle(self, lease, actual))
+    }
 }
 
 /// Waits in the limiter's queue.
@@ -147,6 +173,9 @@ where
     }
     fn window(&self) -> Option<Duration> {
         Keyed::window(self)
+    }
+    fn settle(&self, key: &Q, lease: &Lease, actual: u64, _id: u64) -> Settle {
+        Answer::Ready(Keyed::settle(self, key, lease, actual))
     }
 }
 
@@ -182,6 +211,12 @@ macro_rules! through_pointer {
             }
             fn window(&self) -> Option<Duration> {
                 (**self).window()
+            }
+            fn reserve(&self, key: &K, estimate: u64) -> Answer<Result<Reservation, Rejected>> {
+                (**self).reserve(key, estimate)
+            }
+            fn settle(&self, key: &K, lease: &Lease, actual: u64, id: u64) -> Settle {
+                (**self).settle(key, lease, actual, id)
             }
         }
     )+};

@@ -200,6 +200,21 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
         }
     }
 
+    /// [`crate::Limiter::settle`]: `Err` with the algorithm's reason when it cannot carry a debt
+    /// (nothing is changed then, whatever `actual`).
+    pub(crate) fn settle(self: &Arc<Self>, lease: &Lease, actual: u64) -> Result<(), &'static str> {
+        let now = self.now();
+        self.algo.charge(&self.state, now, 0)?;
+        let estimate = lease.permits();
+        if actual > estimate {
+            self.algo.charge(&self.state, now, actual - estimate)?;
+        } else if actual < estimate {
+            self.algo.give_back(&self.state, now, estimate - actual, lease.acquired_at);
+            self.drive(None);
+        }
+        Ok(())
+    }
+
     /// Gives back `n` held permits (a concurrency lease or permit) and serves waiters that fit.
     #[inline]
     pub(crate) fn release_permits(self: &Arc<Self>, n: u64) {

@@ -52,6 +52,14 @@ impl Log {
     }
 
     /// Nanoseconds until `n` more permits fit under `limit` (0 if they fit now).
+    fn add(&mut self, now: u64, n: u64) {
+        match self.entries.back_mut() {
+            Some((t, k)) if *t == now => *k = k.saturating_add(n),
+            _ => self.entries.push_back((now, n)),
+        }
+        self.total = self.total.saturating_add(n);
+    }
+
     fn wait_for(&self, now: u64, period: u64, limit: u64, n: u64) -> u64 {
         let mut total = self.total;
         for &(t, k) in &self.entries {
@@ -86,17 +94,14 @@ impl SlidingLog {
         let q = self.quota.load();
         let mut log = state.0.lock().unwrap_or_else(|e| e.into_inner());
         log.expire(now, q.period_ns());
-        if log.total.saturating_add(n) > q.limit() {
+        // `n > 0`: a probe answers even over the limit (a settled debt).
+        if log.total.saturating_add(n) > q.limit() && n > 0 {
             let mut m = log.meta(&q, now);
             m.retry_ns = Some(log.wait_for(now, q.period_ns(), q.limit(), n));
             return Err(m);
         }
         if n > 0 && commit {
-            match log.entries.back_mut() {
-                Some((t, k)) if *t == now => *k += n,
-                _ => log.entries.push_back((now, n)),
-            }
-            log.total += n;
+            log.add(now, n);
         }
         Ok(log.meta(&q, now))
     }
@@ -133,6 +138,16 @@ impl Algorithm for SlidingLog {
         }
         log.total -= n - left;
         log.entries.retain(|&(_, k)| k > 0);
+    }
+
+    /// Logged at `now`, past the limit if need be: it counts for a period, as any admission.
+    fn charge(&self, state: &SlidingLogState, now: u64, n: u64) -> Result<(), &'static str> {
+        if n > 0 {
+            let mut log = state.0.lock().unwrap_or_else(|e| e.into_inner());
+            log.expire(now, self.quota.load().period_ns());
+            log.add(now, n);
+        }
+        Ok(())
     }
 
     fn is_idle(&self, state: &SlidingLogState, now: u64) -> bool {

@@ -125,7 +125,8 @@ impl SlidingWindow {
         let seg_len = self.seg_len(&q);
         let mut segs = state.0.lock().unwrap_or_else(|e| e.into_inner());
         segs.advance(now / seg_len);
-        if segs.total.saturating_add(n) > q.limit() {
+        // `n > 0`: a probe answers even over the limit (a settled debt).
+        if segs.total.saturating_add(n) > q.limit() && n > 0 {
             let mut m = segs.meta(now, seg_len, q.limit());
             m.retry_ns = Some(segs.wait_for(now, seg_len, q.limit(), n));
             return Err(m);
@@ -170,6 +171,18 @@ impl Algorithm for SlidingWindow {
             *c -= k;
             segs.total -= k;
         }
+    }
+
+    /// Counted in the segment of `now`, past the limit if need be: it weighs on every request
+    /// until that segment leaves the window.
+    fn charge(&self, state: &SlidingWindowState, now: u64, n: u64) -> Result<(), &'static str> {
+        let seg_len = self.seg_len(&self.quota.load());
+        let mut segs = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        segs.advance(now / seg_len);
+        let i = (segs.newest % self.segments) as usize;
+        segs.counts[i] = segs.counts[i].saturating_add(n);
+        segs.total = segs.total.saturating_add(n);
+        Ok(())
     }
 
     fn is_idle(&self, state: &SlidingWindowState, now: u64) -> bool {

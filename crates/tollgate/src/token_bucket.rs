@@ -72,7 +72,8 @@ impl Algorithm for TokenBucket {
         loop {
             let base = tat.max(now);
             let new_tat = base.saturating_add(cost);
-            if new_tat > horizon {
+            // `n > 0`: a probe answers even past the horizon (a settled debt).
+            if new_tat > horizon && n > 0 {
                 return Err(snapshot(&q, now, base, cost));
             }
             if n == 0 || !commit {
@@ -90,6 +91,15 @@ impl Algorithm for TokenBucket {
         let _ = state.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tat| {
             (tat > now).then(|| tat.saturating_sub(cost).max(now))
         });
+    }
+
+    /// The arrival time moves `n` emission intervals on, past the burst's horizon if need be:
+    /// nothing is admitted until it is back within it.
+    fn charge(&self, state: &TokenBucketState, now: u64, n: u64) -> Result<(), &'static str> {
+        let cost = n.saturating_mul(self.quota.load().emission_ns());
+        let _ =
+            state.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tat| Some(tat.max(now).saturating_add(cost)));
+        Ok(())
     }
 
     fn is_idle(&self, state: &TokenBucketState, now: u64) -> bool {

@@ -111,7 +111,8 @@ impl WeightedWindow {
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
         let w = guard.roll(now / p);
         let needed = w.weighted(now, p) + n as u128 * p as u128;
-        if needed > q.limit() as u128 * p as u128 {
+        // `n > 0`: a probe answers even over the limit (a settled debt).
+        if needed > q.limit() as u128 * p as u128 && n > 0 {
             *guard = w;
             let mut m = w.meta(now, &q);
             m.retry_ns = Some(w.wait_for(now, p, q.limit(), n));
@@ -150,6 +151,16 @@ impl Algorithm for WeightedWindow {
             w.prev = w.prev.saturating_sub(n);
         }
         *guard = w;
+    }
+
+    /// Counted in the current window, past the limit if need be: it weighs on requests in this
+    /// window and, by its overlap, the next.
+    fn charge(&self, state: &WeightedWindowState, now: u64, n: u64) -> Result<(), &'static str> {
+        let p = self.quota.load().period_ns();
+        let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        let w = guard.roll(now / p);
+        *guard = TwoWindows { curr: w.curr.saturating_add(n), ..w };
+        Ok(())
     }
 
     fn is_idle(&self, state: &WeightedWindowState, now: u64) -> bool {

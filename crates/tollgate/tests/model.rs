@@ -17,7 +17,13 @@
 //! sequences of clock advances (zero, a few nanoseconds, fractions and multiples of the period,
 //! exactly onto and one nanosecond either side of period/segment/emission boundaries, and by the
 //! `retry_after`/`reset_after` just reported), `try_acquire(n)` for `n` in `0..=capacity + 1`,
-//! `check(n)`, dropping or releasing held leases, and `replenish` for the interval bucket.
+//! `check(n)`, dropping or releasing held leases, settling them as reservations for random actual
+//! costs (below, at and above the estimate: a give-back or a debt, [`tollgate::Reservation`]),
+//! and `replenish` for the interval bucket.
+//!
+//! A settle for more than the estimate charges past the limit: the models then hold a debt
+//! (negative credit, a count over the limit) that later decisions must wait out, so every
+//! `retry_after` after a debt checks that it delays the next admission by exactly what it should.
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -27,7 +33,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tollgate::{
     Algorithm, Clock, Concurrency, FixedWindow, IntervalBucket, Lease, Limiter, ManualClock, Meta, Quota, Reason,
-    Rejected, SlidingLog, SlidingWindow, TokenBucket, WeightedWindow,
+    Rejected, SettleError, SlidingLog, SlidingWindow, TokenBucket, WeightedWindow,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -42,11 +48,16 @@ trait Model: fmt::Debug {
     fn remaining_at(&self, t: u64) -> u64;
     /// Takes `n <= remaining_at(t)` permits at `t`.
     fn take(&mut self, t: u64, n: u64);
+    /// Takes `n` permits at `t` whatever is left: a settle above its estimate (a debt).
+    fn charge(&mut self, t: u64, n: u64);
+    /// Gives back `n` permits taken at `acquired`, at `t`: what of them still counts.
+    fn give_back(&mut self, t: u64, n: u64, acquired: u64);
     /// A lease of `n` permits was dropped/released (only a concurrency limit cares).
     fn release(&mut self, _n: u64) {}
     /// `Limiter::replenish` at `t` (only the interval bucket has it).
     fn replenish(&mut self, _t: u64) {}
-    /// A span after which, with no requests, `remaining_at` has certainly stopped growing.
+    /// A span after which, with no requests, `remaining_at` has certainly stopped growing (a
+    /// debt included).
     fn horizon(&self) -> u64;
     /// Permits held (concurrency only).
     fn held(&self) -> Option<u64> {
@@ -61,17 +72,25 @@ trait Model: fmt::Debug {
 struct BucketModel {
     burst: u64,
     t: u64,
-    credit: u64,
+    /// Below 0 while a debt is unpaid.
+    credit: i128,
     at: u64,
 }
 
 impl BucketModel {
     fn new(q: &Quota, now: u64) -> Self {
         let t = ns(q.emission_interval());
-        BucketModel { burst: q.burst(), t, credit: q.burst() * t, at: now }
+        BucketModel { burst: q.burst(), t, credit: i128::from(q.burst() * t), at: now }
     }
-    fn credit_at(&self, now: u64) -> u64 {
-        (self.credit + (now - self.at)).min(self.burst * self.t)
+    fn full(&self) -> i128 {
+        i128::from(self.burst * self.t)
+    }
+    fn credit_at(&self, now: u64) -> i128 {
+        (self.credit + i128::from(now - self.at)).min(self.full())
+    }
+    fn set(&mut self, now: u64, credit: i128) {
+        self.credit = credit;
+        self.at = now;
     }
 }
 
@@ -80,14 +99,19 @@ impl Model for BucketModel {
         self.burst
     }
     fn remaining_at(&self, t: u64) -> u64 {
-        self.credit_at(t) / self.t
+        u64::try_from(self.credit_at(t).max(0)).unwrap() / self.t
     }
     fn take(&mut self, t: u64, n: u64) {
-        self.credit = self.credit_at(t) - n * self.t;
-        self.at = t;
+        self.charge(t, n);
+    }
+    fn charge(&mut self, t: u64, n: u64) {
+        self.set(t, self.credit_at(t) - i128::from(n * self.t));
+    }
+    fn give_back(&mut self, t: u64, n: u64, _acquired: u64) {
+        self.set(t, (self.credit_at(t) + i128::from(n * self.t)).min(self.full()));
     }
     fn horizon(&self) -> u64 {
-        self.burst * self.t + 1
+        self.burst * self.t + 1 + u64::try_from(-self.credit.min(0)).unwrap()
     }
 }
 
@@ -100,7 +124,8 @@ struct IntervalModel {
     burst: u64,
     period: u64,
     auto: bool,
-    tokens: u64,
+    /// Below 0 while a debt is unpaid: the next tokens pay it first.
+    tokens: i128,
     // Index of the last period boundary already credited.
     tick: u64,
 }
@@ -114,14 +139,14 @@ impl IntervalModel {
             period = (period * q.burst()).div_ceil(limit);
             limit = q.burst();
         }
-        IntervalModel { limit, burst: q.burst(), period, auto, tokens: q.burst(), tick: now / period }
+        IntervalModel { limit, burst: q.burst(), period, auto, tokens: i128::from(q.burst()), tick: now / period }
     }
-    fn tokens_at(&self, t: u64) -> u64 {
+    fn tokens_at(&self, t: u64) -> i128 {
         if !self.auto {
             return self.tokens;
         }
         let boundaries = t / self.period - self.tick;
-        (self.tokens + boundaries * self.limit).min(self.burst)
+        (self.tokens + i128::from(boundaries * self.limit)).min(i128::from(self.burst))
     }
     fn settle(&mut self, t: u64) {
         self.tokens = self.tokens_at(t);
@@ -136,23 +161,31 @@ impl Model for IntervalModel {
         self.burst
     }
     fn remaining_at(&self, t: u64) -> u64 {
-        self.tokens_at(t)
+        u64::try_from(self.tokens_at(t).max(0)).unwrap()
     }
     fn take(&mut self, t: u64, n: u64) {
+        self.charge(t, n);
+    }
+    fn charge(&mut self, t: u64, n: u64) {
         self.settle(t);
-        self.tokens -= n;
+        self.tokens -= i128::from(n);
+    }
+    fn give_back(&mut self, t: u64, n: u64, _acquired: u64) {
+        self.settle(t);
+        self.tokens = (self.tokens + i128::from(n)).min(i128::from(self.burst));
     }
     fn replenish(&mut self, t: u64) {
-        self.settle(t);
-        self.tokens = (self.tokens + self.limit).min(self.burst);
+        self.give_back(t, self.limit, t);
     }
     fn horizon(&self) -> u64 {
-        (self.burst.div_ceil(self.limit) + 1) * self.period
+        let debt = u64::try_from(-self.tokens.min(0)).unwrap();
+        ((self.burst + debt).div_ceil(self.limit) + 1) * self.period
     }
 }
 
-/// Fixed window: the first admitted request after the previous window ended opens a window
-/// `[start, start + period)`; at most `limit` permits are admitted in it.
+/// Fixed window: the first admitted request after the previous window ended (or emptied by
+/// give-backs) opens a window `[start, start + period)`; at most `limit` permits are admitted in
+/// it.
 #[derive(Debug)]
 struct FixedModel {
     limit: u64,
@@ -166,15 +199,26 @@ impl Model for FixedModel {
     }
     fn remaining_at(&self, t: u64) -> u64 {
         match self.window {
-            Some((start, count)) if t < start + self.period => self.limit - count,
+            Some((start, count)) if t < start + self.period => self.limit.saturating_sub(count),
             _ => self.limit,
         }
     }
     fn take(&mut self, t: u64, n: u64) {
+        self.charge(t, n);
+    }
+    fn charge(&mut self, t: u64, n: u64) {
         self.window = match self.window {
-            Some((start, count)) if t < start + self.period => Some((start, count + n)),
+            Some((start, count)) if count > 0 && t < start + self.period => Some((start, count + n)),
             _ => Some((t, n)),
         };
+    }
+    fn give_back(&mut self, _t: u64, n: u64, acquired: u64) {
+        // Only the window the permits were counted in (a later one starts after them).
+        if let Some((start, count)) = self.window
+            && acquired >= start
+        {
+            self.window = Some((start, count.saturating_sub(n)));
+        }
     }
     fn horizon(&self) -> u64 {
         self.period + 1
@@ -200,10 +244,22 @@ impl Model for SlidingModel {
         let current = t / self.len;
         let oldest = (current + 1).saturating_sub(self.segments);
         let used: u64 = self.counts.range(oldest..=current).map(|(_, c)| c).sum();
-        self.limit - used
+        self.limit.saturating_sub(used)
     }
     fn take(&mut self, t: u64, n: u64) {
+        self.charge(t, n);
+    }
+    fn charge(&mut self, t: u64, n: u64) {
         *self.counts.entry(t / self.len).or_default() += n;
+    }
+    fn give_back(&mut self, t: u64, n: u64, acquired: u64) {
+        // Only while the permits' segment is still in the window.
+        let s = acquired / self.len;
+        if s + self.segments > t / self.len
+            && let Some(c) = self.counts.get_mut(&s)
+        {
+            *c -= (*c).min(n);
+        }
     }
     fn horizon(&self) -> u64 {
         (self.segments + 1) * self.len
@@ -234,7 +290,19 @@ impl Model for WeightedModel {
         ((self.limit as u128 * p).saturating_sub(used) / p) as u64
     }
     fn take(&mut self, t: u64, n: u64) {
+        self.charge(t, n);
+    }
+    fn charge(&mut self, t: u64, n: u64) {
         *self.counts.entry(t / self.period).or_default() += n;
+    }
+    fn give_back(&mut self, t: u64, n: u64, acquired: u64) {
+        // Only while the permits' window is the current one or the previous one.
+        let at = acquired / self.period;
+        if at + 1 >= t / self.period
+            && let Some(c) = self.counts.get_mut(&at)
+        {
+            *c -= (*c).min(n);
+        }
     }
     fn horizon(&self) -> u64 {
         2 * self.period + 1
@@ -256,10 +324,22 @@ impl Model for LogModel {
     }
     fn remaining_at(&self, t: u64) -> u64 {
         let counted: u64 = self.log.iter().filter(|&&(a, _)| a + self.period > t).map(|&(_, n)| n).sum();
-        self.limit - counted
+        self.limit.saturating_sub(counted)
     }
     fn take(&mut self, t: u64, n: u64) {
+        self.charge(t, n);
+    }
+    fn charge(&mut self, t: u64, n: u64) {
         self.log.push((t, n));
+    }
+    fn give_back(&mut self, _t: u64, n: u64, acquired: u64) {
+        // From the permits logged at the grant's time, newest first.
+        let mut left = n;
+        for (_, k) in self.log.iter_mut().rev().filter(|(a, _)| *a == acquired) {
+            let back = (*k).min(left);
+            *k -= back;
+            left -= back;
+        }
     }
     fn horizon(&self) -> u64 {
         self.period + 1
@@ -282,6 +362,12 @@ impl Model for ConcurrencyModel {
     }
     fn take(&mut self, _t: u64, n: u64) {
         self.held += n;
+    }
+    fn charge(&mut self, _t: u64, _n: u64) {
+        unreachable!("a concurrency limit cannot settle")
+    }
+    fn give_back(&mut self, _t: u64, _n: u64, _acquired: u64) {
+        unreachable!("a concurrency limit cannot settle")
     }
     fn release(&mut self, n: u64) {
         self.held -= n;
@@ -470,6 +556,12 @@ enum Op {
         pick: usize,
         how: u8,
     },
+    /// Settles one of the held leases as a reservation, for `actual % (3·estimate + 2)`: less than
+    /// the estimate, the estimate, or more (a debt).
+    Settle {
+        pick: usize,
+        actual: u64,
+    },
     Replenish,
 }
 
@@ -501,6 +593,7 @@ fn ops(replenish: bool) -> impl Strategy<Value = Vec<Op>> {
         10 => amt().prop_map(Op::Acquire),
         2 => amt().prop_map(Op::Check),
         3 => (0usize..64, 0u8..3).prop_map(|(pick, how)| Op::Release { pick, how }),
+        3 => (0usize..64, any::<u64>()).prop_map(|(pick, actual)| Op::Settle { pick, actual }),
         if replenish { 2 } else { 0 } => Just(Op::Replenish),
     ];
     prop::collection::vec(op, 1..80)
@@ -669,6 +762,29 @@ fn run<A: Algorithm, M: Model>(
                         model.release(n);
                     }
                     let _ = write!(trace, " -> {n} permit(s)");
+                }
+                None
+            }
+            Op::Settle { pick, actual } => {
+                if !leases.is_empty() {
+                    let lease = leases.swap_remove(pick % leases.len());
+                    let estimate = lease.permits();
+                    let actual = actual % (3 * estimate + 2);
+                    let settled = limiter.settle(&lease, actual);
+                    let _ = write!(trace, " -> {estimate} reserved, {actual} used: {settled:?}");
+                    if releases_on_drop {
+                        // Nothing settled; the lease releases its permits as it goes.
+                        prop_assert!(matches!(settled, Err(SettleError::Unsupported { .. })), "{trace}");
+                        drop(lease);
+                        model.release(estimate);
+                    } else {
+                        prop_assert!(settled.is_ok(), "{trace}");
+                        if actual > estimate {
+                            model.charge(now, actual - estimate);
+                        } else {
+                            model.give_back(now, estimate - actual, lease.granted_at());
+                        }
+                    }
                 }
                 None
             }

@@ -22,10 +22,11 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, algorithm_name};
 use crate::clock::{Clock, SystemClock, nanos};
 use crate::decision::{Lease, Reason, Rejected};
 use crate::quota::Quota;
+use crate::reservation::SettleError;
 use crate::snapshot::Meta;
 
 mod at_limit;
@@ -141,6 +142,34 @@ where
         } else {
             self.inner.give_back(key, lease.permits(), lease.acquired_at);
         }
+    }
+
+    /// Settles a reservation's `lease` (granted by this limiter for `key`) for `actual` permits:
+    /// gives back what it exceeded, or takes the rest past the limit as a debt
+    /// ([`crate::Reservation`]). A key evicted since the reserve is stored again to hold its debt
+    /// ([`SettleError::KeyLimit`] when the cap leaves no room). Usually called through
+    /// [`crate::Reservation::settle`].
+    pub fn settle<Q>(&self, key: &Q, lease: &Lease, actual: u64) -> Result<(), SettleError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let unsupported = |why| SettleError::Unsupported { limiter: algorithm_name::<A>(), why };
+        let estimate = lease.permits();
+        if actual > estimate {
+            let debt = actual - estimate;
+            return self.inner.charge(key, debt).map_err(|e| e.map_or(SettleError::KeyLimit { debt }, unsupported));
+        }
+        // A charge of nothing asks the algorithm whether it can carry a debt: only then it settles.
+        let algo = &self.inner.algo;
+        let settled = self.inner.with_state(key, |state, now| {
+            algo.charge(state, now, 0)?;
+            algo.give_back(state, now, estimate - actual, lease.acquired_at);
+            Ok(())
+        });
+        // A key no longer stored has nothing left to give back.
+        let now = self.inner.clock.now();
+        settled.unwrap_or_else(|| algo.charge(&algo.new_state(now), now, 0)).map_err(unsupported)
     }
 
     /// Removes every idle key now and gives back the memory it can; returns how many were

@@ -155,12 +155,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let hash = self.hasher.hash_one(key);
-        self.shard(hash).table.read(|table| {
-            if let Some((_, state)) = table.map.find(hash, |(k, _)| k.borrow() == key) {
-                self.algo.give_back(state, self.clock.now(), n, acquired_at);
-            }
-        })
+        self.with_state(key, |state, now| self.algo.give_back(state, now, n, acquired_at));
     }
 
     /// Counts a decision on `state` and turns it into the limiter's answer. Every algorithm
@@ -415,16 +410,64 @@ where
         let outcome = self.algo.decide(&fresh, now, n, commit);
         let admitted = count(outcome, &fresh);
         if admitted.is_ok() {
-            let at = self.file_at(&mut t.expiry, &fresh, now);
-            if t.map.len() == t.map.capacity() {
-                self.clear_deleted(t);
-            }
-            t.map.insert_unique(hash, (owned, fresh), |(k, _)| self.hasher.hash_one(k));
-            t.bytes += weight;
-            t.expiry.push(at, hash);
-            debug_assert_eq!(t.expiry.len(), t.map.len(), "one record per stored key");
+            self.insert(t, hash, owned, weight, fresh, now);
         }
         admitted
+    }
+
+    /// Stores a key that fits, with its state, and files it in the expiry heap.
+    fn insert(&self, t: &mut Table<K, A::State>, hash: u64, key: K, weight: usize, state: A::State, now: u64) {
+        let at = self.file_at(&mut t.expiry, &state, now);
+        if t.map.len() == t.map.capacity() {
+            self.clear_deleted(t);
+        }
+        t.map.insert_unique(hash, (key, state), |(k, _)| self.hasher.hash_one(k));
+        t.bytes += weight;
+        t.expiry.push(at, hash);
+        debug_assert_eq!(t.expiry.len(), t.map.len(), "one record per stored key");
+    }
+
+    /// Runs `f` on `key`'s state, or `None` when the key is not stored.
+    pub(super) fn with_state<Q, T>(&self, key: &Q, f: impl FnOnce(&A::State, u64) -> T) -> Option<T>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let now = self.clock.now();
+        self.shard(hash)
+            .table
+            .read(|table| table.map.find(hash, |(k, _)| k.borrow() == key).map(|(_, state)| f(state, now)))
+    }
+
+    /// Charges `n` permits to `key` past its limit ([`Algorithm::charge`]), storing the key if it
+    /// is not (it went idle and was evicted since its reservation). `Err(None)`: at the key cap,
+    /// with no idle key to make room; `Err(Some(why))`: the algorithm cannot carry a debt.
+    pub(super) fn charge<Q>(&self, key: &Q, n: u64) -> Result<(), Option<&'static str>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(charged) = self.with_state(key, |state, now| self.algo.charge(state, now, n)) {
+            return charged.map_err(Some);
+        }
+        let hash = self.hasher.hash_one(key);
+        let now = self.clock.now();
+        let owned = key.to_owned();
+        let weight = self.weight(&owned);
+        let mut guard = self.shard(hash).table.write();
+        let t = &mut *guard;
+        if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
+            return self.algo.charge(state, now, n).map_err(Some);
+        }
+        let fresh = self.algo.new_state(now);
+        self.algo.charge(&fresh, now, n).map_err(Some)?;
+        self.sweep(t, now, !self.fits(t, weight));
+        if !self.fits(t, weight) {
+            return Err(None);
+        }
+        self.insert(t, hash, owned, weight, fresh, now);
+        Ok(())
     }
 
     /// The answer at the cap under the read lock, when the shard is full and no key is idle
