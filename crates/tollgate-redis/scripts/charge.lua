@@ -32,35 +32,7 @@ local algorithm = ARGV[3]
 local min_ttl = tonumber(ARGV[5])
 fixed_clock(now, tonumber(ARGV[6]))  -- from fixed_lib.lua, prepended
 
-for i = 1, #KEYS - 1 do
-  local key = KEYS[i]
-  local a = tonumber(ARGV[7 + 2 * (i - 1)])
-  local b = tonumber(ARGV[8 + 2 * (i - 1)])
-  if algorithm == 'token_bucket' then
-    -- a = emission interval: the TAT moves n intervals on from max(TAT, now).
-    local tat = math.max(tonumber(redis.call('GET', key)) or 0, now) + n * a
-    local ttl = math.max(math.ceil((tat - now) / 1000) + 1, min_ttl)
-    redis.call('SET', key, string.format('%.0f', tat), 'PX', ttl)
-  elseif algorithm == 'fixed_window' then
-    -- a = limit, b = period: counted in the current window, or in one opened now.
-    local counted, err = fixed_take(key, string.format('%.0f', n), n, now + b, now, b)  -- from fixed_lib.lua, prepended
-    if not counted then return err end
-  elseif algorithm == 'weighted_window' then
-    -- b = period: counted in the current window.
-    local index, prev, curr = weighted_state(key, b, now)
-    redis.call('HSET', key, 'i', index, 'p', prev, 'c', curr + n)
-    redis.call('PEXPIRE', key, math.max(math.ceil(((index + 2) * b - now) / 1000), 1, min_ttl))
-  elseif algorithm == 'sliding_log' then
-    -- b = period: n members stamped now, named as sliding_log.lua names them.
-    local stamp = string.format('%.0f', now)
-    local first = redis.call('ZCOUNT', key, stamp, stamp)
-    for j = 1, n do
-      redis.call('ZADD', key, stamp, stamp .. ':' .. (first + j))
-    end
-    redis.call('PEXPIRE', key, math.max(math.ceil(b / 1000), 1, min_ttl))
-  else
-    return redis.error_reply('charge.lua: unknown algorithm ' .. tostring(algorithm))
-  end
-end
+local err = debt_charge(#KEYS - 1, n, algorithm, now, min_ttl)  -- from debt_lib.lua, prepended
+if err then return err end
 redis.call('SET', marker, ARGV[2], 'PX', 3600000)
 return n

@@ -33,7 +33,7 @@ for i = 1, nkeys do
   local count, ends, new = fixed_part(PARTS, i, key, taken, text, n, nil, now, period)  -- fixed_lib.lua
   local w = PARTS[i] or part(i, {key = '', text = '', lim = 0, count = 0, ends = 0, new = false, taken = false, fits = false})
   w.key, w.text, w.lim, w.count, w.ends, w.new, w.taken = key, text, lim, count, ends, new, taken
-  w.fits = count + n <= lim
+  w.fits = count + n <= lim or n == 0  -- a probe answers even over the limit (a settled debt)
 end
 local admitted = decide(nkeys)
 

@@ -36,7 +36,8 @@ for i = 1, nkeys do
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p))
   local total = redis.call('ZCARD', key)
   local l = PARTS[i] or part(i, {lim = 0, p = 0, total = 0, fits = false})
-  l.lim, l.p, l.total, l.fits = lim, p, total, total + n <= lim
+  -- n == 0: a probe answers even over the limit (a settled reservation's debt).
+  l.lim, l.p, l.total, l.fits = lim, p, total, total + n <= lim or n == 0
 end
 local admitted, limiting = decide(nkeys)
 

@@ -34,7 +34,8 @@ for i = 1, nkeys do
   local new_tat = base + n * t
   local b = PARTS[i] or part(i, {t = 0, burst = 0, horizon = 0, base = 0, new_tat = 0, fits = false})
   b.t, b.burst, b.horizon, b.base, b.new_tat = t, burst, horizon, base, new_tat
-  b.fits = new_tat <= horizon or (max_wait and new_tat - horizon <= max_wait)
+  -- n == 0: a probe answers even over the limit (a settled reservation's debt).
+  b.fits = new_tat <= horizon or (max_wait and new_tat - horizon <= max_wait) or n == 0
 end
 local admitted = decide(nkeys)
 

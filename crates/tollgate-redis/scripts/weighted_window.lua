@@ -61,7 +61,7 @@ for i = 1, nkeys do
   local elapsed = now - index * p
   local s = PARTS[i] or part(i, {index = 0, prev = 0, curr = 0, lim = 0, p = 0, fits = false})
   s.index, s.prev, s.curr, s.lim, s.p = index, prev, curr, lim, p
-  s.fits = prev * (p - elapsed) + (curr + n) * p <= lim * p
+  s.fits = prev * (p - elapsed) + (curr + n) * p <= lim * p or n == 0  -- a probe: even over (a debt)
 end
 local admitted, limiting = decide(nkeys)
 

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tollgate::{
     Acquire, AlgorithmKind, Answer, Check, Clock, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected,
-    SystemClock,
+    Settle, SettleError, SystemClock,
 };
 
 use crate::backend::Redis;
@@ -516,14 +516,60 @@ impl<C: Clock> LeasedLimiter<C> {
         if lease.reason() != Reason::Granted {
             return self.inner.budget.give_back(key, lease).await;
         }
+        self.to_slice(key, lease.permits(), lease.granted_at());
+        Ok(())
+    }
+
+    /// Puts `n` permits granted at `granted_at` back in `key`'s slice, while its window lasts.
+    fn to_slice(&self, key: &str, n: u64, granted_at: u64) {
         let now = self.inner.clock.now();
         let mut slices = self.inner.slices.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slice) = slices.get_mut(key) {
-            if now < slice.ends && lease.granted_at() >= slice.opened {
-                slice.left = slice.left.saturating_add(lease.permits());
-            }
+        if let Some(slice) = slices.get_mut(key)
+            && now < slice.ends
+            && granted_at >= slice.opened
+        {
+            slice.left = slice.left.saturating_add(n);
         }
-        Ok(())
+    }
+
+    /// Settles a reservation this limiter granted for `key` for `actual` permits: what the
+    /// estimate exceeded goes back to this process's slice (as [`LeasedLimiter::give_back`]); a
+    /// cost above it is taken from the slice first, and what the slice does not hold is charged
+    /// to the key's budget in Redis past its limit (`settle.lua`, once per `id`, so a settle sent
+    /// again after an error charges nothing twice). A reservation the failure policy granted
+    /// settles as [`RedisLimiter::settle`] does.
+    pub async fn settle(&self, key: &str, lease: &Lease, actual: u64, id: u64) -> Result<(), SettleError> {
+        let estimate = lease.permits();
+        if lease.reason() != Reason::Granted {
+            return self.inner.budget.settle(key, lease, actual, id).await;
+        }
+        if actual <= estimate {
+            self.to_slice(key, estimate - actual, lease.granted_at());
+            return Ok(());
+        }
+        let now = self.inner.clock.now();
+        let mut owed = actual - estimate;
+        let from_slice = {
+            let mut slices = self.inner.slices.lock().unwrap_or_else(|e| e.into_inner());
+            match slices.get_mut(key) {
+                Some(slice) if now < slice.ends => {
+                    let k = slice.left.min(owed);
+                    slice.left -= k;
+                    k
+                }
+                _ => 0,
+            }
+        };
+        owed -= from_slice;
+        if owed == 0 {
+            return Ok(());
+        }
+        let charged = self.inner.budget.settle_delta(key, i128::from(owed), lease.granted_at(), id).await;
+        charged.map_err(|e| {
+            // Nothing settled: what the slice gave goes back, so that a settle sent again takes it once.
+            self.to_slice(key, from_slice, now);
+            SettleError::Unavailable { id, cause: e.to_string() }
+        })
     }
 
     /// Keys this process keeps state for (a lease, a rate): the ones idle for a window are
@@ -614,6 +660,12 @@ impl<K: RedisKey + ?Sized, C: Clock> RateLimiter<K> for LeasedLimiter<C> {
 
     fn capacity(&self) -> u64 {
         self.inner.limit
+    }
+
+    fn settle(&self, key: &K, lease: &Lease, actual: u64, id: u64) -> Settle {
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        let lease = lease.detached();
+        Answer::Pending(Box::pin(async move { LeasedLimiter::settle(&limiter, &key, &lease, actual, id).await }))
     }
 
     fn window(&self) -> Option<Duration> {

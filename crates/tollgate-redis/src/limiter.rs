@@ -8,7 +8,8 @@ use redis::cluster_routing::Slot;
 
 use crate::scripts::Batched;
 use tollgate::{
-    Acquire, AlgorithmKind, Answer, Check, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected,
+    Acquire, AlgorithmKind, Answer, Check, Decision, Lease, Meta, Quota, RateLimiter, Reason, Refund, Rejected, Settle,
+    SettleError,
 };
 
 use crate::backend::Redis;
@@ -319,21 +320,23 @@ impl RedisLimiter {
     async fn charge(&self, tag: &str, keys: &[&str], charge: Charge) -> Result<u64, BackendError> {
         let i = &self.inner;
         let mut charge_keys = self.keys_for(tag, keys);
-        charge_keys.push(self.charge_key(tag, &charge_keys[0], charge.outage));
+        charge_keys.push(self.marker_key(tag, &charge_keys[0], "charged", charge.outage));
         let args = self.args(charge.total, i.algorithm.name().to_owned(), String::new());
         i.redis.invoke(&scripts::CHARGE, &charge_keys, &args).await
     }
 
-    /// Where `charge.lua` keeps the total the charges of one outage counted: beside the decision's
-    /// keys (`first`), in their slot on a cluster.
-    fn charge_key(&self, tag: &str, first: &str, outage: u64) -> String {
-        let id = format!("{outage:016x}");
+    /// Where a script keeps what makes it count once: `charge.lua` the total the charges of one
+    /// outage counted (`kind` "charged"), `settle.lua` that a reservation was settled
+    /// ("settled"); named by `id`, beside the decision's keys (`first`), in their slot on a
+    /// cluster.
+    fn marker_key(&self, tag: &str, first: &str, kind: &str, id: u64) -> String {
+        let id = format!("{id:016x}");
         if !self.inner.whole_keys {
-            return self.inner.keyspace.key(tag, "charged", &[id]);
+            return self.inner.keyspace.key(tag, kind, &[id]);
         }
         // The caller's whole key: its hash tag kept, or (a key without one) the key as the tag. A
-        // key with a `}` and no tag has no such neighbour; on a cluster its charge fails (CROSSSLOT).
-        let beside = format!("{first}:charged:{id}");
+        // key with a `}` and no tag has no such neighbour; on a cluster its marker fails (CROSSSLOT).
+        let beside = format!("{first}:{kind}:{id}");
         if Slot::for_key(&beside) == Slot::for_key(first) { beside } else { format!("{{{first}}}:charged:{id}") }
     }
 
@@ -387,6 +390,43 @@ impl RedisLimiter {
         let keys = self.keys_for(key, &vec![key; i.limits.len()]);
         let _refunded: i64 =
             i.redis.invoke(&scripts::REFUND, &keys, &args).await.inspect_err(|e| i.metrics.error(e))?;
+        Ok(())
+    }
+
+    /// Settles a reservation this limiter granted for `key` ([`RateLimiter::reserve`], a lease
+    /// of its estimate) for `actual` permits, in one script call (`settle.lua`): gives back what
+    /// the estimate exceeded (what still counts, as [`RedisLimiter::give_back`]), or charges the
+    /// rest past the limits, a debt the key's next requests pay first. Applied once per `id`
+    /// (the reservation's, [`tollgate::Reservation::id`]): a settle sent again after an error,
+    /// within an hour, changes nothing more.
+    ///
+    /// A reservation the failure policy granted (Redis could not decide) settles to nothing: its
+    /// estimate stands, as the outage counted it. If Redis fails, the error says so and the
+    /// settle may be sent again.
+    pub async fn settle(&self, key: &str, lease: &Lease, actual: u64, id: u64) -> Result<(), SettleError> {
+        if lease.reason() != Reason::Granted || actual == lease.permits() {
+            return Ok(());
+        }
+        let delta = i128::from(actual) - i128::from(lease.permits());
+        self.settle_delta(key, delta, lease.granted_at(), id)
+            .await
+            .map_err(|e| SettleError::Unavailable { id, cause: e.to_string() })
+    }
+
+    /// `settle.lua` for a grant of `granted_at` (ns): `delta` > 0 charged, < 0 given back.
+    pub(crate) async fn settle_delta(
+        &self,
+        key: &str,
+        delta: i128,
+        granted_at: u64,
+        id: u64,
+    ) -> Result<(), BackendError> {
+        let i = &self.inner;
+        let mut keys = self.keys_for(key, &vec![key; i.limits.len()]);
+        keys.push(self.marker_key(key, &keys[0], "settled", id));
+        let mut args = self.args(0, i.algorithm.name().to_owned(), (granted_at / 1000).to_string());
+        args[1] = delta.to_string();
+        let _settled: i64 = i.redis.invoke(&scripts::SETTLE, &keys, &args).await.inspect_err(|e| i.metrics.error(e))?;
         Ok(())
     }
 
@@ -628,6 +668,12 @@ impl<K: RedisKey + ?Sized> RateLimiter<K> for RedisLimiter {
 
     fn window(&self) -> Option<Duration> {
         self.inner.window
+    }
+
+    fn settle(&self, key: &K, lease: &Lease, actual: u64, id: u64) -> Settle {
+        let (limiter, key) = (self.clone(), key.redis_key().into_owned());
+        let lease = lease.detached();
+        Answer::Pending(Box::pin(async move { RedisLimiter::settle(&limiter, &key, &lease, actual, id).await }))
     }
 }
 

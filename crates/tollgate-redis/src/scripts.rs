@@ -74,8 +74,9 @@ pub(crate) static WEIGHTED_WINDOW: LazyLock<Batched> =
     batched!(["weighted_lib.lua", "all_or_nothing.lua"], "weighted_window.lua", args: (3, 2), reply: (7, 0));
 pub(crate) static SLIDING_LOG: LazyLock<Batched> =
     batched!(["all_or_nothing.lua"], "sliding_log.lua", args: (3, 2), reply: (7, 0));
-pub(crate) static REFUND: LazyLock<Script> = script!("fixed_lib.lua", "weighted_lib.lua", "refund.lua");
-pub(crate) static CHARGE: LazyLock<Script> = script!("fixed_lib.lua", "weighted_lib.lua", "charge.lua");
+pub(crate) static REFUND: LazyLock<Script> = script!("fixed_lib.lua", "weighted_lib.lua", "debt_lib.lua", "refund.lua");
+pub(crate) static CHARGE: LazyLock<Script> = script!("fixed_lib.lua", "weighted_lib.lua", "debt_lib.lua", "charge.lua");
+pub(crate) static SETTLE: LazyLock<Script> = script!("fixed_lib.lua", "weighted_lib.lua", "debt_lib.lua", "settle.lua");
 // mode, then 3 per counter; reply: admitted, then 2 per counter.
 pub(crate) static COUNTERS: LazyLock<Batched> =
     batched!(["fixed_lib.lua", "all_or_nothing.lua"], "counters.lua", args: (1, 3), reply: (1, 2));

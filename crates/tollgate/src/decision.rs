@@ -185,6 +185,19 @@ impl Lease {
         }
     }
 
+    /// The same permits, grant time, reason and metadata, holding nothing (a concurrency permit
+    /// stays with this lease, a chain's parts too): what a distributed limiter keeps of a lease
+    /// to settle it after the call that lent it has returned.
+    pub fn detached(&self) -> Lease {
+        Lease {
+            meta: self.meta,
+            permits: self.permits,
+            reason: self.reason,
+            acquired_at: self.acquired_at,
+            hold: ManuallyDrop::new(None),
+        }
+    }
+
     /// A chain's two parts, left in place; `None` for a lease that is not a chain's.
     pub(crate) fn parts(&self) -> Option<&[Lease; 2]> {
         match &*self.hold {
