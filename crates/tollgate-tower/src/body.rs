@@ -1,13 +1,63 @@
 //! [`RateLimitBody`]: the response body, holding the request's permits until it has been sent
-//! in full or dropped (a client that disconnects mid-stream frees its concurrency slot).
+//! in full or dropped (a client that disconnects mid-stream frees its concurrency slot), and
+//! settling the reservations among them when it ends.
 
-use std::any::Any;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http::{Extensions, HeaderMap};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tollgate::BoxFuture;
+
+use crate::policy::Policies;
+use crate::settle::Reserved;
+
+/// What an admitted response holds until its body ends: the policies' permit. Dropped, it
+/// releases what it holds (a concurrency permit) and leaves its reservations' estimates;
+/// [`end`] settles them first.
+pub(crate) trait Held: Send {
+    /// Calls `f` on each reservation held.
+    fn each_reserved(&mut self, f: &mut dyn FnMut(&mut Reserved));
+}
+
+/// The permit of policies `P`, held.
+pub(crate) struct Permit<P: Policies>(pub(crate) P::Permit);
+
+impl<P: Policies> Held for Permit<P> {
+    fn each_reserved(&mut self, f: &mut dyn FnMut(&mut Reserved)) {
+        P::each_reserved(&mut self.0, f);
+    }
+}
+
+/// The response's head arrived: reservations read their costs from its headers or extensions.
+/// False when there are none.
+pub(crate) fn read_head(held: &mut dyn Held, headers: &HeaderMap, extensions: &Extensions) -> bool {
+    let mut any = false;
+    held.each_reserved(&mut |r| {
+        any = true;
+        r.read_head(headers, extensions);
+    });
+    any
+}
+
+/// The body ended: releases what is held and settles the reservations; a settle answered later
+/// (a distributed limiter's) is returned, to be driven before the end is passed on.
+pub(crate) fn end(mut held: Box<dyn Held>) -> Option<BoxFuture<()>> {
+    let mut pending = Vec::new();
+    held.each_reserved(&mut |r| pending.extend(r.finish()));
+    drop(held);
+    match pending.len() {
+        0 => None,
+        1 => pending.pop(),
+        _ => Some(Box::pin(async move {
+            for settle in pending {
+                settle.await;
+            }
+        })),
+    }
+}
 
 pin_project! {
     /// The inner service's body (holding permits while it streams), or a rejection's body.
@@ -40,7 +90,9 @@ pin_project! {
         Holding {
             #[pin]
             body: B,
-            permit: Option<Box<dyn Any + Send>>,
+            held: Option<Box<dyn Held>>,
+            // The body's last frame (`None`: its end), passed on once the settle is answered.
+            ending: Option<(BoxFuture<()>, Option<Frame<Bytes>>)>,
         },
         Rejected {
             bytes: Option<Bytes>,
@@ -49,10 +101,10 @@ pin_project! {
 }
 
 impl<B> RateLimitBody<B> {
-    pub(crate) fn inner(body: B, permit: Option<Box<dyn Any + Send>>) -> Self {
-        let kind = match permit {
+    pub(crate) fn inner(body: B, held: Option<Box<dyn Held>>) -> Self {
+        let kind = match held {
             None => Kind::Plain { body },
-            Some(permit) => Kind::Boxed { other: Box::pin(Other::Holding { body, permit: Some(permit) }) },
+            Some(held) => Kind::Boxed { other: Box::pin(Other::Holding { body, held: Some(held), ending: None }) },
         };
         RateLimitBody { kind }
     }
@@ -74,7 +126,10 @@ impl<B> std::fmt::Debug for RateLimitBody<B> {
         match &self.kind {
             Kind::Plain { .. } => d.field("kind", &"inner").field("holds_permit", &false),
             Kind::Boxed { other } => match &**other {
-                Other::Holding { permit, .. } => d.field("kind", &"inner").field("holds_permit", &permit.is_some()),
+                Other::Holding { held, ending, .. } => d
+                    .field("kind", &"inner")
+                    .field("holds_permit", &held.is_some())
+                    .field("settling", &ending.is_some()),
                 Other::Rejected { bytes } => d.field("kind", &"rejected").field("bytes", bytes),
             },
         };
@@ -93,14 +148,42 @@ where
         match self.project().kind.project() {
             Proj::Plain { body } => body.poll_frame(cx),
             Proj::Boxed { other } => match other.as_mut().project() {
-                OtherProj::Holding { body, permit } => {
-                    let polled = body.poll_frame(cx);
-                    if let Poll::Ready(None | Some(Err(_))) = &polled {
-                        // The body is done: release now, not whenever the connection drops it.
-                        permit.take();
+                OtherProj::Holding { mut body, held, ending } => loop {
+                    if let Some((settle, _)) = ending {
+                        std::task::ready!(settle.as_mut().poll(cx));
+                        let last = ending.take().and_then(|(_, last)| last);
+                        return Poll::Ready(last.map(Ok));
                     }
-                    polled
-                }
+                    let polled = std::task::ready!(body.as_mut().poll_frame(cx));
+                    // The end is the last frame (a server drops the body after it without asking
+                    // for more), trailers, or the end of the stream.
+                    let ended = match &polled {
+                        None => true,
+                        Some(Ok(frame)) => match frame.trailers_ref() {
+                            Some(trailers) => {
+                                if let Some(held) = held.as_deref_mut() {
+                                    held.each_reserved(&mut |r| r.read_trailers(trailers));
+                                }
+                                true
+                            }
+                            None => body.is_end_stream(),
+                        },
+                        Some(Err(_)) => {
+                            // Not sent to its end: released, the estimates stand.
+                            held.take();
+                            return Poll::Ready(polled);
+                        }
+                    };
+                    // The body is done: release and settle now, not whenever the connection drops it.
+                    let Some(settle) = (if ended { held.take().and_then(end) } else { None }) else {
+                        return Poll::Ready(polled);
+                    };
+                    let last = match polled {
+                        Some(Ok(frame)) => Some(frame),
+                        _ => None,
+                    };
+                    *ending = Some((settle, last));
+                },
                 OtherProj::Rejected { bytes } => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             },
         }
@@ -110,7 +193,7 @@ where
         match &self.kind {
             Kind::Plain { body } => body.is_end_stream(),
             Kind::Boxed { other } => match &**other {
-                Other::Holding { body, .. } => body.is_end_stream(),
+                Other::Holding { body, ending, .. } => ending.is_none() && body.is_end_stream(),
                 Other::Rejected { bytes } => bytes.is_none(),
             },
         }

@@ -16,9 +16,14 @@
 //! - a cost per request; several policies all-or-nothing;
 //! - concurrency limits whose permits are held until the response body has been sent (or the
 //!   client went away), not just until the headers were written;
+//! - costs known only after the response (LLM tokens, bytes): a policy reserves an estimate and
+//!   the body, when it ends, settles it for the cost the response reported in a header, a
+//!   trailer or a [`UsedCost`] extension ([`Policy::settle_from`]);
 //! - metrics through the [`metrics`](https://docs.rs/metrics) facade:
 //!   `tollgate_layer_decisions_total{policy, outcome}` with `outcome` one of `allowed`,
-//!   `limited`, `unavailable`, `no_key` (labels are policy names, never keys). The layer never
+//!   `limited`, `unavailable`, `no_key`, and for settling policies
+//!   `tollgate_layer_settles_total{policy, outcome}` (`settled`, `missing`, `unparseable`,
+//!   `dropped`, `failed`) (labels are policy names, never keys). The layer never
 //!   queues a request (a decision is immediate, or one Redis round trip), so it has no queue time.
 //!   Handles are registered when a [`Policy`] is built: install the recorder first. With no
 //!   recorder a decision pays one branch per policy.
@@ -52,6 +57,7 @@ mod metrics;
 mod policy;
 mod proxy;
 mod service;
+mod settle;
 
 pub use body::RateLimitBody;
 #[cfg(feature = "axum")]
@@ -59,6 +65,7 @@ pub use key::Route;
 pub use key::{ClientIp, Extension, Global, Header, KeyExtractor, KeyFn, RequestInfo};
 pub use policy::{Both, CostFn, Denied, MissingKey, Policies, Policy, PolicyPermit, PolicyState, Verdict};
 pub use service::{RateLimit, RateLimitLayer, RejectBody, ResponseFuture, problem_json};
+pub use settle::{Reserved, SettleFrom, UsedCost};
 
 /// A configuration mistake, naming the offending value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

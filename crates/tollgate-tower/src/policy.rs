@@ -5,11 +5,13 @@ use std::time::Duration;
 
 use http::StatusCode;
 use tollgate::{
-    AllOrNothing, Answer, Lease, Meta, Outcome, PartAnswer, PartState, RateLimiter, Refund, Rejected, Reply, Step,
+    AllOrNothing, Answer, Lease, Meta, Outcome, PartAnswer, PartState, RateLimiter, Refund, Rejected, Reply,
+    Reservation, Step,
 };
 
 use crate::key::{KeyExtractor, RequestInfo};
-use crate::metrics::PolicyMetrics;
+use crate::metrics::{PolicyMetrics, SettleMetrics};
+use crate::settle::{Reserved, SettleConfig, SettleFrom};
 
 /// What to do with a request whose key cannot be extracted (no peer address, no header...).
 #[derive(Clone, Debug)]
@@ -64,6 +66,7 @@ pub struct Policy<X: KeyExtractor, L> {
     cost: Option<CostFn>,
     missing: MissingKey<X::Key>,
     metrics: Arc<PolicyMetrics>,
+    settle: Option<Arc<SettleConfig>>,
 }
 
 impl<X: KeyExtractor, L> Clone for Policy<X, L> {
@@ -75,6 +78,7 @@ impl<X: KeyExtractor, L> Clone for Policy<X, L> {
             cost: self.cost.clone(),
             missing: self.missing.clone(),
             metrics: self.metrics.clone(),
+            settle: self.settle.clone(),
         }
     }
 }
@@ -98,6 +102,7 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
             cost: None,
             missing: MissingKey::Reject(StatusCode::BAD_REQUEST),
             metrics: Arc::new(PolicyMetrics::new(name)),
+            settle: None,
         }
     }
 
@@ -105,6 +110,66 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
     /// request through without counting it.
     pub fn cost(mut self, cost: impl Fn(&RequestInfo<'_>) -> u64 + Send + Sync + 'static) -> Self {
         self.cost = Some(Arc::new(cost));
+        self
+    }
+
+    /// Settles each request for the cost its response reports, read `from` a response header, a
+    /// trailer, or the [`UsedCost`](crate::UsedCost) the handler puts in the response's
+    /// extensions: for costs known only after the work (LLM tokens, bytes, a query's cost).
+    ///
+    /// The request's [`cost`](Policy::cost) is then an estimate, [reserved](RateLimiter::reserve)
+    /// as any cost is decided (a request it does not fit is turned away). The reservation is held
+    /// by the response body, as a concurrency permit is, and when the body ends (its last frame,
+    /// its trailers, or the end of the stream) it is settled for the reported cost: what the
+    /// estimate exceeded is given back, what it fell short of is charged past the limit as a debt
+    /// that later requests pay first (see [`tollgate::Reservation`]).
+    ///
+    /// The estimate stands — the reservation is dropped unsettled — when the body does not reach
+    /// its end (the client went away mid-stream, the body failed, the service returned an error),
+    /// when no cost was reported, and when the reported value is not a decimal count (logged at
+    /// `warn`; the response is sent as it is). A settle the limiter does not apply (one that
+    /// cannot settle, such as a concurrency limit, or a distributed one that did not answer) is
+    /// logged and also leaves the estimate. Each outcome is counted in
+    /// `tollgate_layer_settles_total{policy, outcome}`, `outcome` one of `settled`, `missing`,
+    /// `unparseable`, `dropped`, `failed`.
+    ///
+    /// A distributed limiter's settle is awaited before the body's last frame is passed on, so
+    /// the response ends when its cost is settled (one round trip later). An estimate of 0 lets
+    /// the request through uncounted, as without this: nothing is reserved, nothing settled.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use axum::{Extension, Router, body::Body, routing::post};
+    /// use http_body_util::BodyExt;
+    /// use tollgate::{Limiter, ManualClock, Quota, TokenBucket};
+    /// use tollgate_tower::{Global, Policy, RateLimitLayer, SettleFrom, UsedCost};
+    /// use tower::ServiceExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // 10,000 LLM tokens a minute. A request reserves its `x-max-tokens` (1,000 when it does
+    /// // not say) and is settled for what the handler used.
+    /// let tokens = Limiter::builder(TokenBucket::new(Quota::per_minute(10_000)?)).clock(ManualClock::new()).build();
+    /// let tokens = Arc::new(tokens);
+    /// let policy = Policy::shared("tokens", Global, tokens.clone())
+    ///     .cost(|req| req.headers.get("x-max-tokens").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1_000))
+    ///     .settle_from(SettleFrom::Extension);
+    ///
+    /// async fn complete() -> (Extension<UsedCost>, &'static str) {
+    ///     let answer = "42"; // ... the model used 120 tokens
+    ///     (Extension(UsedCost::from(120)), answer)
+    /// }
+    /// let app = Router::new().route("/complete", post(complete)).layer(RateLimitLayer::new(policy));
+    ///
+    /// let req = http::Request::post("/complete").header("x-max-tokens", "4000").body(Body::empty())?;
+    /// let res = app.oneshot(req).await?;
+    /// assert_eq!(tokens.statistics().available, 6_000, "4,000 reserved while the body is sent");
+    /// res.into_body().collect().await?;
+    /// assert_eq!(tokens.statistics().available, 9_880, "settled for the 120 used");
+    /// # Ok(()) }
+    /// ```
+    pub fn settle_from(mut self, from: SettleFrom) -> Self {
+        let metrics = SettleMetrics::new(&self.name);
+        self.settle = Some(Arc::new(SettleConfig { policy: self.name.clone(), from, metrics }));
         self
     }
 
@@ -171,9 +236,17 @@ pub trait Policies: Clone + Send + Sync + 'static {
     /// real refund, pending while a distributed limiter's refund is on its way.
     fn give_back(&self, prepared: &Self::Prepared, permit: Self::Permit) -> Refund;
 
-    /// True when dropping the permit releases something (a concurrency limit), so it must be
-    /// held until the response body ends.
+    /// True when dropping the permit releases something (a concurrency limit), or it holds a
+    /// reservation to settle, so it must be held until the response body ends.
     fn holds(permit: &Self::Permit) -> bool;
+
+    /// Calls `f` on each reservation `permit` holds (policies that
+    /// [settle from the response](Policy::settle_from)), so the layer reads their costs from the
+    /// response and settles them when its body ends. A permit with one must be
+    /// [held](Policies::holds). The default holds none.
+    fn each_reserved(permit: &mut Self::Permit, f: &mut dyn FnMut(&mut Reserved)) {
+        let _ = (permit, f);
+    }
 
     /// Appends the state of each policy to `out`, for the response headers.
     fn describe(&self, permit: &Self::Permit, out: &mut Vec<PolicyState>);
@@ -185,9 +258,16 @@ pub trait Policies: Clone + Send + Sync + 'static {
     fn count_admitted(&self) {}
 }
 
-/// What one [`Policy`] holds for an admitted request: its lease, if it took one.
+/// What one [`Policy`] holds for an admitted request: its lease or its reservation, if it took
+/// one.
 pub struct PolicyPermit {
-    taken: Option<Lease>,
+    taken: Taken,
+}
+
+enum Taken {
+    Nothing,
+    Lease(Lease),
+    Reserved(Reserved),
 }
 
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
@@ -196,6 +276,27 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
         let denied = Box::new(Denied { status, policy, rejected: Some(rejected) });
         self.metrics.denied(&denied);
         denied
+    }
+
+    /// Reserves the estimate `n` for `key`, to be settled from the response.
+    #[inline(never)]
+    fn reserve(&self, config: &Arc<SettleConfig>, key: &X::Key, n: u64, status: StatusCode) -> Verdict<PolicyPermit> {
+        let held = |config: Arc<SettleConfig>, limit: Arc<L>, key: X::Key, reservation: Reservation| PolicyPermit {
+            taken: Taken::Reserved(Reserved::new(config, limit, key, reservation)),
+        };
+        match self.limit.reserve(key, n) {
+            Answer::Ready(Ok(r)) => Verdict::Ready(Ok(held(config.clone(), self.limit.clone(), key.clone(), r))),
+            Answer::Ready(Err(rejected)) => Verdict::Ready(Err(self.denied(status, rejected))),
+            Answer::Pending(fut) => {
+                let (this, config, key) = (self.clone(), config.clone(), key.clone());
+                Verdict::Pending(Box::pin(async move {
+                    match fut.await {
+                        Ok(r) => Ok(held(config, this.limit.clone(), key, r)),
+                        Err(rejected) => Err(this.denied(status, rejected)),
+                    }
+                }))
+            }
+        }
     }
 }
 
@@ -225,15 +326,18 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
 
     #[inline]
     fn run(&self, prepared: &Self::Prepared, status: StatusCode) -> Verdict<Self::Permit> {
-        let Some((key, n)) = prepared else { return Verdict::Ready(Ok(PolicyPermit { taken: None })) };
+        let Some((key, n)) = prepared else { return Verdict::Ready(Ok(PolicyPermit { taken: Taken::Nothing })) };
+        if let Some(config) = &self.settle {
+            return self.reserve(config, key, *n, status);
+        }
         match self.limit.decide(key, *n) {
-            Answer::Ready(Ok(lease)) => Verdict::Ready(Ok(PolicyPermit { taken: Some(lease) })),
+            Answer::Ready(Ok(lease)) => Verdict::Ready(Ok(PolicyPermit { taken: Taken::Lease(lease) })),
             Answer::Ready(Err(rejected)) => Verdict::Ready(Err(self.denied(status, rejected))),
             Answer::Pending(fut) => {
                 let this = self.clone();
                 Verdict::Pending(Box::pin(async move {
                     match fut.await {
-                        Ok(lease) => Ok(PolicyPermit { taken: Some(lease) }),
+                        Ok(lease) => Ok(PolicyPermit { taken: Taken::Lease(lease) }),
                         Err(rejected) => Err(this.denied(status, rejected)),
                     }
                 }))
@@ -243,19 +347,34 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policies for Policy<X, L
 
     fn give_back(&self, prepared: &Self::Prepared, permit: Self::Permit) -> Refund {
         match (prepared, permit.taken) {
-            (Some((key, _)), Some(lease)) => self.limit.give_back(key, lease),
+            (Some((key, _)), Taken::Lease(lease)) => self.limit.give_back(key, lease),
+            // The whole estimate back (a settle for 0, to the key it was reserved for).
+            (_, Taken::Reserved(reserved)) => reserved.cancel(),
             _ => Answer::Ready(()),
         }
     }
 
     fn holds(permit: &Self::Permit) -> bool {
-        permit.taken.as_ref().is_some_and(Lease::releases_on_drop)
+        match &permit.taken {
+            Taken::Nothing => false,
+            Taken::Lease(lease) => lease.releases_on_drop(),
+            Taken::Reserved(_) => true,
+        }
+    }
+
+    fn each_reserved(permit: &mut Self::Permit, f: &mut dyn FnMut(&mut Reserved)) {
+        if let Taken::Reserved(reserved) = &mut permit.taken {
+            f(reserved);
+        }
     }
 
     fn describe(&self, permit: &Self::Permit, out: &mut Vec<PolicyState>) {
-        if let Some(lease) = &permit.taken {
-            out.push(PolicyState { name: self.name.clone(), meta: lease.meta(), window: self.limit.window() });
-        }
+        let meta = match &permit.taken {
+            Taken::Nothing => return,
+            Taken::Lease(lease) => lease.meta(),
+            Taken::Reserved(reserved) => reserved.meta(),
+        };
+        out.push(PolicyState { name: self.name.clone(), meta, window: self.limit.window() });
     }
 
     #[inline]
@@ -423,6 +542,11 @@ impl<A: Policies, B: Policies> Policies for Both<A, B> {
         A::holds(a) || B::holds(b)
     }
 
+    fn each_reserved((a, b): &mut Self::Permit, f: &mut dyn FnMut(&mut Reserved)) {
+        A::each_reserved(a, f);
+        B::each_reserved(b, f);
+    }
+
     fn describe(&self, (a, b): &Self::Permit, out: &mut Vec<PolicyState>) {
         self.0.describe(a, out);
         self.1.describe(b, out);
@@ -449,13 +573,20 @@ impl<X: KeyExtractor, L> std::fmt::Debug for Policy<X, L> {
             .field("limit", &std::any::type_name::<L>())
             .field("cost", &if self.cost.is_some() { "custom" } else { "1" })
             .field("on_missing_key", &missing)
+            .field("settle_from", &self.settle.as_ref().map(|s| &s.from))
             .finish_non_exhaustive()
     }
 }
 
 impl std::fmt::Debug for PolicyPermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PolicyPermit").field("taken", &self.taken).finish()
+        let mut d = f.debug_struct("PolicyPermit");
+        match &self.taken {
+            Taken::Nothing => d.field("taken", &None::<()>),
+            Taken::Lease(lease) => d.field("taken", lease),
+            Taken::Reserved(reserved) => d.field("reserved", reserved),
+        };
+        d.finish()
     }
 }
 

@@ -13,7 +13,7 @@ use tollgate::{Answer, Reason};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::body::RateLimitBody;
+use crate::body::{Held, Permit, RateLimitBody, end, read_head};
 use crate::headers::{insert_ratelimit, retry_after};
 use crate::key::RequestInfo;
 use crate::policy::{Both, Denied, Policies};
@@ -175,6 +175,7 @@ impl<S, P, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, P>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     P: Policies,
+    ResB: http_body::Body,
 {
     type Response = Response<RateLimitBody<ResB>>;
     type Error = S::Error;
@@ -192,7 +193,7 @@ where
         };
         let state = match verdict {
             Answer::Ready(Ok(permit)) => {
-                let kept = settle(shared, permit);
+                let kept = keep(shared, permit);
                 admitted(&mut self.inner, req, kept)
             }
             Answer::Ready(Err(denied)) => {
@@ -210,13 +211,13 @@ where
 }
 
 /// What an admitted request keeps: success headers (when asked for) and the permit, boxed only
-/// when it holds something (a concurrency limit; the body keeps it until the end). Everything
-/// else of the permit is dropped here, before the request moves on.
+/// when it holds something (a concurrency limit, a reservation to settle; the body keeps it
+/// until the end). Everything else of the permit is dropped here, before the request moves on.
 #[inline]
-fn settle<P: Policies>(shared: &Shared<P>, permit: P::Permit) -> Kept {
+fn keep<P: Policies>(shared: &Shared<P>, permit: P::Permit) -> Kept {
     shared.policies.count_admitted();
     let headers = if shared.config.headers_on_success { Some(success_headers(shared, &permit)) } else { None };
-    let permit = if P::holds(&permit) { Some(Box::new(permit) as Box<dyn std::any::Any + Send>) } else { None };
+    let permit = if P::holds(&permit) { Some(Box::new(Permit::<P>(permit)) as Box<dyn Held>) } else { None };
     Kept { permit, headers }
 }
 
@@ -232,7 +233,7 @@ fn success_headers<P: Policies>(shared: &Shared<P>, permit: &P::Permit) -> Box<h
 }
 
 struct Kept {
-    permit: Option<Box<dyn std::any::Any + Send>>,
+    permit: Option<Box<dyn Held>>,
     headers: Option<Box<http::HeaderMap>>,
 }
 
@@ -354,8 +355,13 @@ pin_project! {
         Admitted {
             #[pin]
             fut: S::Future,
-            permit: Option<Box<dyn std::any::Any + Send>>,
+            permit: Option<Box<dyn Held>>,
             headers: Option<Box<http::HeaderMap>>,
+        },
+        // A response whose body had ended before it was sent, its cost being settled.
+        Settling {
+            settle: tollgate::BoxFuture<()>,
+            response: Option<S::Response>,
         },
         Rejected {
             response: Option<Box<Response<Bytes>>>,
@@ -367,6 +373,7 @@ impl<S, B, P, ResB> Future for ResponseFuture<S, B, P>
 where
     S: Service<Request<B>, Response = Response<ResB>>,
     P: Policies,
+    ResB: http_body::Body,
 {
     type Output = Result<Response<RateLimitBody<ResB>>, S::Error>;
 
@@ -377,7 +384,7 @@ where
                     let verdict = std::task::ready!(decision.as_mut().poll(cx));
                     let (mut inner, req, shared) = *pending.take().expect("polled after completion");
                     match verdict {
-                        Ok(permit) => admitted(&mut inner, req, settle(&shared, permit)),
+                        Ok(permit) => admitted(&mut inner, req, keep(&shared, permit)),
                         Err(denied) => {
                             let response = rejection(&shared.config, &denied, is_grpc(&req));
                             State::Rejected { response: Some(Box::new(response)) }
@@ -385,13 +392,21 @@ where
                     }
                 }
                 StateProj::Admitted { fut, permit, headers } => {
-                    let res = std::task::ready!(fut.poll(cx))?;
+                    let mut res = std::task::ready!(fut.poll(cx))?;
                     if permit.is_none() && headers.is_none() {
                         // The common case: the inner response moved as it is (its body is the
                         // wrapper's whole content).
                         return Poll::Ready(Ok(res.map(RateLimitBody::plain)));
                     }
-                    return Poll::Ready(Ok(holding(res, permit.take(), headers.take())));
+                    match holding(&mut res, permit.take(), headers.take()) {
+                        Then::Hold(held) => return Poll::Ready(Ok(res.map(|body| RateLimitBody::inner(body, held)))),
+                        Then::Settle(settle) => State::Settling { settle, response: Some(res) },
+                    }
+                }
+                StateProj::Settling { settle, response } => {
+                    std::task::ready!(settle.as_mut().poll(cx));
+                    let res = response.take().expect("polled after completion");
+                    return Poll::Ready(Ok(res.map(RateLimitBody::plain)));
                 }
                 StateProj::Rejected { response } => {
                     let res = *response.take().expect("polled after completion");
@@ -403,18 +418,33 @@ where
     }
 }
 
-/// An admitted response that holds a permit or gets success headers.
+/// What an admitted response's body does with the permit.
+enum Then {
+    /// Holds it (if anything is left to hold) until it ends.
+    Hold(Option<Box<dyn Held>>),
+    /// Nothing: the body had ended; the response waits for this settle.
+    Settle(tollgate::BoxFuture<()>),
+}
+
+/// An admitted response that holds a permit or gets success headers. Its reservations read their
+/// costs from its head; a body that has already ended (an empty one, which a server drops unread)
+/// settles them now, and when a distributed limiter answers later, the response waits for it.
 #[inline(never)]
-fn holding<B>(
-    res: Response<B>,
-    permit: Option<Box<dyn std::any::Any + Send>>,
+fn holding<B: http_body::Body>(
+    res: &mut Response<B>,
+    mut permit: Option<Box<dyn Held>>,
     headers: Option<Box<http::HeaderMap>>,
-) -> Response<RateLimitBody<B>> {
-    let mut res = res.map(|body| RateLimitBody::inner(body, permit));
+) -> Then {
     if let Some(h) = headers {
         res.headers_mut().extend(*h);
     }
-    res
+    let reserves = permit.as_deref_mut().is_some_and(|held| read_head(held, res.headers(), res.extensions()));
+    if reserves && res.body().is_end_stream() {
+        if let Some(settle) = permit.take().and_then(end) {
+            return Then::Settle(settle);
+        }
+    }
+    Then::Hold(permit)
 }
 
 impl std::fmt::Debug for Config {
@@ -452,6 +482,7 @@ where
         let state = match &self.state {
             State::Deciding { .. } => "deciding",
             State::Admitted { .. } => "admitted",
+            State::Settling { .. } => "settling",
             State::Rejected { .. } => "rejected",
         };
         f.debug_struct("ResponseFuture").field("state", &state).finish_non_exhaustive()
