@@ -225,7 +225,73 @@ fn help_lists_the_patterns() {
     let out = tollgate(&["simulate", "--help"]);
     assert!(out.status.success());
     let help = stdout(&out);
-    for pattern in ["steady", "bursts", "boundary", "poisson", "ramp", "replay"] {
+    for pattern in ["steady", "bursts", "boundary", "poisson", "ramp", "replay", "--costs", "lognormal:MEDIAN,SIGMA"] {
         assert!(help.contains(pattern), "{help}");
+    }
+}
+
+#[test]
+fn costs_compare_reserve_settle_with_check_then_charge() {
+    let svg = scratch("costs.svg");
+    let out = tollgate(&[
+        "simulate",
+        "--quota",
+        "1000/s",
+        "--costs",
+        "lognormal:20,1",
+        "--concurrency",
+        "32",
+        "--estimate-error",
+        "50%",
+        "--duration",
+        "10s",
+        "--out",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(table.contains("traffic:  32 clients for 10s, seed 1"), "{table}");
+    assert!(table.contains("estimates within ±50% of them"), "{table}");
+    for kind in AlgorithmKind::ALL {
+        let rows: Vec<Vec<&str>> =
+            table.lines().filter(|l| l.starts_with(kind.name())).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows.len(), 2, "{kind}: {table}");
+        assert_eq!(rows[0][1], "reserve/settle", "{table}");
+        assert_eq!(rows[1][1], "check-then-charge", "{table}");
+        // The last column, past bound: 0 reserving, above 0 checking first.
+        assert_eq!(rows[0].last(), Some(&"0"), "{kind}: {table}");
+        assert_ne!(rows[1].last(), Some(&"0"), "{kind}: {table}");
+    }
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
+    let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
+    assert!(texts.iter().any(|t| t.contains("check-then-charge")), "{texts:?}");
+    assert!(texts.iter().any(|t| t.trim().starts_with("fixed_window: over by reserving")), "{texts:?}");
+}
+
+#[test]
+fn bad_costs_options_are_clear_errors_naming_the_option() {
+    for (args, needle) in [
+        (vec!["--costs", "pareto:2"], "invalid --costs \"pareto:2\": unknown cost distribution \"pareto\""),
+        (vec!["--costs", "lognormal:20"], "invalid --costs \"lognormal:20\": expected lognormal:MEDIAN,SIGMA"),
+        (vec!["--costs", "lognormal:5000,1"], "the median cost 5000 is more than the capacity 1000"),
+        (vec!["--costs", "lognormal:20,1", "--concurrency", "0"], "invalid --concurrency \"0\""),
+        (vec!["--costs", "lognormal:20,1", "--concurrency", "many"], "'--concurrency <N>'"),
+        (vec!["--costs", "lognormal:20,1", "--estimate-error", "1.5"], "invalid --estimate-error \"1.5\""),
+        (
+            vec!["--costs", "lognormal:20,1", "--traffic", "steady"],
+            "'--costs <DIST>' cannot be used with '--traffic <PATTERN>'",
+        ),
+        (vec!["--costs", "lognormal:20,1", "--acquire"], "'--costs <DIST>' cannot be used with '--acquire'"),
+        (vec!["--traffic", "steady", "--concurrency", "8"], "'--traffic <PATTERN>' cannot be used with '--concurrency"),
+        (vec!["--estimate-error", "0.2"], "--costs <DIST>"),
+    ] {
+        let mut all = vec!["simulate", "--quota", "1000/s"];
+        all.extend(&args);
+        let out = tollgate(&all);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }

@@ -27,6 +27,31 @@
 //! [`tollgate::Limiter`] per algorithm, each on its own [`tollgate::ManualClock`]; the resulting
 //! [`Simulation`] prints as a table ([`Simulation::report`]) and draws as a plot ([`plot`]).
 //!
+//! Costs known only after the work (LLM tokens, bytes sent) are [`Traffic::Clients`]: clients
+//! that each hold one request at a time, with heavy-tailed costs and estimates off by up to a
+//! given fraction. Each algorithm runs them twice, reserving an estimate and settling the actual
+//! cost ([`tollgate::Reservation`]), and checking first then charging the cost after the work
+//! (Envoy's way); each [`CostRun`] holds what was admitted, the worst window's cost against what
+//! the algorithm allows there, and whether the reservations' bound held:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate_sim::{AlgorithmKind, Clients, Scenario, Traffic, Way, simulate};
+//!
+//! let quota: tollgate::Quota = "1000/s".parse()?;
+//! let clients = Clients::parse("lognormal:20,1", 32, "0.5")?;
+//! let mut scenario = Scenario::new(quota, Traffic::Clients(clients));
+//! scenario.algorithms = vec![AlgorithmKind::SlidingLog];
+//! scenario.duration = Duration::from_secs(10);
+//! let sim = simulate(&scenario)?;
+//!
+//! let ours = sim.cost_run(AlgorithmKind::SlidingLog, Way::ReserveSettle).unwrap();
+//! assert_eq!(ours.past_bound, 0);                          // within the bound in every window
+//! let peers = sim.cost_run(AlgorithmKind::SlidingLog, Way::CheckThenCharge).unwrap();
+//! assert!(peers.worst.overshoot() > ours.worst.overshoot());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Errors ([`SimError`]) name the value at fault by the `tollgate simulate` option it comes from
 //! (e.g. `--segments`), since that is where a user typed it.
 #![deny(missing_docs)]
@@ -34,10 +59,12 @@
 #![forbid(unsafe_code)]
 
 mod algorithm;
+mod clients;
 mod error;
 pub mod plot;
 mod report;
 mod run;
+mod settle;
 mod traffic;
 mod units;
 mod window;
@@ -47,9 +74,11 @@ use std::time::Duration;
 use tollgate::Quota;
 
 pub use algorithm::{AlgorithmKind, parse_algorithms};
+pub use clients::{Clients, CostDistribution, DEFAULT_CONCURRENCY, DEFAULT_ESTIMATE_ERROR, MAX_CLIENTS, MAX_SIGMA};
 pub use error::SimError;
 pub use report::Report;
 pub use run::{AlgorithmRun, Memory, Mode, Waits};
+pub use settle::{Allowance, Charge, CostRun, CostWindow, Way, cost_windows, trailing_cost};
 pub use traffic::{MAX_REQUESTS, Traffic, parse_replay, read_replay};
 pub use units::{Rate, Span};
 pub use window::{Worst, bucket_counts, trailing_counts, worst_window};
@@ -103,16 +132,24 @@ impl Scenario {
 pub struct Simulation {
     /// What was simulated.
     pub scenario: Scenario,
-    /// Arrival times in nanoseconds, ascending.
+    /// Arrival times in nanoseconds, ascending (none for [`Traffic::Clients`]).
     pub offered: Vec<u64>,
-    /// One run per algorithm, in the scenario's order.
+    /// One run per algorithm, in the scenario's order (none for [`Traffic::Clients`]).
     pub runs: Vec<AlgorithmRun>,
+    /// For [`Traffic::Clients`]: two runs per algorithm, in the scenario's order, each in
+    /// [`Way::BOTH`]'s order (none for the other patterns).
+    pub cost_runs: Vec<CostRun>,
 }
 
 impl Simulation {
     /// The run of `kind`, if it was simulated.
     pub fn run(&self, kind: AlgorithmKind) -> Option<&AlgorithmRun> {
         self.runs.iter().find(|r| r.algorithm == kind)
+    }
+
+    /// The run of `kind` asked `way`, if it was simulated ([`Traffic::Clients`]).
+    pub fn cost_run(&self, kind: AlgorithmKind, way: Way) -> Option<&CostRun> {
+        self.cost_runs.iter().find(|r| r.algorithm == kind && r.way == way)
     }
 
     /// The table printed by `tollgate simulate` (see [`Report`]).
@@ -137,11 +174,42 @@ pub fn simulate(scenario: &Scenario) -> Result<Simulation, SimError> {
             format!("at most {MAX_SEGMENTS} segments (8 bytes each, per key)"),
         ));
     }
+    if let Traffic::Clients(clients) = &scenario.traffic {
+        return simulate_clients(scenario, clients, end);
+    }
     let offered = scenario.traffic.arrivals(scenario.duration, scenario.seed)?;
     let runs = scenario
         .algorithms
         .iter()
         .map(|&kind| run::run(kind, scenario.quota, scenario.segments, scenario.mode, &offered, end))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Simulation { scenario: scenario.clone(), offered, runs })
+    Ok(Simulation { scenario: scenario.clone(), offered, runs, cost_runs: Vec::new() })
+}
+
+/// [`Traffic::Clients`]: each algorithm, each [`Way`].
+fn simulate_clients(scenario: &Scenario, clients: &Clients, end: u64) -> Result<Simulation, SimError> {
+    if let Mode::Acquire { .. } = scenario.mode {
+        return Err(SimError::invalid("--acquire", "", "the clients of --costs reserve or check; they do not queue"));
+    }
+    // The burst is the token buckets' capacity, the limit the windows'.
+    let q = &scenario.quota;
+    let capacity = |kind| match kind {
+        AlgorithmKind::TokenBucket | AlgorithmKind::IntervalBucket => q.burst(),
+        _ => q.limit(),
+    };
+    let capacity = scenario.algorithms.iter().map(|&k| capacity(k)).min().unwrap_or(q.limit());
+    let median = clients.costs.median();
+    if median > capacity as f64 {
+        return Err(SimError::invalid(
+            "--costs",
+            &clients.costs.spec(),
+            format!("the median cost {median} is more than the capacity {capacity} (the quota's limit, or --burst)"),
+        ));
+    }
+    let ctx = settle::Ctx { quota: scenario.quota, segments: scenario.segments, clients, seed: scenario.seed, end };
+    let mut cost_runs = Vec::with_capacity(2 * scenario.algorithms.len());
+    for &kind in &scenario.algorithms {
+        cost_runs.extend(settle::run(kind, &ctx)?);
+    }
+    Ok(Simulation { scenario: scenario.clone(), offered: Vec::new(), runs: Vec::new(), cost_runs })
 }

@@ -5,6 +5,10 @@
 //!   end), the limit as a dashed line, and each algorithm's worst window (the number in the table)
 //!   as a thick segment spanning that window at its height, ending in a dot.
 //!
+//! For [`crate::Traffic::Clients`], one panel per algorithm instead: the cost admitted in the
+//! trailing quota period (sampled at each bucket's end), reserving and settling against checking
+//! then charging, the limit as a dashed line; the caption gives each way's overshoot (the table's).
+//!
 //! SVG or PNG by the file's extension. Text uses a font built into the binary (Hack, from
 //! `epaint_default_fonts`), so the output does not depend on the fonts installed and the same
 //! simulation draws the same bytes.
@@ -18,11 +22,12 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use crate::Simulation;
 use crate::algorithm::AlgorithmKind;
 use crate::error::SimError;
+use crate::settle::{Way, trailing_cost};
 use crate::units::{Span, nanos};
 use crate::window::{Worst, bucket_counts, trailing_counts};
+use crate::{Simulation, Traffic};
 
 /// Plot width in pixels.
 pub const WIDTH: u32 = 1200;
@@ -104,14 +109,27 @@ pub enum RenderError {
 /// Draws `sim` in `format` with buckets of `bucket` (default: [`default_bucket`]).
 pub fn render(sim: &Simulation, format: Format, bucket: Option<Duration>) -> Result<Vec<u8>, RenderError> {
     register_font()?;
-    let data = PlotData::new(sim, bucket.unwrap_or_else(|| default_bucket(sim)))?;
+    let bucket = bucket.unwrap_or_else(|| default_bucket(sim));
+    let data = match sim.scenario.traffic {
+        Traffic::Clients(_) => Data::Costs(CostPlotData::new(sim, bucket)?),
+        _ => Data::Arrivals(PlotData::new(sim, bucket)?),
+    };
     let drawn = |e: Box<dyn std::error::Error + Send + Sync>| RenderError::Draw(e);
+    fn draw_any<DB: DrawingBackend>(
+        root: &DrawingArea<DB, Shift>,
+        data: &Data,
+    ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+        match data {
+            Data::Arrivals(data) => draw(root, data),
+            Data::Costs(data) => draw_costs(root, data),
+        }
+    }
     match format {
         Format::Svg => {
             let mut svg = String::new();
             {
                 let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-                draw(&root, &data).map_err(|e| drawn(Box::new(e)))?;
+                draw_any(&root, &data).map_err(|e| drawn(Box::new(e)))?;
             }
             Ok(svg.into_bytes())
         }
@@ -119,7 +137,7 @@ pub fn render(sim: &Simulation, format: Format, bucket: Option<Duration>) -> Res
             let mut rgb = vec![0u8; WIDTH as usize * HEIGHT as usize * 3];
             {
                 let root = BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)).into_drawing_area();
-                draw(&root, &data).map_err(|e| drawn(Box::new(e)))?;
+                draw_any(&root, &data).map_err(|e| drawn(Box::new(e)))?;
             }
             let mut png_bytes = Vec::new();
             let mut encoder = png::Encoder::new(&mut png_bytes, WIDTH, HEIGHT);
@@ -163,6 +181,146 @@ fn color(kind: AlgorithmKind) -> RGBColor {
 }
 
 const OFFERED: RGBColor = RGBColor(150, 150, 150);
+
+fn way_color(way: Way) -> RGBColor {
+    match way {
+        Way::ReserveSettle => RGBColor(31, 119, 180),
+        Way::CheckThenCharge => RGBColor(214, 39, 40),
+    }
+}
+
+/// What a plot draws: arrivals through each algorithm, or clients' costs each way.
+enum Data {
+    Arrivals(PlotData),
+    Costs(CostPlotData),
+}
+
+/// One way's line in a cost panel.
+struct CostLine {
+    way: Way,
+    trailing: Vec<u64>,
+    overshoot: u64,
+}
+
+/// One algorithm's panel.
+struct CostPanel {
+    kind: AlgorithmKind,
+    lines: Vec<CostLine>,
+}
+
+/// Everything the cost panels draw.
+struct CostPlotData {
+    title: String,
+    period: Duration,
+    limit: u64,
+    end_s: f64,
+    /// Sample times in seconds (each bucket's end), from zero.
+    samples: Vec<f64>,
+    panels: Vec<CostPanel>,
+}
+
+impl CostPlotData {
+    fn new(sim: &Simulation, bucket: Duration) -> Result<CostPlotData, RenderError> {
+        let s = &sim.scenario;
+        let end = nanos(s.duration);
+        let width = nanos(bucket).max(1);
+        let buckets = end.div_ceil(width);
+        if buckets > MAX_DRAWN_BUCKETS {
+            return Err(RenderError::TooManyBuckets { buckets, bucket });
+        }
+        // The trailing window ending at each bucket's end: (end - 1 - period, end - 1].
+        let sample_ns: Vec<u64> = (1..=buckets).map(|k| (k * width).min(end).saturating_sub(1)).collect();
+        let period = nanos(s.quota.period());
+        let mut panels: Vec<CostPanel> = Vec::new();
+        for run in &sim.cost_runs {
+            let line = CostLine {
+                way: run.way,
+                trailing: trailing_cost(&run.admitted, period, &sample_ns),
+                overshoot: run.worst.overshoot(),
+            };
+            match panels.last_mut() {
+                Some(panel) if panel.kind == run.algorithm => panel.lines.push(line),
+                _ => panels.push(CostPanel { kind: run.algorithm, lines: vec![line] }),
+            }
+        }
+        Ok(CostPlotData {
+            title: format!("{} against {} per {}", s.traffic.label(), s.quota.limit(), Span(s.quota.period())),
+            period: s.quota.period(),
+            limit: s.quota.limit(),
+            end_s: secs(end),
+            samples: std::iter::once(0.0).chain(sample_ns.iter().map(|&t| secs(t + 1))).collect(),
+            panels,
+        })
+    }
+}
+
+fn draw_costs<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    p: &CostPlotData,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    root.fill(&WHITE)?;
+    let area = root.titled(&p.title, (FONT, 20))?;
+    let (charts, legends) = area.split_horizontally(area.dim_in_pixel().0 as i32 - LEGEND_WIDTH);
+    let mut entries =
+        vec![Entry { color: BLACK, stroke: 2, dot: false, dashed: true, text: format!("limit {}", p.limit) }];
+    for way in Way::BOTH {
+        entries.push(Entry { color: way_color(way), stroke: 2, dot: false, dashed: false, text: way.name().into() });
+    }
+    legend(&legends, &entries)?;
+    let font = (FONT, 12).into_font().color(&BLACK);
+    let notes = [
+        "cost admitted in the".to_owned(),
+        format!("trailing {}, sampled", Span(p.period)),
+        "at each bucket's end".to_owned(),
+        String::new(),
+        "caption: worst overshoot".to_owned(),
+        "(the table's) each way".to_owned(),
+    ];
+    for (i, note) in notes.iter().enumerate().filter(|(_, note)| !note.is_empty()) {
+        legends.draw(&Text::new(note.clone(), (10, 48 + 20 * (entries.len() as i32 + 1 + i as i32)), font.clone()))?;
+    }
+    let n = p.panels.len().max(1);
+    let cols = if n == 1 { 1 } else { 2 };
+    let rows = n.div_ceil(cols);
+    let cells = charts.split_evenly((rows, cols));
+    let top = p.panels.iter().flat_map(|c| c.lines.iter().flat_map(|l| l.trailing.iter().copied())).max().unwrap_or(0);
+    let count_label = |v: &f64| format!("{v:.0}");
+    for (panel, cell) in p.panels.iter().zip(cells.iter()) {
+        let overshoots: Vec<String> =
+            panel.lines.iter().map(|l| format!("{} {}", short_way(l.way), l.overshoot)).collect();
+        let mut chart = ChartBuilder::on(cell)
+            .caption(format!("{}: over by {}", panel.kind.name(), overshoots.join(", ")), (FONT, 14))
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0.0..p.end_s, y_range(top.max(p.limit)))?;
+        chart
+            .configure_mesh()
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(BLACK.mix(0.08))
+            .x_desc("time (s)")
+            .y_label_formatter(&count_label)
+            .label_style((FONT, 11))
+            .draw()?;
+        let limit = p.limit as f64;
+        chart.draw_series(DashedLineSeries::new([(0.0, limit), (p.end_s, limit)], 10, 6, BLACK.stroke_width(2)))?;
+        // Checking first is drawn first, so the reservations' line stays visible over it.
+        for line in panel.lines.iter().rev() {
+            let points =
+                p.samples.iter().copied().zip(std::iter::once(0.0).chain(line.trailing.iter().map(|&c| c as f64)));
+            chart.draw_series(LineSeries::new(points, way_color(line.way).stroke_width(2)))?;
+        }
+    }
+    root.present()
+}
+
+/// A way's name in a caption.
+fn short_way(way: Way) -> &'static str {
+    match way {
+        Way::ReserveSettle => "reserving",
+        Way::CheckThenCharge => "checking",
+    }
+}
 
 struct Line {
     kind: AlgorithmKind,

@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tollgate::Quota;
 
+use crate::clients::Clients;
 use crate::error::SimError;
 use crate::units::{Rate, Span, nanos};
 
@@ -66,6 +67,12 @@ pub enum Traffic {
         /// Offsets from the start in nanoseconds, sorted.
         times: Vec<u64>,
     },
+    /// Clients with costs known only after the work, each holding one request at a time; each
+    /// algorithm runs them twice, reserving and settling, and checking then charging (see
+    /// [`Clients`] and [`crate::Way`]). Built from `--costs` ([`Clients::parse`]), not by
+    /// [`Traffic::parse`]. Its requests are not known in advance (the clients ask when the
+    /// limiter lets them): it has no [`arrivals`](Traffic::arrivals).
+    Clients(Clients),
 }
 
 impl Traffic {
@@ -171,7 +178,8 @@ impl Traffic {
     }
 
     /// Arrival times in nanoseconds from the start, sorted, all before `duration`. `seed` feeds
-    /// the random patterns (only Poisson).
+    /// the random patterns (only Poisson). None for [`Traffic::Clients`]: they ask as the limiter
+    /// lets them.
     pub fn arrivals(&self, duration: Duration, seed: u64) -> Result<Vec<u64>, SimError> {
         let end = nanos(duration);
         let mut out = Arrivals { times: Vec::new(), end, what: self, duration };
@@ -254,6 +262,7 @@ impl Traffic {
                     out.push(t)?;
                 }
             }
+            Traffic::Clients(_) => {}
         }
         let mut times = out.times;
         times.sort_unstable();
@@ -271,6 +280,7 @@ impl Traffic {
             Traffic::Poisson { rate } => format!("Poisson {rate}"),
             Traffic::Ramp { from, to } => format!("ramp {from} -> {to}"),
             Traffic::Replay { source, .. } => format!("replay of {}", source.display()),
+            Traffic::Clients(clients) => clients.label(),
         }
     }
 }
@@ -317,6 +327,7 @@ impl fmt::Display for Traffic {
             Traffic::Replay { source, times } => {
                 write!(f, "replay of {} ({} timestamps)", source.display(), times.len())
             }
+            Traffic::Clients(clients) => write!(f, "{clients}"),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tollgate::{Quota, parse_duration};
-use tollgate_sim::{DEFAULT_DURATION, Mode, Scenario, SimError, Traffic, parse_algorithms, plot, simulate};
+use tollgate_sim::{Clients, DEFAULT_DURATION, Mode, Scenario, SimError, Traffic, parse_algorithms, plot, simulate};
 
 /// Arguments of `tollgate simulate`.
 #[derive(Debug, Args)]
@@ -25,10 +25,26 @@ pub(crate) struct SimulateArgs {
     #[arg(
         long,
         value_name = "PATTERN",
+        required_unless_present = "costs",
+        conflicts_with = "costs",
         help = "When requests arrive: steady[:RATE], bursts[:N/EVERY], boundary[:N[,SPREAD]], poisson[:RATE], \
-                ramp[:FROM..TO], replay:FILE (see --help for each)"
+                ramp[:FROM..TO], replay:FILE (see --help for each); or --costs"
     )]
-    traffic: String,
+    traffic: Option<String>,
+
+    /// Instead of --traffic: clients whose requests cost DIST (lognormal:MEDIAN,SIGMA), known only
+    /// after the work; each algorithm runs them reserving and settling, and checking then charging.
+    #[arg(long, value_name = "DIST", conflicts_with = "acquire")]
+    costs: Option<String>,
+
+    /// With --costs: clients asking at once, each holding one request at a time [default: 32].
+    #[arg(long, value_name = "N", requires = "costs", conflicts_with = "traffic")]
+    concurrency: Option<u64>,
+
+    /// With --costs: estimates are within this fraction of the actual cost, either way (0.5 or
+    /// 50%) [default: 0.5].
+    #[arg(long, value_name = "FRACTION", requires = "costs", conflicts_with = "traffic")]
+    estimate_error: Option<String>,
 
     /// `all`, or a comma-separated list of token_bucket, interval_bucket, fixed_window,
     /// sliding_window, weighted_window, sliding_log.
@@ -44,7 +60,7 @@ pub(crate) struct SimulateArgs {
     #[arg(long, default_value_t = tollgate_sim::DEFAULT_SEGMENTS)]
     segments: u64,
 
-    /// Seed of the random patterns (poisson): the same seed gives the same output.
+    /// Seed of the random patterns (poisson, --costs): the same seed gives the same output.
     #[arg(long, default_value_t = tollgate_sim::DEFAULT_SEED)]
     seed: u64,
 
@@ -77,12 +93,24 @@ Traffic patterns (L = the quota's limit, P = its period; parameters left out tak
   replay:FILE             one arrival per line: seconds from the start (1.25) or RFC 3339
                           (2024-05-01T12:00:00.250Z); blank lines and # comments are skipped
 
+Costs known only after the work (--costs DIST instead of --traffic):
+  lognormal:MEDIAN,SIGMA  heavy-tailed costs, e.g. lognormal:20,1 (mean 33); clamped to the
+                          capacity (the limit, or the token buckets' burst)
+  --concurrency clients each hold one request at a time: ask, once admitted work up to P/2,
+  settle, pause up to P/20; a refused client asks again at its retry-after. Estimates are within
+  --estimate-error of the cost. Each algorithm runs them twice: reserve(estimate) then
+  settle(actual), and check(1) then the actual cost charged after the work (Envoy's
+  hits_addend: 0). The table gives each way's cost admitted, utilization, the worst window's cost
+  against what the algorithm allows there, its overshoot, the reservations' bound for it, and how
+  far any window went past that bound.
+
 The table: admitted, rejected, worst window / limit (the most admissions in any window of one
 period, sliding over every admission), max retry-after (or, with --acquire, the longest wait from
 arrival to grant), and memory per key (size of the algorithm's state plus its heap).
 
-Example:
-  tollgate simulate --quota 100/s --burst 20 --traffic boundary --duration 10s --out sim.svg";
+Examples:
+  tollgate simulate --quota 100/s --burst 20 --traffic boundary --duration 10s --out sim.svg
+  tollgate simulate --quota 1000/s --costs lognormal:20,1 --concurrency 32 --estimate-error 0.5";
 
 pub(crate) fn main(args: SimulateArgs) -> ExitCode {
     match run(args) {
@@ -125,7 +153,22 @@ fn validate(args: SimulateArgs) -> Result<Validated, SimError> {
     if let Some(out) = &args.out {
         plot::Format::from_path(out)?;
     }
-    let traffic = Traffic::parse(&args.traffic, &quota)?;
+    let traffic = match (&args.costs, &args.traffic) {
+        (Some(costs), _) => Traffic::Clients(Clients::parse(
+            costs,
+            args.concurrency.unwrap_or(tollgate_sim::DEFAULT_CONCURRENCY),
+            &args.estimate_error.unwrap_or_else(|| tollgate_sim::DEFAULT_ESTIMATE_ERROR.to_string()),
+        )?),
+        (None, Some(traffic)) => Traffic::parse(traffic, &quota)?,
+        // clap requires one of them.
+        (None, None) => {
+            return Err(SimError::Invalid {
+                what: "--traffic",
+                value: String::new(),
+                reason: "name a pattern, or --costs".into(),
+            });
+        }
+    };
     let duration = match (args.duration, &traffic) {
         (Some(d), _) => d,
         // A replay runs to its last timestamp plus one period, so its last window is complete.
