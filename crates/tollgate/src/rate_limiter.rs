@@ -21,7 +21,7 @@ use crate::clock::Clock;
 use crate::decision::{Lease, Rejected};
 use crate::keyed::Keyed;
 use crate::limiter::Limiter;
-use crate::reservation::{Reservation, Settle, SettleError};
+use crate::reservation::{Reservation, Settle, SettleError, SettleFailed, Settled};
 
 /// A limiter that decides on permits for a key.
 ///
@@ -227,5 +227,32 @@ through_pointer!(Arc, Box);
 impl<K: ?Sized, L: Acquire<K> + ?Sized> Acquire<K> for Arc<L> {
     fn acquire(&self, key: &K, n: u64) -> impl Future<Output = Result<Lease, Rejected>> + Send {
         (**self).acquire(key, n)
+    }
+}
+
+// Beside the contract it calls: the reservation's own module stays below it.
+impl Reservation {
+    /// Settles for `actual`: gives back what the estimate exceeded, or charges the rest past the
+    /// limit as a debt. `limiter` and `key` are those the reservation was taken from.
+    pub fn settle<K, L>(self, limiter: &L, key: &K, actual: u64) -> Settled
+    where
+        K: ?Sized,
+        L: RateLimiter<K> + ?Sized,
+    {
+        match limiter.settle(key, &self.lease, actual, self.id) {
+            Answer::Ready(result) => Answer::Ready(result.map_err(|error| SettleFailed { error, reservation: self })),
+            Answer::Pending(fut) => Answer::Pending(Box::pin(async move {
+                fut.await.map_err(|error| SettleFailed { error, reservation: self })
+            })),
+        }
+    }
+
+    /// Gives the whole estimate back: the work was not done (a settle for 0).
+    pub fn cancel<K, L>(self, limiter: &L, key: &K) -> Settled
+    where
+        K: ?Sized,
+        L: RateLimiter<K> + ?Sized,
+    {
+        self.settle(limiter, key, 0)
     }
 }

@@ -46,9 +46,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::answer::Answer;
 use crate::decision::Lease;
-use crate::rate_limiter::RateLimiter;
 
-/// Permits taken for an estimate, to be settled for the actual cost ([`RateLimiter::reserve`]).
+/// Permits taken for an estimate, to be settled for the actual cost ([`RateLimiter::reserve`](crate::RateLimiter::reserve)).
 ///
 /// Settle it once with [`Reservation::settle`] (or [`Reservation::cancel`]); a settle that fails
 /// hands the reservation back ([`SettleFailed::reservation`]) to be settled again: a distributed
@@ -57,14 +56,14 @@ use crate::rate_limiter::RateLimiter;
 #[derive(Debug)]
 #[must_use = "a reservation is settled for the actual cost; dropped, the estimate stays taken"]
 pub struct Reservation {
-    lease: Lease,
-    id: u64,
+    pub(crate) lease: Lease,
+    pub(crate) id: u64,
 }
 
 /// The answer to a settle: done, or why not (the reservation handed back).
 pub type Settled = Answer<Result<(), SettleFailed>>;
 
-/// What a [`RateLimiter::settle`] answers.
+/// What a [`RateLimiter::settle`](crate::RateLimiter::settle) answers.
 pub type Settle = Answer<Result<(), SettleError>>;
 
 impl Reservation {
@@ -93,30 +92,6 @@ impl Reservation {
     /// The id that makes a settle idempotent in a distributed limiter.
     pub fn id(&self) -> u64 {
         self.id
-    }
-
-    /// Settles for `actual`: gives back what the estimate exceeded, or charges the rest past the
-    /// limit as a debt. `limiter` and `key` are those the reservation was taken from.
-    pub fn settle<K, L>(self, limiter: &L, key: &K, actual: u64) -> Settled
-    where
-        K: ?Sized,
-        L: RateLimiter<K> + ?Sized,
-    {
-        match limiter.settle(key, &self.lease, actual, self.id) {
-            Answer::Ready(result) => Answer::Ready(result.map_err(|error| SettleFailed { error, reservation: self })),
-            Answer::Pending(fut) => Answer::Pending(Box::pin(async move {
-                fut.await.map_err(|error| SettleFailed { error, reservation: self })
-            })),
-        }
-    }
-
-    /// Gives the whole estimate back: the work was not done (a settle for 0).
-    pub fn cancel<K, L>(self, limiter: &L, key: &K) -> Settled
-    where
-        K: ?Sized,
-        L: RateLimiter<K> + ?Sized,
-    {
-        self.settle(limiter, key, 0)
     }
 }
 
