@@ -208,6 +208,18 @@ struct CostPanel {
     lines: Vec<CostLine>,
 }
 
+/// The run's end and the buckets' width (ns), and how many buckets of `bucket` cut `duration`:
+/// at most [`MAX_DRAWN_BUCKETS`].
+fn cut(duration: Duration, bucket: Duration) -> Result<(u64, u64, u64), RenderError> {
+    let end = nanos(duration);
+    let width = nanos(bucket).max(1);
+    let buckets = end.div_ceil(width);
+    if buckets > MAX_DRAWN_BUCKETS {
+        return Err(RenderError::TooManyBuckets { buckets, bucket });
+    }
+    Ok((end, width, buckets))
+}
+
 /// Everything the cost panels draw.
 struct CostPlotData {
     title: String,
@@ -222,12 +234,7 @@ struct CostPlotData {
 impl CostPlotData {
     fn new(sim: &Simulation, bucket: Duration) -> Result<CostPlotData, RenderError> {
         let s = &sim.scenario;
-        let end = nanos(s.duration);
-        let width = nanos(bucket).max(1);
-        let buckets = end.div_ceil(width);
-        if buckets > MAX_DRAWN_BUCKETS {
-            return Err(RenderError::TooManyBuckets { buckets, bucket });
-        }
+        let (end, width, buckets) = cut(s.duration, bucket)?;
         // The trailing window ending at each bucket's end: (end - 1 - period, end - 1].
         let sample_ns: Vec<u64> = (1..=buckets).map(|k| (k * width).min(end).saturating_sub(1)).collect();
         let period = nanos(s.quota.period());
@@ -345,12 +352,7 @@ struct PlotData {
 impl PlotData {
     fn new(sim: &Simulation, bucket: Duration) -> Result<PlotData, RenderError> {
         let s = &sim.scenario;
-        let end = nanos(s.duration);
-        let width = nanos(bucket).max(1);
-        let buckets = end.div_ceil(width);
-        if buckets > MAX_DRAWN_BUCKETS {
-            return Err(RenderError::TooManyBuckets { buckets, bucket });
-        }
+        let (end, width, buckets) = cut(s.duration, bucket)?;
         let buckets = buckets as usize;
         let edge_ns: Vec<u64> = (0..=buckets as u64).map(|k| (k * width).min(end)).collect();
         // The trailing window ending at each bucket's end: (end - 1 - period, end - 1].
