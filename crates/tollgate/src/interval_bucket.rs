@@ -66,23 +66,45 @@ pub struct IntervalBucketState(Mutex<Tokens>);
 
 #[derive(Debug, Clone, Copy)]
 struct Tokens {
-    tokens: u64,
+    /// Tokens stored; below 0, tokens owed by a reservation settled past what was left
+    /// ([`Algorithm::charge`]), paid from the next tokens before any is stored. One signed word,
+    /// so the state is no bigger for it.
+    level: i64,
     tick: u64,
-    /// Tokens owed by a reservation settled past what was left ([`Algorithm::charge`]): paid
-    /// from the next tokens before any is stored. Nonzero only while `tokens` is 0.
-    debt: u64,
 }
 
 impl Tokens {
+    fn new(tokens: u64, tick: u64) -> Tokens {
+        Tokens { level: i64::try_from(tokens).unwrap_or(i64::MAX), tick }
+    }
+
+    fn with_level(self, level: i128) -> Tokens {
+        Tokens { level: level.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64, ..self }
+    }
+
+    /// Tokens stored (0 while some are owed).
+    fn tokens(self) -> u64 {
+        self.level.max(0).unsigned_abs()
+    }
+
+    /// Tokens owed.
+    fn debt(self) -> u64 {
+        self.level.min(0).unsigned_abs()
+    }
+
     /// `n` tokens arrive (or come back): the debt is paid first, the rest stored up to `burst`.
     fn credited(self, n: u64, burst: u64) -> Tokens {
-        let paid = self.debt.min(n);
-        Tokens { tokens: self.tokens.saturating_add(n - paid).min(burst), debt: self.debt - paid, ..self }
+        self.with_level((i128::from(self.level) + i128::from(n)).min(i128::from(burst)))
+    }
+
+    /// `n` tokens taken, past what is stored if need be (a debt).
+    fn taken(self, n: u64) -> Tokens {
+        self.with_level(i128::from(self.level) - i128::from(n))
     }
 
     /// Tokens short of a full bucket, the debt included.
     fn missing(self, burst: u64) -> u64 {
-        burst.saturating_sub(self.tokens).saturating_add(self.debt)
+        u64::try_from((i128::from(burst) - i128::from(self.level)).max(0)).unwrap_or(u64::MAX)
     }
 }
 
@@ -155,21 +177,21 @@ impl IntervalBucket {
 
     /// Nanoseconds until `permits` tokens will have been available in total.
     fn wait_for(&self, t: Tokens, now: u64, q: &Quota, permits: u64) -> Option<u64> {
-        let needed = permits.saturating_add(t.debt);
-        if needed <= t.tokens {
+        let needed = permits.saturating_add(t.debt());
+        if needed <= t.tokens() {
             return Some(0);
         }
         if !self.auto {
             return None;
         }
-        let ticks = (needed - t.tokens).div_ceil(q.limit());
+        let ticks = (needed - t.tokens()).div_ceil(q.limit());
         let at = (t.tick as u128 + ticks as u128) * q.period_ns() as u128;
         Some(u64::try_from(at.saturating_sub(now as u128)).unwrap_or(u64::MAX))
     }
 
     fn meta(&self, t: Tokens, now: u64, q: &Quota) -> Meta {
         let reset_ns = if self.auto { self.wait_for(t, now, q, q.burst()).unwrap_or(0) } else { 0 };
-        Meta { limit: q.burst(), remaining: t.tokens, reset_ns, retry_ns: self.wait_for(t, now, q, 1) }
+        Meta { limit: q.burst(), remaining: t.tokens(), reset_ns, retry_ns: self.wait_for(t, now, q, 1) }
     }
 }
 
@@ -179,13 +201,13 @@ impl IntervalBucket {
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
         let mut t = self.refreshed(*guard, now, &q);
         *guard = t;
-        if n > t.tokens {
+        if n > t.tokens() {
             let mut m = self.meta(t, now, &q);
             m.retry_ns = self.wait_for(t, now, &q, n);
             return Err(m);
         }
         if commit {
-            t.tokens -= n;
+            t = t.taken(n);
             *guard = t;
         }
         Ok(self.meta(t, now, &q))
@@ -198,7 +220,7 @@ impl Algorithm for IntervalBucket {
 
     fn new_state(&self, now: u64) -> IntervalBucketState {
         let q = self.quota.load();
-        IntervalBucketState(Mutex::new(Tokens { tokens: q.burst(), tick: now / q.period_ns(), debt: 0 }))
+        IntervalBucketState(Mutex::new(Tokens::new(q.burst(), now / q.period_ns())))
     }
 
     fn capacity(&self) -> u64 {
@@ -222,8 +244,7 @@ impl Algorithm for IntervalBucket {
         let q = self.quota.load();
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
         let t = self.refreshed(*guard, now, &q);
-        let taken = t.tokens.min(n);
-        *guard = Tokens { tokens: t.tokens - taken, debt: t.debt.saturating_add(n - taken), ..t };
+        *guard = t.taken(n);
         Ok(())
     }
 
@@ -274,10 +295,6 @@ impl Algorithm for IntervalBucket {
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
         let t = self.refreshed(*guard, now, &old);
         let used = t.missing(old.burst());
-        *guard = Tokens {
-            tokens: q.burst().saturating_sub(used),
-            tick: now / q.period_ns(),
-            debt: used.saturating_sub(q.burst()),
-        };
+        *guard = Tokens::new(0, now / q.period_ns()).with_level(i128::from(q.burst()) - i128::from(used));
     }
 }
