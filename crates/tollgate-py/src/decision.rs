@@ -7,6 +7,7 @@ use tollgate::{Lease, Reason, Rejected};
 
 /// What a `try_acquire` decided. Truthy when allowed; `retry_after` says when to try again.
 #[pyclass(frozen, module = "tollgate._tollgate", name = "Decision")]
+#[derive(Clone)]
 pub struct Decision {
     allowed: bool,
     limit: u64,

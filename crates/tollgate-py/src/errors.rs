@@ -19,6 +19,12 @@ create_exception!(
 );
 create_exception!(
     tollgate,
+    RejectedError,
+    TollgateError,
+    "A `reserve` was rejected: nothing was taken. Its `decision` (a `Decision`) says why and when to retry (`retry_after`)."
+);
+create_exception!(
+    tollgate,
     RedisUnavailableError,
     PyConnectionError,
     "Redis could not be reached or did not answer in time; the message names the URL. Never a silent 'allowed'."

@@ -2,6 +2,7 @@
 //! the Rust limiter is; `try_acquire` is synchronous and never waits.
 
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -10,6 +11,7 @@ use tollgate::{AtKeyLimit, Keyed, Limiter, SlidingWindow, TokenBucket, WeightedW
 use crate::args::{self, Seconds};
 use crate::clock::{AnyClock, ManualClock};
 use crate::decision::Decision;
+use crate::reservation::{self, SyncReservation};
 
 /// Segments of the in-process sliding window (its error is about `limit / segments`).
 const DEFAULT_SEGMENTS: i64 = 10;
@@ -38,7 +40,7 @@ fn at_max_keys(name: &str) -> PyResult<AtKeyLimit> {
 /// For one algorithm, its two classes: `Local*` (one limiter, a [`Limiter`]) and `Keyed*` (one
 /// limiter per key, a [`Keyed`] with `max_keys`, `at_max_keys` and its `__len__`). The arguments
 /// that build the algorithm come first in both constructors, `clock` and the keyed settings
-/// after them; `try_acquire` is the same call but for the key.
+/// after them; `try_acquire` and `reserve` are the same calls but for the key.
 macro_rules! limiter_classes {
     (
         $algo:ident($($arg:ident: $ty:ty $(= $default:tt)?),*) => $build:expr;
@@ -47,14 +49,14 @@ macro_rules! limiter_classes {
     ) => {
         $(#[$local_meta])*
         #[pyclass(module = "tollgate._tollgate")]
-        pub struct $local(Limiter<$algo, AnyClock>);
+        pub struct $local(Arc<Limiter<$algo, AnyClock>>);
 
         #[pymethods]
         impl $local {
             #[new]
             #[pyo3(signature = ($($arg $(= $default)?,)* clock=None))]
             fn new($($arg: $ty,)* clock: Option<PyRef<'_, ManualClock>>) -> PyResult<Self> {
-                Ok(Self(Limiter::builder($build).clock(AnyClock::from_arg(clock)).build()))
+                Ok(Self(Arc::new(Limiter::builder($build).clock(AnyClock::from_arg(clock)).build())))
             }
 
             #[doc = $local_take]
@@ -62,11 +64,20 @@ macro_rules! limiter_classes {
             fn try_acquire(&self, n: i64) -> PyResult<Decision> {
                 Ok(Decision::from(self.0.try_acquire(args::count("n", n)?)))
             }
+
+            /// Reserves `estimate` permits for work whose cost is known only afterwards; returns a
+            /// `tollgate.sync.Reservation` to settle for the actual cost (`with ... as r:
+            /// r.settle(actual)`). Raises `RejectedError` (its `decision`) when they are not there
+            /// now; never waits.
+            #[pyo3(signature = (estimate))]
+            fn reserve(&self, py: Python<'_>, estimate: i64) -> PyResult<SyncReservation> {
+                reservation::in_process::<(), _, _>(py, stringify!($local).to_owned(), &self.0, (), estimate)
+            }
         }
 
         $(#[$keyed_meta])*
         #[pyclass(module = "tollgate._tollgate")]
-        pub struct $keyed(Keyed<String, $algo, AnyClock>);
+        pub struct $keyed(Arc<Keyed<String, $algo, AnyClock>>);
 
         #[pymethods]
         impl $keyed {
@@ -83,13 +94,22 @@ macro_rules! limiter_classes {
                     .at_key_limit(self::at_max_keys(at_max_keys)?)
                     .clock(AnyClock::from_arg(clock))
                     .build();
-                Ok(Self(keyed))
+                Ok(Self(Arc::new(keyed)))
             }
 
             #[doc = $keyed_take]
             #[pyo3(signature = (key, n=1))]
             fn try_acquire(&self, key: &str, n: i64) -> PyResult<Decision> {
                 Ok(Decision::from(self.0.try_acquire(key, args::count("n", n)?)))
+            }
+
+            /// Reserves `estimate` permits from `key`'s limit for work whose cost is known only
+            /// afterwards; returns a `tollgate.sync.Reservation` to settle for the actual cost.
+            /// Raises `RejectedError` (its `decision`) when they are not there now; never waits.
+            #[pyo3(signature = (key, estimate))]
+            fn reserve(&self, py: Python<'_>, key: &str, estimate: i64) -> PyResult<SyncReservation> {
+                let what = format!("{} key {key:?}", stringify!($keyed));
+                reservation::in_process::<str, _, _>(py, what, &self.0, key.to_owned(), estimate)
             }
 
             fn __len__(&self) -> usize {

@@ -5,13 +5,14 @@ use std::future::Future;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use tollgate::{Quota, Reason};
+use tollgate::{Quota, RateLimiter, Reason};
 use tollgate_redis::{AlgorithmKind, RedisLimiter};
 
 use crate::args::{self, Seconds};
 use crate::connection::{Lazy, Target};
 use crate::decision::Decision;
 use crate::errors;
+use crate::reservation::{Pending, Refusal, Settler, Taken};
 
 /// The key prefix and limit name of a Python `TokenBucket`: its Redis key is
 /// `tollgate:{<name>}:token_bucket`, the key of the Rust
@@ -99,6 +100,33 @@ impl BucketCore {
                 _ => Ok(Decision::from(decision)),
             }
         })
+    }
+
+    /// A reserve of `estimate` tokens (checked now), sent when run: the same decision as
+    /// `try_acquire`, never waiting; the reservation settles on the same Redis key, once per
+    /// reservation whatever the retries.
+    pub(crate) fn reserve(&self, estimate: i64) -> PyResult<Pending> {
+        let n = args::count("estimate", estimate)?;
+        let what = self.label.clone();
+        let key = self.name.clone();
+        let url = self.lazy.url().clone();
+        let ready = self.lazy.then(|limiter, redis| (limiter.clone(), redis.clone()));
+        let reserve = {
+            let (what, url) = (what.clone(), url.clone());
+            async move {
+                let (limiter, redis) = ready.await?;
+                match RateLimiter::<str>::reserve(&limiter, &key, n).await {
+                    Ok(reservation) => {
+                        let settle: Settler =
+                            Arc::new(move |r: tollgate::Reservation, actual| r.settle(&limiter, &*key, actual));
+                        Ok(Ok(Taken::new(reservation, settle)))
+                    }
+                    Err(no) if no.reason() == Reason::Unavailable => Err(errors::unavailable(&url, redis.last_error())),
+                    Err(no) => Ok(Err(Refusal::new(&what, n, no))),
+                }
+            }
+        };
+        Ok(Pending { what, url, estimate: n, reserve: Box::pin(reserve) })
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -191,6 +219,15 @@ bucket_methods! {
     #[pyo3(signature = (n=1))]
     fn try_acquire<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyAny>> {
         crate::bridge::spawn(py, self.0.try_acquire(n)?)
+    }
+
+    /// Reserves `estimate` tokens for work whose cost is known only afterwards (an LLM call's
+    /// tokens): `async with bucket.reserve(500) as r: ...; await r.settle(used)`, or
+    /// `r = await bucket.reserve(500)`. The tokens are taken when the `Reservation` is awaited or
+    /// entered: the decision of `try_acquire`, never waiting; `RejectedError` (its `decision`
+    /// has `retry_after`) when they are not there now.
+    fn reserve(&self, estimate: i64) -> PyResult<crate::reservation::Reservation> {
+        Ok(self.0.reserve(estimate)?.lazily())
     }
 
     fn __aenter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

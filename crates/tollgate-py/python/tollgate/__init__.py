@@ -28,6 +28,21 @@ There are also in-process limiters for one process (``LocalTokenBucket``, ``Loca
 whose ``try_acquire()`` answers at once with a ``Decision``. ``SlidingWindow`` is the segmented
 window; ``WeightedWindow`` is the two-window approximation (previous window weighted by overlap).
 
+Token budgets (an LLM call's tokens, known only after the call): every bucket's ``reserve(estimate)``
+takes the estimate, and the ``Reservation`` is settled for the actual cost::
+
+    llm = TokenBucket("llm-tokens", capacity=100_000, refill_frequency=60, refill_amount=100_000)
+
+    async def complete(prompt):
+        async with llm.reserve(2_000) as r:      # max_tokens: RejectedError if not there now
+            response = await call_the_model(prompt)
+            await r.settle(response.usage.total_tokens)
+
+Settling for less gives the rest back; for more, the rest is charged past the limit, a debt the
+next requests pay first. Leaving the block unsettled keeps the estimate; leaving it on an exception
+cancels the reservation (all given back: the work failed). ``tollgate.sync.TokenBucket`` and the
+in-process limiters answer a ``tollgate.sync.Reservation`` (``with``, ``r.settle(n)``).
+
 Durations (``window``, ``refill_frequency``, ``max_sleep``, ``lease_ttl``) are seconds as a
 number, or text as on the ``tollgate`` command line: ``"250ms"``, ``"10s"``, ``"1m30s"`` (the
 core's one parser; a bad string is a ``ValueError`` naming the parameter and the text).
@@ -52,6 +67,8 @@ from tollgate._tollgate import (
     MaxSleepExceededError,
     Permit,
     RedisUnavailableError,
+    RejectedError,
+    Reservation,
     TokenBucket,
     TollgateError,
     __version__,
@@ -73,6 +90,8 @@ __all__ = [
     "MaxSleepExceededError",
     "Permit",
     "RedisUnavailableError",
+    "RejectedError",
+    "Reservation",
     "Semaphore",
     "TokenBucket",
     "TollgateError",

@@ -1,6 +1,6 @@
 """Type stubs of the native module ``tollgate._tollgate`` (re-exported by ``tollgate``)."""
 
-from typing import Any, Dict, List, Optional, Union, type_check_only
+from typing import Any, Dict, Generator, List, Optional, Union, type_check_only
 
 __version__: str
 
@@ -13,6 +13,11 @@ class TollgateError(Exception):
 
 class MaxSleepExceededError(TollgateError):
     """Waiting would take longer than ``max_sleep`` seconds; nothing was taken."""
+
+class RejectedError(TollgateError):
+    """A ``reserve`` was rejected; nothing was taken. ``decision`` says why and ``retry_after``."""
+
+    decision: Decision
 
 class RedisUnavailableError(ConnectionError):
     """Redis could not be reached or did not answer in time; the message names the URL."""
@@ -95,6 +100,56 @@ class _BucketCore(_RedisCore):
     @property
     def refill_amount(self) -> int: ...
 
+@type_check_only
+class _Reservation:
+    """What every reservation tells (``Reservation`` and ``SyncReservation``)."""
+
+    @property
+    def estimate(self) -> int:
+        """The permits reserved."""
+    @property
+    def actual(self) -> Optional[int]:
+        """What it was settled for (0 once cancelled); ``None`` until then."""
+    @property
+    def decision(self) -> Optional[Decision]:
+        """The reserve's decision (``remaining`` after the estimate); ``None`` until reserved."""
+
+class Reservation(_Reservation):
+    """Tokens reserved with ``TokenBucket.reserve``, settled for the actual cost.
+
+    Taken when first awaited or entered (``async with bucket.reserve(n) as r``, or
+    ``r = await bucket.reserve(n)``); ``RejectedError`` if not there now. Leaving the block
+    unsettled keeps the estimate; on an exception, the reservation is cancelled (all given back).
+    """
+
+    async def settle(self, actual: int) -> None:
+        """Gives back what the estimate exceeded, or charges the rest past the limit (a debt).
+
+        ``RedisUnavailableError``: not confirmed; settle again (applied once). ``RuntimeError``:
+        settled or cancelled already.
+        """
+    async def cancel(self) -> None:
+        """Gives the whole estimate back (a settle for 0)."""
+    def __await__(self) -> Generator[Any, None, "Reservation"]: ...
+    async def __aenter__(self) -> "Reservation": ...
+    async def __aexit__(self, *exc: Any) -> bool: ...
+
+class SyncReservation(_Reservation):
+    """Permits reserved with ``tollgate.sync.TokenBucket`` or an in-process limiter's ``reserve``
+    (``tollgate.sync.Reservation``), settled for the actual cost; ``with`` as ``Reservation``'s
+    ``async with``."""
+
+    def settle(self, actual: int) -> None:
+        """Gives back what the estimate exceeded, or charges the rest past the limit (a debt).
+
+        ``RedisUnavailableError``: not confirmed; settle again (applied once). ``RuntimeError``:
+        settled or cancelled already.
+        """
+    def cancel(self) -> None:
+        """Gives the whole estimate back (a settle for 0)."""
+    def __enter__(self) -> "SyncReservation": ...
+    def __exit__(self, *exc: Any) -> bool: ...
+
 class Permit(_Held):
     """A held slot of a ``Semaphore``; an async context manager that releases it."""
 
@@ -114,6 +169,8 @@ class TokenBucket(_BucketCore):
 
     async def acquire(self) -> None: ...
     async def try_acquire(self, n: int = 1) -> Decision: ...
+    def reserve(self, estimate: int) -> Reservation:
+        """Reserves ``estimate`` tokens when awaited or entered; never waits (``RejectedError``)."""
     async def __aenter__(self) -> None: ...
     async def __aexit__(self, *exc: Any) -> bool: ...
 
@@ -136,6 +193,8 @@ class SyncTokenBucket(_BucketCore):
 
     def acquire(self) -> None: ...
     def try_acquire(self, n: int = 1) -> Decision: ...
+    def reserve(self, estimate: int) -> SyncReservation:
+        """Reserves ``estimate`` tokens now; never waits for tokens (``RejectedError``)."""
     def __enter__(self) -> None: ...
     def __exit__(self, *exc: Any) -> bool: ...
 
@@ -152,12 +211,16 @@ class _LocalLimiter:
     """What every in-process limiter answers (for the stubs only: no such class at run time)."""
 
     def try_acquire(self, n: int = 1) -> Decision: ...
+    def reserve(self, estimate: int) -> SyncReservation:
+        """Reserves ``estimate`` permits now, to settle for the actual cost (``RejectedError``)."""
 
 @type_check_only
 class _KeyedLimiter:
     """What every keyed in-process limiter answers (for the stubs only: no such class at run time)."""
 
     def try_acquire(self, key: str, n: int = 1) -> Decision: ...
+    def reserve(self, key: str, estimate: int) -> SyncReservation:
+        """Reserves ``estimate`` permits of ``key``'s limit now (``RejectedError``)."""
     def __len__(self) -> int: ...
 
 class LocalTokenBucket(_LocalLimiter):

@@ -14,6 +14,10 @@ limit::
             with api:      # at most 10 per second, across every process
                 ...
 
+``bucket.reserve(estimate)`` returns a ``Reservation`` to settle for the actual cost (an LLM
+call's tokens): ``with bucket.reserve(2_000) as r: ...; r.settle(used)``. The in-process limiters
+of ``tollgate`` answer the same class.
+
 A blocking call waits with the GIL released (other threads run), and Ctrl-C interrupts it
 (leaving the queue, taking nothing). Leases are renewed on Tollgate's own threads, so a holder
 keeps its slot however long it computes. Do not call them from a running asyncio event loop:
@@ -26,10 +30,11 @@ from typing import Any, Optional
 
 from tollgate._held import Held
 from tollgate._tollgate import SyncPermit as Permit
+from tollgate._tollgate import SyncReservation as Reservation
 from tollgate._tollgate import SyncSemaphore as _NativeSemaphore
 from tollgate._tollgate import SyncTokenBucket as TokenBucket
 
-__all__ = ["Permit", "Semaphore", "TokenBucket"]
+__all__ = ["Permit", "Reservation", "Semaphore", "TokenBucket"]
 
 
 class Semaphore(_NativeSemaphore):

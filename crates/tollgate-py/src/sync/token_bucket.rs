@@ -30,6 +30,14 @@ bucket_methods! {
         wait(py, self.0.try_acquire(n)?)
     }
 
+    /// Reserves `estimate` tokens for work whose cost is known only afterwards (an LLM call's
+    /// tokens), blocking for Redis's answer (never for tokens): `with bucket.reserve(500) as r:
+    /// ...; r.settle(used)`. Raises `RejectedError` (its `decision` has `retry_after`) when they
+    /// are not there now, `RedisUnavailableError` when Redis fails.
+    fn reserve(&self, py: Python<'_>, estimate: i64) -> PyResult<crate::reservation::SyncReservation> {
+        self.0.reserve(estimate)?.wait(py)
+    }
+
     fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
         self.acquire(py)
     }
