@@ -2,22 +2,20 @@
 
 mod support;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use axum::routing::get;
 use bytes::Bytes;
-use futures::StreamExt;
 use http::{Request, StatusCode};
+use http_body::Frame;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use support::serve;
+use support::{serve, streamed};
 use tokio::sync::{mpsc, oneshot};
 use tollgate::{AtKeyLimit, Concurrency, Keyed, Limiter, ManualClock, Quota, SlidingLog, TokenBucket};
 use tollgate_tower::{ClientIp, Global, Header, MissingKey, Policy, RateLimitLayer};
@@ -156,33 +154,11 @@ async fn spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS, "the right-most untrusted hop (1.1.1.1) is the client");
 }
 
-/// A body whose chunks the test sends, and which reports when hyper drops it.
-fn streaming_body() -> (mpsc::Sender<Bytes>, oneshot::Receiver<()>, Body) {
-    let (tx, rx) = mpsc::channel::<Bytes>(4);
-    let (dropped_tx, dropped_rx) = oneshot::channel();
-    struct OnDrop(Option<oneshot::Sender<()>>);
-    impl Drop for OnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.take().map(|t| t.send(()));
-        }
-    }
-    let guard = OnDrop(Some(dropped_tx));
-    let stream = tokio_stream_from(rx).map(move |b| {
-        let _ = &guard;
-        Ok::<_, Infallible>(b)
-    });
-    (tx, dropped_rx, Body::from_stream(stream))
-}
-
-fn tokio_stream_from(mut rx: mpsc::Receiver<Bytes>) -> impl futures::Stream<Item = Bytes> + Send {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
 #[tokio::test]
 async fn concurrency_permit_is_held_for_the_whole_streaming_body() {
     let limit = Keyed::builder(Concurrency::new(1).unwrap()).clock(ManualClock::new()).build();
     let limit = Arc::new(limit);
-    let (bodies_tx, bodies_rx) = mpsc::unbounded_channel::<(mpsc::Sender<Bytes>, oneshot::Receiver<()>)>();
+    let (bodies_tx, bodies_rx) = mpsc::unbounded_channel::<(mpsc::Sender<Frame<Bytes>>, oneshot::Receiver<()>)>();
     let bodies_tx = Arc::new(bodies_tx);
     let app = Router::new()
         .route(
@@ -190,7 +166,7 @@ async fn concurrency_permit_is_held_for_the_whole_streaming_body() {
             get(move || {
                 let bodies_tx = bodies_tx.clone();
                 async move {
-                    let (tx, dropped, body) = streaming_body();
+                    let (tx, dropped, body) = streamed();
                     bodies_tx.send((tx, dropped)).unwrap();
                     body
                 }
@@ -205,7 +181,7 @@ async fn concurrency_permit_is_held_for_the_whole_streaming_body() {
     let res = c.request(Request::get(format!("http://{addr}/stream")).body(Empty::new()).unwrap()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let (tx, dropped) = bodies_rx.recv().await.unwrap();
-    tx.send(Bytes::from_static(b"first")).await.unwrap();
+    tx.send(Frame::data(Bytes::from_static(b"first"))).await.unwrap();
     let busy = get_with(&c, addr, "/stream", &[]).await;
     assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS, "headers were sent but the body is still streaming");
     assert!(busy.headers().get("retry-after").is_none(), "a concurrency limit frees on release, not with time");
@@ -220,10 +196,10 @@ async fn concurrency_permit_is_held_for_the_whole_streaming_body() {
         client().request(Request::get(format!("http://{addr}/stream")).body(Empty::new()).unwrap()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let (tx, dropped) = bodies_rx.recv().await.unwrap();
-    tx.send(Bytes::from_static(b"partial")).await.unwrap();
+    tx.send(Frame::data(Bytes::from_static(b"partial"))).await.unwrap();
     drop(res); // disconnect without reading the rest
     // hyper notices the closed connection when it next writes; keep offering chunks.
-    let feeder = tokio::spawn(async move { while tx.send(Bytes::from_static(b"more")).await.is_ok() {} });
+    let feeder = tokio::spawn(async move { while tx.send(Frame::data(Bytes::from_static(b"more"))).await.is_ok() {} });
     tokio::time::timeout(Duration::from_secs(10), dropped).await.expect("server dropped the body").unwrap();
     feeder.abort();
     assert!(limit.check(&"127.0.0.1".parse().unwrap(), 1).is_ok(), "slot released on disconnect");

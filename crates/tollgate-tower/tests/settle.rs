@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,12 +17,12 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::Frame;
-use http_body_util::{BodyExt, Empty, StreamBody};
+use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use support::serve;
+use support::{serve, streamed};
 use tokio::sync::{mpsc, oneshot};
 use tollgate::{
     Answer, Check, Decision, FixedWindow, Lease, Limiter, ManualClock, Quota, RateLimiter, Refund, Settle, TokenBucket,
@@ -111,24 +110,6 @@ async fn a_smaller_cost_gives_the_difference_back_and_a_larger_one_is_a_debt_pai
     assert_eq!(res.headers()["retry-after"], "1", "the debt is paid, the next token is a second away");
     clock.advance(Duration::from_secs(1));
     assert_eq!(fetch(&c, addr, "/", &[("x-max-tokens", "1"), ("x-used", "1")]).await.status(), StatusCode::OK);
-}
-
-/// A body whose frames the test sends, and which reports when the server drops it.
-fn streamed() -> (mpsc::Sender<Frame<Bytes>>, oneshot::Receiver<()>, Body) {
-    let (tx, mut rx) = mpsc::channel::<Frame<Bytes>>(4);
-    let (dropped_tx, dropped_rx) = oneshot::channel();
-    struct OnDrop(Option<oneshot::Sender<()>>);
-    impl Drop for OnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.take().map(|t| t.send(()));
-        }
-    }
-    let guard = OnDrop(Some(dropped_tx));
-    let frames = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(move |frame| {
-        let _ = &guard;
-        Ok::<_, Infallible>(frame)
-    });
-    (tx, dropped_rx, Body::new(StreamBody::new(frames)))
 }
 
 type Streams = mpsc::UnboundedSender<(mpsc::Sender<Frame<Bytes>>, oneshot::Receiver<()>, UsedCost)>;
