@@ -267,7 +267,8 @@ pub struct PolicyPermit {
 enum Taken {
     Nothing,
     Lease(Lease),
-    Reserved(Reserved),
+    // Boxed: a permit stays the size of a lease on the path that takes one.
+    Reserved(Box<Reserved>),
 }
 
 impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
@@ -282,7 +283,7 @@ impl<X: KeyExtractor, L: RateLimiter<X::Key> + 'static> Policy<X, L> {
     #[inline(never)]
     fn reserve(&self, config: &Arc<SettleConfig>, key: &X::Key, n: u64, status: StatusCode) -> Verdict<PolicyPermit> {
         let held = |config: Arc<SettleConfig>, limit: Arc<L>, key: X::Key, reservation: Reservation| PolicyPermit {
-            taken: Taken::Reserved(Reserved::new(config, limit, key, reservation)),
+            taken: Taken::Reserved(Box::new(Reserved::new(config, limit, key, reservation))),
         };
         match self.limit.reserve(key, n) {
             Answer::Ready(Ok(r)) => Verdict::Ready(Ok(held(config.clone(), self.limit.clone(), key.clone(), r))),

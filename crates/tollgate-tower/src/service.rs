@@ -359,9 +359,10 @@ pin_project! {
             headers: Option<Box<http::HeaderMap>>,
         },
         // A response whose body had ended before it was sent, its cost being settled.
+        // Boxed: the future of every other response stays as small as it was.
         Settling {
             settle: tollgate::BoxFuture<()>,
-            response: Option<S::Response>,
+            response: Option<Box<S::Response>>,
         },
         Rejected {
             response: Option<Box<Response<Bytes>>>,
@@ -400,12 +401,12 @@ where
                     }
                     match holding(&mut res, permit.take(), headers.take()) {
                         Then::Hold(held) => return Poll::Ready(Ok(res.map(|body| RateLimitBody::inner(body, held)))),
-                        Then::Settle(settle) => State::Settling { settle, response: Some(res) },
+                        Then::Settle(settle) => State::Settling { settle, response: Some(Box::new(res)) },
                     }
                 }
                 StateProj::Settling { settle, response } => {
                     std::task::ready!(settle.as_mut().poll(cx));
-                    let res = response.take().expect("polled after completion");
+                    let res = *response.take().expect("polled after completion");
                     return Poll::Ready(Ok(res.map(RateLimitBody::plain)));
                 }
                 StateProj::Rejected { response } => {
