@@ -204,11 +204,14 @@ impl<A: Algorithm, C: Clock> Shared<A, C> {
     /// (nothing is changed then, whatever `actual`).
     pub(crate) fn settle(self: &Arc<Self>, lease: &Lease, actual: u64) -> Result<(), &'static str> {
         let now = self.now();
-        self.algo.charge(&self.state, now, 0)?;
         let estimate = lease.permits();
         if actual > estimate {
-            self.algo.charge(&self.state, now, actual - estimate)?;
-        } else if actual < estimate {
+            // Takes nothing when the algorithm cannot carry a debt.
+            return self.algo.charge(&self.state, now, actual - estimate);
+        }
+        // A charge of nothing asks the algorithm whether it can settle at all.
+        self.algo.charge(&self.state, now, 0)?;
+        if actual < estimate {
             self.algo.give_back(&self.state, now, estimate - actual, lease.acquired_at);
             self.drive(None);
         }

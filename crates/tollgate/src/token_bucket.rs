@@ -96,9 +96,12 @@ impl Algorithm for TokenBucket {
     /// The arrival time moves `n` emission intervals on, past the burst's horizon if need be:
     /// nothing is admitted until it is back within it.
     fn charge(&self, state: &TokenBucketState, now: u64, n: u64) -> Result<(), &'static str> {
-        let cost = n.saturating_mul(self.quota.load().emission_ns());
-        let _ =
-            state.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tat| Some(tat.max(now).saturating_add(cost)));
+        if n > 0 {
+            let cost = n.saturating_mul(self.quota.load().emission_ns());
+            let _ = state
+                .0
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |tat| Some(tat.max(now).saturating_add(cost)));
+        }
         Ok(())
     }
 
