@@ -232,10 +232,17 @@ impl Algorithm for IntervalBucket {
         self.decide_meta(state, now, n, commit).map(Snapshot::from).map_err(Snapshot::from)
     }
 
-    fn give_back(&self, state: &IntervalBucketState, now: u64, n: u64, _acquired_at: u64) {
+    /// Tokens taken in an earlier step no longer count: the steps since have refilled the bucket
+    /// as if they had never been taken (up to `burst`, which is where a step that holds a whole
+    /// burst leaves it), so giving them back too would let a step admit more than it adds. As a
+    /// fixed window forgets what is given back after it ends. (In manual mode, steps are
+    /// `replenish` calls, which this does not see: tokens are given back whenever taken.)
+    fn give_back(&self, state: &IntervalBucketState, now: u64, n: u64, acquired_at: u64) {
         let q = self.quota.load();
         let mut guard = state.0.lock().unwrap_or_else(|e| e.into_inner());
-        *guard = self.refreshed(*guard, now, &q).credited(n, q.burst());
+        let t = self.refreshed(*guard, now, &q);
+        let counts = !self.auto || acquired_at / q.period_ns() >= t.tick;
+        *guard = if counts { t.credited(n, q.burst()) } else { t };
     }
 
     /// Taken from the tokens left, the rest as a debt the next tokens pay (in auto mode the next

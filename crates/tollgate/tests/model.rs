@@ -170,9 +170,12 @@ impl Model for IntervalModel {
         self.settle(t);
         self.tokens -= i128::from(n);
     }
-    fn give_back(&mut self, t: u64, n: u64, _acquired: u64) {
+    fn give_back(&mut self, t: u64, n: u64, acquired: u64) {
         self.settle(t);
-        self.tokens = (self.tokens + i128::from(n)).min(i128::from(self.burst));
+        // Tokens taken before the last step's refill no longer count (the refill made up for them).
+        if !self.auto || acquired / self.period >= self.tick {
+            self.tokens = (self.tokens + i128::from(n)).min(i128::from(self.burst));
+        }
     }
     fn replenish(&mut self, t: u64) {
         self.give_back(t, self.limit, t);
