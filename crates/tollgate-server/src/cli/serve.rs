@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use tollgate::{AtKeyLimit, SystemClock};
 use tollgate_server::serve::{
-    CounterCap, HeaderDraft, Mode, RequestBounds, RlqsConfig, ServeConfig, ServeError, Storage, start,
+    CounterCap, HeaderDraft, Mode, RequestBounds, RlqsConfig, ServeConfig, ServeError, Storage, TlsFiles, start,
 };
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -43,6 +43,27 @@ pub(crate) struct ServeArgs {
     /// `/counters/{ns}`, `/status`) and Prometheus `/metrics`.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     http: SocketAddr,
+
+    /// Serve the endpoints for operators (`/limits/{ns}`, `/counters/{ns}` with its `DELETE`
+    /// that resets counters, `/metrics`, `/status`) on this address instead, in plaintext; the
+    /// --http listener then serves only `/check`, `/report`, `/check_and_report` and `/status`.
+    /// Keep this port out of the Service Envoy and the callers use.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<SocketAddr>,
+
+    /// TLS on the --grpc and --http listeners: the server's certificate chain (PEM, leaf
+    /// first). Needs --tls-key. Read again when the file changes (a rotated Kubernetes Secret).
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
+    /// Require a client certificate signed by a CA in this PEM file on every connection (mTLS:
+    /// Envoy's `transport_socket` to the rate-limit cluster); a caller without one cannot connect.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
 
     /// Where counters live: `memory` (this process) or `redis` (shared by every server on the
     /// same Redis and prefix; fixed_window limits only).
@@ -317,6 +338,17 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
         format,
         grpc: args.grpc,
         http: args.http,
+        admin: args.admin,
+        tls: match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => {
+                let files = TlsFiles::new(cert, key);
+                Some(match args.tls_client_ca {
+                    Some(ca) => files.with_client_ca(ca),
+                    None => files,
+                })
+            }
+            _ => None,
+        },
         mode: args.mode.into(),
         shadow: args.shadow,
         watch: !args.no_watch,
@@ -374,8 +406,19 @@ pub(crate) fn main(args: ServeArgs) -> ExitCode {
             shadow = config.shadow,
             "limits loaded"
         );
-        tracing::info!("Envoy RLS and RLQS (gRPC) listening on {}", running.grpc);
-        tracing::info!("HTTP API listening on http://{} (metrics on /metrics)", running.http);
+        let (tls, scheme) = match &config.tls {
+            Some(files) if files.client_ca.is_some() => (" over TLS, client certificates required", "https"),
+            Some(_) => (" over TLS", "https"),
+            None => ("", "http"),
+        };
+        tracing::info!("Envoy RLS and RLQS (gRPC) listening on {}{tls}", running.grpc);
+        match running.admin {
+            None => tracing::info!("HTTP API listening on {scheme}://{} (metrics on /metrics)", running.http),
+            Some(admin) => {
+                tracing::info!("HTTP decisions listening on {scheme}://{}", running.http);
+                tracing::info!("admin (limits, counters, /metrics) listening on http://{admin}");
+            }
+        }
         #[cfg(feature = "otlp")]
         if let Some(endpoint) = &args.otlp_endpoint {
             tracing::info!("decision spans exported to {endpoint} (OTLP/gRPC)");

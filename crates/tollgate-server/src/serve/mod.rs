@@ -31,6 +31,7 @@ pub use model::{
     Action, Bound, CallError, CounterCap, CounterFilter, CounterList, CounterTable, CounterView, Loaded, Mode, Outcome,
     Oversize, REDIS_MAX_VALUE, Refused, RequestBounds, Status, StorageError, StorageKind, fair_shares,
 };
+pub use net::tls::{TlsError, TlsFiles};
 pub use ops::metrics::{Metrics, STATS_KEYS_PER_LIMIT, UNCONFIGURED_NAMESPACE};
 pub use ops::reload::{Reloaded, Reloader};
 pub use ops::trace;

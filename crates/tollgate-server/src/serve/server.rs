@@ -13,10 +13,12 @@ use super::engine::Engine;
 use super::model::{CounterCap, Mode, RequestBounds, StorageError, StorageKind};
 use super::net::grpc::Unary;
 use super::net::rlqs::RlqsService;
+use super::net::tls::{Tls, TlsError, TlsFiles};
 use super::net::{http1, preface, stopped};
 use super::ops::metrics::Metrics;
 use super::ops::reload::Reloader;
 use super::ops::trace::TraceParent;
+use super::ops::watch;
 use super::protocol::headers::HeaderDraft;
 use super::protocol::methods;
 use super::protocol::rlqs::{Rlqs, RlqsConfig};
@@ -32,8 +34,18 @@ pub struct ServeConfig {
     pub format: Format,
     /// Where Envoy's RLS (gRPC) listens.
     pub grpc: SocketAddr,
-    /// Where the HTTP API and `/metrics` listen.
+    /// Where the HTTP API listens (and, without [`ServeConfig::admin`], `/metrics` and the
+    /// counters' and limits' endpoints).
     pub http: SocketAddr,
+    /// Where the endpoints for operators listen apart (`--admin`): `/limits/{ns}`,
+    /// `/counters/{ns}` (listing, and resetting with `DELETE`), `/metrics` and `/status`, in
+    /// plaintext. When set, the HTTP listener serves only the decision calls and `/status`, so
+    /// a client of the decisions cannot reset counters. `None` (the default): all on `http`.
+    pub admin: Option<SocketAddr>,
+    /// TLS on the gRPC and HTTP listeners, and client certificates required when it names a CA
+    /// (`--tls-cert`, `--tls-key`, `--tls-client-ca`); the files are read again when they change.
+    /// `None` (the default): plaintext.
+    pub tls: Option<TlsFiles>,
     /// Accuracy or throughput.
     pub mode: Mode,
     /// Count and report, but allow everything.
@@ -104,6 +116,8 @@ impl ServeConfig {
             format: Format::default(),
             grpc: SocketAddr::from(([127, 0, 0, 1], 8081)),
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin: None,
+            tls: None,
             mode: Mode::Accuracy,
             shadow: false,
             watch: true,
@@ -242,6 +256,9 @@ pub enum ServeError {
     /// The file watcher could not start.
     #[error("cannot watch the limits file: {0}")]
     Watch(#[from] notify::Error),
+    /// A TLS file is missing or wrong (the message names it).
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// A started server: its addresses (with the ports the OS chose for port 0) and its parts.
@@ -250,13 +267,15 @@ pub struct Running<C: Clock = SystemClock> {
     pub grpc: SocketAddr,
     /// The HTTP address.
     pub http: SocketAddr,
+    /// The admin address, when [`ServeConfig::admin`] is set.
+    pub admin: Option<SocketAddr>,
     /// The engine deciding.
     pub engine: Arc<Engine<C>>,
     /// The reloader of the limits.
     pub reloader: Arc<Reloader<C>>,
     shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    _watcher: Option<notify::RecommendedWatcher>,
+    _watchers: Vec<notify::RecommendedWatcher>,
 }
 
 impl<C: Clock + Clone> Running<C> {
@@ -298,15 +317,44 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     };
     let engine = Arc::new(engine);
     let reloader = Arc::new(Reloader::new(&config.limits, config.format, text, engine.clone(), metrics.clone()));
-    let watcher = if config.watch { Some(reloader.clone().watch()?) } else { None };
+    let mut watchers = Vec::new();
+    if config.watch {
+        watchers.push(reloader.clone().watch()?);
+    }
+    // One set-up per listener (they offer different protocols), both read again on a change.
+    let tls = match &config.tls {
+        None => None,
+        Some(files) => Some(metrics.recording(|| {
+            let grpc = Arc::new(Tls::load(files.clone(), "grpc", &[b"h2"])?);
+            let http = Arc::new(Tls::load(files.clone(), "http", &[b"h2", b"http/1.1"])?);
+            Ok::<_, TlsError>((grpc, http))
+        })?),
+    };
+    if let Some((grpc, http)) = &tls {
+        let (grpc, http) = (grpc.clone(), http.clone());
+        watchers.push(watch::on_change(grpc.dirs(), move || {
+            grpc.reload();
+            http.reload();
+        })?);
+    }
 
     let bind = |addr: SocketAddr| async move {
         tokio::net::TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })
     };
     let grpc_listener = bind(config.grpc).await?;
     let http_listener = bind(config.http).await?;
+    let admin_listener = match config.admin {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
     let grpc = grpc_listener.local_addr().map_err(|source| ServeError::Bind { addr: config.grpc, source })?;
     let http = http_listener.local_addr().map_err(|source| ServeError::Bind { addr: config.http, source })?;
+    let admin = match (&admin_listener, config.admin) {
+        (Some(listener), Some(addr)) => {
+            Some(listener.local_addr().map_err(|source| ServeError::Bind { addr, source })?)
+        }
+        _ => None,
+    };
     let (shutdown, signal) = tokio::sync::watch::channel(false);
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -328,18 +376,14 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     // The rate-limit calls are answered by `Unary`; tonic's routes serve health and RLQS.
     let routes = tonic::service::Routes::new(health_service).add_service(rlqs).prepare();
     let service = Unary::new(rls, routes);
-    let mut stop = signal.clone();
-    let incoming = preface::incoming(grpc_listener, config.grpc_read_timeout);
-    let grpc_task = tokio::spawn(async move {
-        let stopping = async move { stopped(&mut stop).await };
-        let served = tonic::transport::Server::builder()
-            .layer(tower::util::MapResponseLayer::new(decode_errors_are_invalid_argument))
-            .serve_with_incoming_shutdown(service, incoming, stopping)
-            .await;
-        if let Err(e) = served {
-            tracing::error!("gRPC server stopped: {e}");
+    let timeout = config.grpc_read_timeout;
+    let grpc_task = match &tls {
+        None => tokio::spawn(serve_grpc(service, preface::incoming(grpc_listener, timeout), signal.clone())),
+        Some((tls, _)) => {
+            let incoming = preface::incoming_tls(grpc_listener, timeout, tls.clone());
+            tokio::spawn(serve_grpc(service, incoming, signal.clone()))
         }
-    });
+    };
 
     let upkeep_metrics = metrics.clone();
     let mut stop = signal.clone();
@@ -376,20 +420,40 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     }
 
     let api = http::Api::new(engine.clone(), metrics.clone(), config.trace_parent.clone(), config.http_read_timeout);
-    let routes = http::routes(api.clone());
-    let http_task = tokio::spawn(http1::serve(http_listener, api, routes, config.http_read_timeout, signal));
-    Ok(Running {
-        grpc,
-        http,
-        engine,
-        reloader,
-        shutdown,
-        tasks: {
-            tasks.extend([grpc_task, http_task, upkeep_task]);
-            tasks
-        },
-        _watcher: watcher,
-    })
+    let read_timeout = config.http_read_timeout;
+    let http_tls = tls.map(|(_, http)| http);
+    let decisions = match admin_listener {
+        None => http::routes(api.clone()),
+        Some(listener) => {
+            let admin = http1::Listener { routes: http::admin_routes(api.clone()), decides: false, tls: None };
+            tasks.push(tokio::spawn(http1::serve(listener, api.clone(), admin, read_timeout, signal.clone())));
+            http::decision_routes(api.clone())
+        }
+    };
+    let serves = http1::Listener { routes: decisions, decides: true, tls: http_tls };
+    let http_task = tokio::spawn(http1::serve(http_listener, api, serves, read_timeout, signal.clone()));
+    tasks.extend([grpc_task, http_task, upkeep_task]);
+    Ok(Running { grpc, http, admin, engine, reloader, shutdown, tasks, _watchers: watchers })
+}
+
+/// Serves the gRPC services on `incoming` until `stop` says so.
+async fn serve_grpc<C, S, IO>(
+    service: Unary<C, tonic::service::Routes>,
+    incoming: S,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    C: Clock + Clone,
+    S: futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + tonic::transport::server::Connected + Unpin + Send + 'static,
+{
+    let stopping = async move { stopped(&mut stop).await };
+    let served = tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(decode_errors_are_invalid_argument))
+        .serve_with_incoming_shutdown(service, incoming, stopping)
+        .await;
+    if let Err(e) = served {
+        tracing::error!("gRPC server stopped: {e}");
+    }
 }
 
 /// tonic answers a request it cannot decode with INTERNAL; it is the caller's mistake, so say
@@ -409,6 +473,7 @@ impl<C: Clock> std::fmt::Debug for Running<C> {
         f.debug_struct("Running")
             .field("grpc", &self.grpc)
             .field("http", &self.http)
+            .field("admin", &self.admin)
             .field("engine", &self.engine)
             .finish_non_exhaustive()
     }

@@ -60,6 +60,7 @@ use tracing::Instrument;
 
 use super::socket::{Polled, ReadHook, Socket, Transport, timed_out};
 use super::stopped;
+use super::tls::Tls;
 use crate::serve::model::Action;
 use crate::serve::ops::trace::{Decision, Protocol};
 use crate::serve::protocol::http::{Answer, Api, answer, body_timed_out};
@@ -79,13 +80,26 @@ const READ_CHUNK: usize = 4096;
 /// Answers kept before they are written, and buffer room kept between requests, at most.
 const MAX_KEPT: usize = 64 * 1024;
 
+/// What one HTTP listener serves, and how.
+#[derive(Clone, Debug)]
+pub(crate) struct Listener {
+    /// The routes hyper answers.
+    pub(crate) routes: Router,
+    /// Whether the decision calls are answered here before hyper (false on the admin
+    /// listener, whose routes have none).
+    pub(crate) decides: bool,
+    /// TLS on every connection, when set.
+    pub(crate) tls: Option<Arc<Tls>>,
+}
+
 /// Accepts connections on `listener` until `stop` says so (or its sender is gone), then waits for
 /// the connections to finish: whole requests already read are answered, the last answer saying
-/// `connection: close`; a connection idle or midway through a request closes at once.
+/// `connection: close`; a connection idle or midway through a request closes at once. With TLS,
+/// each connection's handshake must end within `read_timeout`.
 pub(crate) async fn serve<C: Clock + Clone>(
     listener: TcpListener,
     api: Arc<Api<C>>,
-    routes: Router,
+    serves: Listener,
     read_timeout: Option<Duration>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -107,9 +121,17 @@ pub(crate) async fn serve<C: Clock + Clone>(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY not set on an HTTP connection: {e}");
         }
-        let (api, routes, stop, open) = (api.clone(), routes.clone(), stop.clone(), open_rx.clone());
+        let (api, serves, stop, open) = (api.clone(), serves.clone(), stop.clone(), open_rx.clone());
         tokio::spawn(async move {
-            connection(api, routes, read_timeout, stop, tcp).await;
+            let (routes, decides) = (serves.routes, serves.decides);
+            match serves.tls {
+                None => Connection { api, routes, read_timeout, stop, decides }.run(tcp).await,
+                Some(tls) => {
+                    if let Ok(tls) = tls.accept(tcp, read_timeout).await {
+                        Connection { api, routes, read_timeout, stop, decides }.run(tls).await;
+                    }
+                }
+            }
             drop(open);
         });
     }
@@ -138,7 +160,7 @@ pub(crate) async fn connection<C: Clock + Clone, T: Transport>(
     stop: watch::Receiver<bool>,
     tcp: T,
 ) {
-    Connection { api, routes, read_timeout, stop }.run(tcp).await;
+    Connection { api, routes, read_timeout, stop, decides: true }.run(tcp).await;
 }
 
 /// One connection's state.
@@ -147,10 +169,16 @@ struct Connection<C: Clock> {
     routes: Router,
     read_timeout: Option<Duration>,
     stop: watch::Receiver<bool>,
+    /// False: every request goes to hyper and the routes.
+    decides: bool,
 }
 
 impl<C: Clock + Clone> Connection<C> {
     async fn run<T: Transport>(mut self, mut tcp: T) {
+        if !self.decides {
+            let deadline = self.read_timeout.map(ReadDeadline::new);
+            return self.hand_over(tcp, Bytes::new(), false, deadline).await;
+        }
         let mut input = BytesMut::with_capacity(READ_CHUNK);
         let mut output = Vec::with_capacity(512);
         // Once a call is answered here, the connection is HTTP/1 for good (no HTTP/2 preface later).
@@ -287,18 +315,25 @@ async fn write<T: Transport>(tcp: &mut T, mut bytes: &[u8], timeout: Option<Dura
             Err(_) => return false,
         }
     }
-    if bytes.is_empty() {
+    if bytes.is_empty() && !T::BUFFERS {
         return true;
     }
+    let rest = async {
+        tcp.write_all(bytes).await?;
+        if T::BUFFERS {
+            tcp.flush().await?;
+        }
+        io::Result::Ok(())
+    };
     match timeout {
-        Some(timeout) => match tokio::time::timeout(timeout, tcp.write_all(bytes)).await {
+        Some(timeout) => match tokio::time::timeout(timeout, rest).await {
             Ok(written) => written.is_ok(),
             Err(_) => {
                 tracing::debug!("HTTP connection closed: answers not read within the read timeout");
                 false
             }
         },
-        None => tcp.write_all(bytes).await.is_ok(),
+        None => rest.await.is_ok(),
     }
 }
 

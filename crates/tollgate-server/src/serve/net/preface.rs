@@ -12,16 +12,19 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncRead, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
+use tokio_rustls::server::TlsStream;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
 use super::socket::{Polled, ReadHook, Socket, timed_out};
+use super::tls::Tls;
 
 /// `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`: what every HTTP/2 client sends first (RFC 9113, 3.4).
 const PREFACE_LEN: usize = 24;
@@ -46,9 +49,48 @@ pub(crate) fn incoming(
     incoming.map(move |accepted| accepted.map(|tcp| Socket::new(tcp, Deadline::new(timeout), None)))
 }
 
+/// The same over TLS: each connection's handshake on a task of its own, within `timeout`, then
+/// `timeout` again for the preface (read from the TLS stream: the HTTP/2 bytes, not the
+/// handshake's). Connections whose handshake fails are dropped (and counted by `tls`). The
+/// accepting task ends when the stream is dropped.
+pub(crate) fn incoming_tls(
+    listener: TcpListener,
+    timeout: Option<Duration>,
+    tls: Arc<Tls>,
+) -> impl Stream<Item = io::Result<Preface<TlsStream<TcpStream>>>> + Send + 'static {
+    let mut accepted = Box::pin(incoming(listener, timeout));
+    // Handshakes done and not yet taken by the server: a few, so a burst waits for it to take
+    // them rather than holding memory.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let preface = tokio::select! {
+                next = accepted.next() => match next {
+                    Some(Ok(preface)) => preface,
+                    // As tonic does with its own incoming stream: a failed accept is logged and
+                    // accepting goes on.
+                    Some(Err(e)) => {
+                        tracing::debug!("gRPC accept error: {e}");
+                        continue;
+                    }
+                    None => return,
+                },
+                () = tx.closed() => return,
+            };
+            let (tls, tx) = (tls.clone(), tx.clone());
+            tokio::spawn(async move {
+                if let Ok(stream) = tls.accept(preface.tcp, timeout).await {
+                    let _ = tx.send(Ok(Socket::new(stream, Deadline::new(timeout), None))).await;
+                }
+            });
+        }
+    });
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
 /// An accepted connection whose reads fail with `TimedOut` if the preface has not arrived whole
 /// by its deadline.
-pub(crate) type Preface = Socket<Deadline>;
+pub(crate) type Preface<T = TcpStream> = Socket<Deadline, T>;
 
 /// Until the preface is read: its deadline (boxed because `Sleep` is `!Unpin`, once per
 /// connection) and the bytes read so far.
@@ -89,6 +131,14 @@ impl Connected for Preface {
 
     fn connect_info(&self) -> TcpConnectInfo {
         self.tcp.connect_info()
+    }
+}
+
+impl Connected for Preface<TlsStream<TcpStream>> {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.tcp.get_ref().0.connect_info()
     }
 }
 

@@ -4,8 +4,8 @@
 //! client leaves the answers unread, and how the gRPC listener holds a new connection to its
 //! preface deadline (`preface::Deadline`).
 //!
-//! The connection is a [`Transport`]: a `TcpStream` when serving, an in-memory stream when the
-//! connection code is fuzzed (`serve::fuzzing`).
+//! The connection is a [`Transport`]: a `TcpStream` when serving, or a TLS stream over one
+//! ([`super::tls`]), an in-memory stream when the connection code is fuzzed (`serve::fuzzing`).
 
 use std::future::Future;
 use std::io;
@@ -19,6 +19,10 @@ use tokio::time::Sleep;
 
 /// What a connection is carried on.
 pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Writes may stay in the transport's buffer until it is flushed (TLS records): the
+    /// connection flushes after its writes. A constant, so a plain socket's path has no flush.
+    const BUFFERS: bool = false;
+
     /// Writes what the connection takes now, without waiting or registering for a wakeup (as
     /// `TcpStream::try_write`); `WouldBlock` when it takes nothing.
     fn try_write(&mut self, buf: &[u8]) -> io::Result<usize>;

@@ -1,8 +1,6 @@
 //! Hot reload of the limits file (or, in envoy/ratelimit's format, of the directory's files).
 //!
-//! The file's directory is watched, not the file: editors save by writing a new file and renaming
-//! it over the old one, and Kubernetes swaps a `..data` symlink in the directory; either way the
-//! watched path's inode changes and a watch on the file itself would go quiet. A directory of
+//! The file's directory is watched, not the file ([`super::watch`] says why). A directory of
 //! envoy/ratelimit files is watched itself, and every file of it read again on a change (a file
 //! added, changed, renamed or removed), as envoy/ratelimit does. Any event in the directory that
 //! may change content re-reads the files (opening or reading a file is an event too, and the
@@ -13,18 +11,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode};
-use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use notify::RecommendedWatcher;
 use tollgate::Clock;
 use tollgate_policy::{Format, PolicyError, SourceText};
 
 use super::metrics::Metrics;
 use crate::serve::engine::Engine;
-
-/// Editors write a file in several steps; wait this long after the first event before reading.
-const SETTLE: Duration = Duration::from_millis(50);
 
 /// Reloads one limits path into one engine.
 pub struct Reloader<C: Clock> {
@@ -118,37 +111,9 @@ impl<C: Clock + Clone> Reloader<C> {
     /// Watches the file's directory (or the directory the path is) and reloads on every change
     /// until the returned watcher is dropped. Needs a tokio runtime.
     pub fn watch(self: Arc<Self>) -> notify::Result<RecommendedWatcher> {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|e| may_change_content(&e.kind)) {
-                let _ = tx.send(());
-            }
-        })?;
-        let dir = match self.path.parent() {
-            _ if self.path.is_dir() => self.path.clone(),
-            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        watcher.watch(&dir, RecursiveMode::NonRecursive)?;
-        tokio::spawn(async move {
-            while rx.recv().await.is_some() {
-                tokio::time::sleep(SETTLE).await;
-                while rx.try_recv().is_ok() {}
-                let _ = self.reload();
-            }
-        });
-        Ok(watcher)
-    }
-}
-
-/// False for events that cannot change the file's content: opening, reading, closing after
-/// reading. Each reload opens and reads the file, so counting those would make every reload
-/// schedule the next one, forever. Closing after writing counts: it is a writer finishing.
-fn may_change_content(kind: &EventKind) -> bool {
-    match kind {
-        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
-        EventKind::Access(_) => false,
-        _ => true,
+        super::watch::on_change([super::watch::dir_of(&self.path)], move || {
+            let _ = self.reload();
+        })
     }
 }
 

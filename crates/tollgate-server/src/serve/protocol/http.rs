@@ -214,15 +214,37 @@ pub fn router_with_trace_parent<C: Clock + Clone>(
 
 /// The API's routes over `api`.
 pub(crate) fn routes<C: Clock + Clone>(api: Arc<Api<C>>) -> Router {
-    Router::new()
+    operations(decisions(Router::new())).route("/status", get(status::<C>)).with_state(api)
+}
+
+/// The decision listener's routes when the operators' are served apart (`--admin`): the
+/// decision calls and `/status`.
+pub(crate) fn decision_routes<C: Clock + Clone>(api: Arc<Api<C>>) -> Router {
+    decisions(Router::new()).route("/status", get(status::<C>)).with_state(api)
+}
+
+/// The operators' routes on a listener of their own (`--admin`): the limits, the counters
+/// (listed, reset), `/metrics`, and `/status` for the admin port's probes.
+pub(crate) fn admin_routes<C: Clock + Clone>(api: Arc<Api<C>>) -> Router {
+    operations(Router::new()).route("/status", get(status::<C>)).with_state(api)
+}
+
+type ApiRouter<C> = Router<Arc<Api<C>>>;
+
+/// `router` with the decision calls.
+fn decisions<C: Clock + Clone>(router: ApiRouter<C>) -> ApiRouter<C> {
+    router
         .route("/check", post(|s, r| call(s, r, Action::Check)))
         .route("/report", post(|s, r| call(s, r, Action::Report)))
         .route("/check_and_report", post(|s, r| call(s, r, Action::CheckAndReport)))
+}
+
+/// `router` with the operators' calls.
+fn operations<C: Clock + Clone>(router: ApiRouter<C>) -> ApiRouter<C> {
+    router
         .route("/limits/{namespace}", get(limits))
         .route("/counters/{namespace}", get(counters).delete(reset))
-        .route("/status", get(status::<C>))
         .route("/metrics", get(render_metrics::<C>))
-        .with_state(api)
 }
 
 /// A check, report or check-and-report, in its decision span (its parent named in the request's
