@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tollgate::{Keyed, Lease, Meta, Quota, QuotaError, Reason, Rejected, SystemClock, TokenBucket};
@@ -52,6 +52,18 @@ impl FailurePolicy {
         }
     }
 
+    /// A decision's call to Redis is on its way until the returned guard is dropped (answered,
+    /// failed, or given up at its deadline): a local fallback grants nothing meanwhile.
+    pub(crate) fn calling(&self) -> Option<InFlight<'_>> {
+        match self {
+            FailurePolicy::Local(local) => {
+                local.in_flight.fetch_add(1, Ordering::AcqRel);
+                Some(InFlight(&local.in_flight))
+            }
+            _ => None,
+        }
+    }
+
     /// Redis answered a decision for `key`.
     pub(crate) fn answered(&self, key: &str) {
         if let FailurePolicy::Local(local) = self {
@@ -64,6 +76,16 @@ impl FailurePolicy {
         if let FailurePolicy::Local(local) = self {
             local.charged(key, charge);
         }
+    }
+}
+
+/// A call to Redis on its way ([`FailurePolicy::calling`]).
+#[derive(Debug)]
+pub(crate) struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -103,6 +125,13 @@ impl std::fmt::Debug for FailurePolicy {
 /// - a key's local bucket starts each outage **empty**: it does not know how much of its burst
 ///   Redis granted just before, so it grants only what the rate earns from the outage's start,
 ///   never a second burst on top of Redis's;
+/// - it grants nothing while a call to Redis is on its way (one that has neither been answered
+///   nor passed its deadline): a slow Redis may still answer that call, granting from a bucket
+///   that does not know of the local grants, and both would count the same permits. A call sent
+///   once the local grants exist carries their charge ahead of its decision, but grants made while
+///   it travels would be unknown to it too. So while Redis is merely slow, Redis decides; the
+///   fallback grants once its calls are answered or given up (a hung Redis: between the back-off's
+///   probes);
 /// - what it grants is owed to Redis: the first decision Redis answers for the key after the
 ///   outage first counts those permits there (`charge.lua`, one extra round trip, once), so Redis
 ///   does not grant them again. A charge that misses its deadline is sent again with the next
@@ -132,7 +161,13 @@ pub struct LocalFallback {
     next_outage: AtomicU64,
     /// Whether `debts` has any entry: the only thing a healthy decision reads.
     in_outage: AtomicBool,
+    /// Calls to Redis on their way, of every key ([`FailurePolicy::calling`]).
+    in_flight: AtomicUsize,
 }
+
+/// What a fallback decision refused because a call to Redis is on its way says to wait, at
+/// least: the call is answered or given up within the deadline (50 ms by default).
+const IN_FLIGHT_RETRY_NS: u64 = 1_000_000;
 
 impl LocalFallback {
     /// A local token bucket per key with `quota`.
@@ -148,6 +183,7 @@ impl LocalFallback {
             debts: Mutex::new(HashMap::new()),
             next_outage: AtomicU64::new(first),
             in_outage: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -174,6 +210,13 @@ impl LocalFallback {
             let outage = self.next_outage.fetch_add(1, Ordering::Relaxed);
             debts.insert(key.to_owned(), Debt { outage, granted: 0, counted: 0 });
             self.in_outage.store(true, Ordering::Relaxed);
+        }
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            // Not now: Redis may yet grant what a call on its way asked (see the type's docs).
+            let meta = self.limiter.check(key, 0).unwrap_or_else(|rejected| rejected.meta());
+            let meta =
+                Meta { remaining: 0, retry_ns: Some(meta.retry_ns.unwrap_or(0).max(IN_FLIGHT_RETRY_NS)), ..meta };
+            return Err(Rejected::new(meta, n, Reason::Fallback));
         }
         match self.limiter.try_acquire(key, n) {
             Ok(lease) => {
@@ -245,5 +288,37 @@ impl LocalFallback {
 impl std::fmt::Debug for LocalFallback {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalFallback").field("limiter", &self.limiter).field("owed", &self.owed()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// While a call to Redis is on its way, a fallback decision grants nothing (Redis may still
+    /// grant the same permits); once it is answered or given up, the rate's permits are granted.
+    #[test]
+    fn nothing_is_granted_locally_while_a_call_to_redis_is_on_its_way() {
+        let quota = Quota::per_second(1000).unwrap().with_burst(10).unwrap();
+        let policy = FailurePolicy::local_share(quota, 1).unwrap();
+        let FailurePolicy::Local(local) = &policy else { unreachable!() };
+        let call = policy.calling();
+        let refused = policy.decide("k", 1, 10).unwrap_err();
+        assert_eq!(refused.reason(), Reason::Fallback);
+        assert!(refused.retry_after().is_some_and(|d| d >= std::time::Duration::from_millis(1)), "{refused:?}");
+        assert_eq!(local.owed(), 0);
+        let second = policy.calling();
+        drop(call);
+        assert!(policy.decide("k", 1, 10).is_err(), "one call is still on its way");
+        drop(second);
+        // The outage's bucket started empty: the first permit comes with the rate (1 ms).
+        let started = std::time::Instant::now();
+        while policy.decide("k", 1, 10).is_err() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(5), "never granted");
+            std::thread::yield_now();
+        }
+        assert_eq!(local.owed(), 1);
+        // The other policies have no fallback to hold back.
+        assert!(FailurePolicy::Deny.calling().is_none());
     }
 }

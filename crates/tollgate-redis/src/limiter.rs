@@ -587,6 +587,8 @@ impl RedisLimiter {
     async fn call(&self, tag: &str, keys: &[&str], n: u64, mode: Mode) -> Result<Reply, BackendError> {
         let i = &self.inner;
         let started = tollgate::Clock::now(&i.system);
+        // Held until the call is answered, fails, or is dropped at its deadline.
+        let _in_flight = i.failure.calling();
         let reply = self.script(tag, keys, n, mode).await;
         i.metrics.decided(tollgate::Clock::now(&i.system).saturating_sub(started));
         reply.inspect_err(|e| i.metrics.error(e))
