@@ -110,6 +110,12 @@ async fn redis_outage_is_unavailable_not_allowed() {
     let (status, _, text) = server.post("/check_and_report", body).await;
     assert_eq!(status, 503);
     assert!(text.contains("counter storage unavailable"), "{text}");
+    // Each counted, per protocol.
+    let metrics = server.get("/metrics").await.1;
+    for protocol in ["grpc", "http"] {
+        let series = format!("tollgate_unavailable_total{{protocol=\"{protocol}\"}} 1");
+        assert!(metrics.lines().any(|l| l == series), "{series} in:\n{metrics}");
+    }
 }
 
 #[tokio::test]

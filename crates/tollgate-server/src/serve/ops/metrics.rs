@@ -33,12 +33,32 @@ pub struct Metrics {
     latency: Histogram,
     /// `tollgate_requests_refused_total{bound}`, in the order of [`Bound::ALL`].
     refused: [Counter; 4],
+    /// `tollgate_unavailable_total{protocol}`, in the order of [`Port`].
+    unavailable: [Counter; 2],
     /// The handles of the labelled counters recorded so far (one per series the recorder keeps
     /// anyway, so this grows no faster than the exposition does).
     series: RwLock<HashMap<SeriesKey, Counter>>,
     /// Each limit's envoy/ratelimit statistics, for the limits of one generation.
     rules: RwLock<RuleTable>,
     reload: Mutex<ReloadState>,
+}
+
+/// Which port answered a call: its `protocol` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Port {
+    /// RLS and Kuadrant's service.
+    Grpc = 0,
+    /// The HTTP API.
+    Http = 1,
+}
+
+impl Port {
+    fn name(self) -> &'static str {
+        match self {
+            Port::Grpc => "grpc",
+            Port::Http => "http",
+        }
+    }
 }
 
 /// envoy/ratelimit's near-limit ratio (its `NEAR_LIMIT_RATIO` default): hits above this share of
@@ -223,6 +243,14 @@ impl Metrics {
             }
         });
         with_local_recorder(&recorder, describe_rlqs);
+        // Both series from the start: a rate over them, and an alert on it, need no first failure.
+        let unavailable = with_local_recorder(&recorder, || {
+            metrics::describe_counter!(
+                "tollgate_unavailable_total",
+                "Calls answered unavailable (gRPC UNAVAILABLE, HTTP 503) because the storage could not decide, per protocol"
+            );
+            [Port::Grpc, Port::Http].map(|port| counter!("tollgate_unavailable_total", "protocol" => port.name()))
+        });
         let latency = with_local_recorder(&recorder, || histogram!("tollgate_decision_seconds"));
         let refused = with_local_recorder(&recorder, || {
             metrics::describe_counter!(
@@ -235,6 +263,7 @@ impl Metrics {
             recorder,
             latency,
             refused,
+            unavailable,
             series: RwLock::default(),
             rules: RwLock::default(),
             reload: Mutex::new(ReloadState::default()),
@@ -340,6 +369,12 @@ impl Metrics {
     /// Records a call refused for its size: over `bound`.
     pub fn refused(&self, bound: Bound) {
         self.refused[Bound::ALL.iter().position(|b| *b == bound).expect("every bound is in ALL")].increment(1);
+    }
+
+    /// Records a call answered unavailable (gRPC `UNAVAILABLE`, HTTP 503): the storage could not
+    /// decide (Redis failed or missed `--redis-deadline`).
+    pub(crate) fn unavailable(&self, port: Port) {
+        self.unavailable[port as usize].increment(1);
     }
 
     /// RLQS: `delta` streams opened (positive) or closed (negative), in

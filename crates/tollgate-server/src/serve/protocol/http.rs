@@ -47,7 +47,7 @@ use tracing::Instrument;
 use super::headers::{HeaderDraft, response_headers};
 use crate::serve::engine::Engine;
 use crate::serve::model::{Action, CallError, CounterFilter};
-use crate::serve::ops::metrics::Metrics;
+use crate::serve::ops::metrics::{Metrics, Port};
 use crate::serve::ops::trace::{Decision, Protocol, TraceParent};
 
 /// A check, report or check-and-report request.
@@ -345,6 +345,7 @@ pub(crate) async fn answer<C: Clock + Clone>(api: &Api<C>, body: &[u8], action: 
         }
         Err(e @ CallError::Storage(_)) => {
             decision.unavailable();
+            api.metrics.unavailable(Port::Http);
             return Answer::refused(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"));
         }
     };

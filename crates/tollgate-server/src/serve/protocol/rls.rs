@@ -49,7 +49,7 @@ use super::headers::{HeaderDraft, response_headers};
 use super::metadata::{RequestMetadata, quota_exceeded};
 use crate::serve::engine::Engine;
 use crate::serve::model::{Action, CallError, Outcome, Status};
-use crate::serve::ops::metrics::Metrics;
+use crate::serve::ops::metrics::{Metrics, Port};
 use crate::serve::ops::trace::{Decision, Protocol, TraceParent};
 
 /// Envoy's and Kuadrant's rate limit services: what answers their calls, whichever way they came.
@@ -151,6 +151,7 @@ impl<C: Clock + Clone> Rls<C> {
             // UNAVAILABLE lets Envoy's failure_mode_deny decide, as Limitador does.
             Err(e @ CallError::Storage(_)) => {
                 decision.unavailable();
+                self.metrics.unavailable(Port::Grpc);
                 return Err(GrpcStatus::unavailable(e.to_string()));
             }
         };
