@@ -2,6 +2,7 @@
 //! both protocols over real sockets.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod fleet;
 
 use std::path::PathBuf;
