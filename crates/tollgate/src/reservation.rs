@@ -16,7 +16,12 @@
 //! admitted while a debt is unpaid. Checking first and charging after (what envoy/ratelimit's
 //! `hits_addend: 0` then `apply_on_stream_done` does) has no such bound: every request in flight
 //! passes the check. `tests/model.rs` holds every algorithm to its reference model through
-//! reserves and settles; `tests/settle.rs` checks the bound.
+//! reserves and settles; `tests/settle.rs` checks the bound. One gap, a token bucket's: what a
+//! settle gives back is credited up to a full bucket, and a bucket that refilled to full while
+//! the reservation was out (idle longer than its burst takes to refill) has already made up for
+//! those permits, so in the moment the refund lands it may admit up to the refund above its burst.
+//! Telling the two apart would take a second word of state per key; an interval bucket and a
+//! fixed window instead drop what comes back after the step or window it was taken in ends.
 //!
 //! ```
 //! use std::time::Duration;
