@@ -344,3 +344,18 @@ async fn the_admin_listener_serves_the_operators_and_the_decision_listener_only_
     assert_eq!(http(admin, &post_check()).await, Ok(404));
     server.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_handshake_does_not_hold_the_shutdown() {
+    let ca = Ca::new("server");
+    let dir = tls_dir(&ca);
+    // The default 30 s read timeouts: the stop must not wait for them.
+    let server = server_with(LIMITS, |c| c.tls = Some(files(&dir, None))).await;
+    let silent_http = TcpStream::connect(server.running.http).await.unwrap();
+    let silent_grpc = TcpStream::connect(server.running.grpc).await.unwrap();
+    // Both accepted, their handshakes waiting for a ClientHello.
+    assert_eq!(https(server.running.http, client_config(&ca.pem(), None), &post_check()).await, Ok(200));
+    let stopped = tokio::time::timeout(Duration::from_secs(10), server.running.shutdown()).await;
+    assert!(stopped.is_ok(), "the shutdown waited for a handshake that never came");
+    drop((silent_http, silent_grpc));
+}

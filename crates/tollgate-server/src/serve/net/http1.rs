@@ -127,7 +127,13 @@ pub(crate) async fn serve<C: Clock + Clone>(
             match serves.tls {
                 None => Connection { api, routes, read_timeout, stop, decides }.run(tcp).await,
                 Some(tls) => {
-                    if let Ok(tls) = tls.accept(tcp, read_timeout).await {
+                    // A handshake under way when the server stops is dropped, not waited for.
+                    let mut stopping = stop.clone();
+                    let handshake = tokio::select! {
+                        done = tls.accept(tcp, read_timeout) => done.ok(),
+                        () = stopped(&mut stopping) => None,
+                    };
+                    if let Some(tls) = handshake {
                         Connection { api, routes, read_timeout, stop, decides }.run(tls).await;
                     }
                 }
