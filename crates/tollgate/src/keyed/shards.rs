@@ -23,6 +23,15 @@ use crate::sync::{AtomicU64, Ordering};
 /// [`KeyedBuilder::max_key_bytes`](crate::KeyedBuilder::max_key_bytes).
 pub(super) type Weigh<K> = fn(&K) -> usize;
 
+/// The shard of `hash` among `mask + 1`: from bits 32 and up, which a shard's table reads
+/// neither for its slot (the low bits, up to its 2^32 slots) nor for its 7-bit tag (the top 7:
+/// hashbrown matches a group of 16 slots against the tag before comparing keys). Sharding by the
+/// top bits, as before, left a shard's keys one tag bit of 7 with the default 64 shards, so a
+/// lookup compared about half the keys of each group it probed.
+fn shard_index(hash: u64, mask: u64) -> usize {
+    ((hash >> 32) & mask) as usize
+}
+
 /// Keys a decision that inserts a key looks at, besides its own, at most: the bound on work under
 /// a shard's write lock.
 pub const SWEEP: usize = 8;
@@ -34,7 +43,8 @@ pub(super) struct Inner<K, A: Algorithm, C: Clock, L = BiasedLock<Table<K, <A as
     pub(super) clock: C,
     hasher: hashbrown::DefaultHashBuilder,
     pub(super) shards: Box<[Shard<L>]>,
-    shift: u32,
+    /// `shards - 1`: a shard is picked by bits of the hash its table does not read.
+    shard_mask: u64,
     pub(super) max_per_shard: usize,
     /// Each shard's share of `max_key_bytes` (`usize::MAX` without one), and the key's weight.
     pub(super) max_bytes_per_shard: usize,
@@ -107,7 +117,6 @@ impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C,
                 unstored: AtomicU64::new(0),
             })
             .collect();
-        let bits = shards.trailing_zeros();
         let by_release = algo.releases_on_drop();
         Inner {
             algo,
@@ -116,8 +125,7 @@ impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C,
             max_per_shard: max_keys.div_ceil(shards),
             max_bytes_per_shard: max_key_bytes.map_or(usize::MAX, |(max, _)| max.div_ceil(shards)),
             weigh: max_key_bytes.map(|(_, weigh)| weigh),
-            // Shard from the top bits; the table uses the low bits, so the two stay independent.
-            shift: 64 - bits,
+            shard_mask: shards as u64 - 1,
             shards: table,
             at_limit,
             by_release,
@@ -130,8 +138,7 @@ where
     K: Hash + Eq + Send + Sync + 'static,
 {
     pub(super) fn shard(&self, hash: u64) -> &Shard<L> {
-        // `shift == 64` (one shard) would overflow the shift; `checked_shr` maps it to shard 0.
-        &self.shards[hash.checked_shr(self.shift).unwrap_or(0) as usize]
+        &self.shards[shard_index(hash, self.shard_mask)]
     }
 
     /// What `key` weighs against `max_key_bytes` (0 without it).
@@ -649,6 +656,29 @@ fn key_limit(limit: u64, retry_ns: Option<u64>) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The keys of one shard keep the whole 7-bit tag hashbrown matches before comparing keys,
+    /// and the slot bits: sharding takes neither.
+    #[test]
+    fn a_shards_keys_keep_their_tags_and_slots() {
+        let hasher = hashbrown::DefaultHashBuilder::default();
+        for shards in [2u64, 64, 1024] {
+            let mut tags = vec![std::collections::HashSet::new(); shards as usize];
+            let mut slots = vec![std::collections::HashSet::new(); shards as usize];
+            for key in 0..1000 * shards {
+                let hash = hasher.hash_one(key);
+                let shard = shard_index(hash, shards - 1);
+                tags[shard].insert(hash >> 57);
+                slots[shard].insert(hash & 1023);
+            }
+            for (shard, (tags, slots)) in tags.iter().zip(&slots).enumerate() {
+                // 1,000 keys on average: all 128 tags but by a chance of about 1 in 2,500 each
+                // (sharding by the top bits left 2 with 64 shards), and about 630 of 1,024 slots.
+                assert!(tags.len() >= 120, "{shards} shards, shard {shard}: {} tags", tags.len());
+                assert!(slots.len() >= 400, "{shards} shards, shard {shard}: {} slots", slots.len());
+            }
+        }
+    }
 
     #[test]
     fn full_capacity_is_what_a_hashbrown_table_holds_before_it_grows() {
