@@ -92,7 +92,6 @@ mod chain;
 mod clock;
 mod concurrency;
 mod decision;
-mod expiry;
 mod fixed_window;
 mod interval_bucket;
 mod keyed;

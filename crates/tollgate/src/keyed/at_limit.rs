@@ -38,9 +38,10 @@ pub enum AtKeyLimit {
     /// permits; the other two policies trade that for availability.
     ///
     /// The retry time is exact (a retry then finds room if no other new key took it first,
-    /// one tick earlier does not) unless more than [`SWEEP`](crate::SWEEP) of the shard's keys
-    /// nearest to idle took permits since the shard last looked at them; it is then the idle time
-    /// of a key that was looked at, which is later than the exact time, never earlier.
+    /// one tick earlier does not) unless the keys of more than [`SWEEP`](crate::SWEEP) of the
+    /// shard's groups nearest to idle took permits since the shard last looked at them; it is
+    /// then the idle time of a key that was looked at, which is later than the exact time, never
+    /// earlier.
     #[default]
     Reject,
     /// Evict the stored key closest to idle (as [`AtKeyLimit::Reject`] finds it) and store the

@@ -33,6 +33,7 @@ mod at_limit;
 #[cfg(feature = "bench-locks")]
 mod bench;
 mod builder;
+mod idle_bounds;
 mod lock;
 mod shards;
 mod statistics;
@@ -51,22 +52,24 @@ pub use statistics::KeyedStatistics;
 ///
 /// A decision on a stored key takes its shard's read lock and looks at that one key. A decision
 /// that inserts a key (below the cap, or at it) takes the shard's write lock and looks at no more
-/// than [`SWEEP`] other keys besides its own: each shard keeps its keys in an expiry heap ordered
-/// by the time each goes idle ([`crate::Algorithm::idle_at`]), so the keys nearest to idle are
-/// found at its top, removed if idle, and re-filed if they took permits since they were filed.
-/// At the cap, [`AtKeyLimit::Reject`] and [`AtKeyLimit::AdmitUnstored`] answer a new key under
-/// the read lock when the heap shows no idle key. Nothing scans a shard inside a request. What is
-/// not bounded per decision is the hash table's and the heap's own growth (each doubles, copying
-/// its entries, at most `log2(max_keys / shards)` times per shard on the way up to the cap), the
+/// than [`SWEEP`] groups of 64 buckets of the shard's hash table: each shard keeps, per group, a
+/// time no later than the time each of its keys goes idle ([`crate::Algorithm::idle_at`]), in a
+/// tree that finds the earliest group in a few steps, so the keys nearest to idle are found
+/// there, removed if idle, and the group's time raised if its keys took permits since. At the
+/// cap, [`AtKeyLimit::Reject`] and [`AtKeyLimit::AdmitUnstored`] answer a new key under the read
+/// lock when no key can be idle. Nothing scans a shard inside a request. What is not bounded per
+/// decision is the hash table's own growth (it doubles, copying its entries and re-reading their
+/// times, at most `log2(max_keys / shards)` times per shard on the way up to the cap), the
 /// table's occasional in-place clean-up of deleted slots after many removals (amortized over
-/// them), [`Keyed::evict_idle`], [`Keyed::set_config`] and [`Keyed::reset_matching`], explicit
-/// passes over every key, and [`Keyed::reset`], a search of one shard's expiry heap.
+/// them), and [`Keyed::evict_idle`], [`Keyed::set_config`] and [`Keyed::reset_matching`],
+/// explicit passes over every key.
 ///
-/// The heap costs 16 bytes per stored key (in a vector that doubles) on top of the key, its
-/// state and the table's overhead. A shard at its cap keeps its memory however many keys come
-/// and go (evicted, or idle and replaced): the clean-up of deleted slots rebuilds its table at
-/// the same size instead of letting it double, unless the shard's cap leaves less than 1/32 of
-/// the table's room free, where the table doubles once (see `max_keys`).
+/// A key costs its table entry (the key and its state) and the table's slack, nothing else: the
+/// group times cost 8 bytes per 64 buckets, under half a byte per key (measured beside
+/// governor's: docs/benchmarks.md, "Memory per key"). A shard at its cap keeps its memory however
+/// many keys come and go (evicted, or idle and replaced): the clean-up of deleted slots rebuilds
+/// its table at the same size instead of letting it double, unless the shard's cap leaves less
+/// than 1/32 of the table's room free, where the table doubles once (see `max_keys`).
 ///
 /// ```
 /// use tollgate::{Keyed, Quota, TokenBucket};
@@ -183,10 +186,8 @@ where
     /// fresh state (full), as for a key never seen. Returns true when that changed something:
     /// the key was stored and not idle (a key [`Keyed::for_each`] shows).
     ///
-    /// Takes the key's shard's write lock, and removes the key's record from the shard's expiry
-    /// heap by a search of that heap: work in proportion to the keys of the shard (about 16
-    /// bytes read per key), for an operator's reset rather than the request path. To reset many
-    /// keys, [`Keyed::reset_matching`] does one pass per shard instead of one per key.
+    /// Takes the key's shard's write lock and removes the key's entry: one lookup. To reset the
+    /// keys a filter picks, [`Keyed::reset_matching`] does one pass per shard.
     ///
     /// A key of an algorithm whose permits are held ([`crate::Concurrency`]) is not removed
     /// while it holds permits (false): its leases would release into its fresh state. A lease
@@ -292,9 +293,8 @@ where
     }
 
     /// Replaces the configuration for every key; each key's state carries over by the
-    /// algorithm's rule. A pass over every key that re-files each in its shard's expiry heap
-    /// (the new configuration may move idle times either way), holding each shard's write lock
-    /// in turn.
+    /// algorithm's rule. A pass over every key that re-reads when each goes idle (the new
+    /// configuration may move idle times either way), holding each shard's write lock in turn.
     pub fn set_config(&self, config: A::Config) {
         self.inner.set_config(config)
     }
@@ -391,9 +391,9 @@ mod tests {
         let no = k.try_acquire(key('b', 50).as_str(), 1).unwrap_err();
         assert_eq!((no.reason(), no.retry_after()), (Reason::KeyLimit, Some(Duration::from_secs(5))));
         assert!(k.try_acquire(key('c', 40).as_str(), 1).is_ok(), "a key that fits is stored");
-        clock.advance(Duration::from_secs(6));
+        clock.advance(Duration::from_millis(5_500));
         assert!(k.try_acquire(key('b', 50).as_str(), 1).is_ok(), "idle keys made room");
-        assert_eq!((k.len(), k.statistics().key_bytes), (2, 90), "a, idle, made room; c stays");
+        assert_eq!((k.len(), k.statistics().key_bytes), (2, 90), "a, idle, made room; c (idle at 7 s) stays");
 
         // Evict: as many of the keys nearest to idle as the new key needs.
         let k = by_bytes(AtKeyLimit::EvictNearestIdle, &clock, 100);

@@ -1,6 +1,7 @@
 //! The engine behind [`Keyed`](super::Keyed): the sharded table of key states, each shard
-//! behind its lock with its keys' expiry heap, and every decision and pass over the keys. The
-//! public type only forwards to it, as tokio's `Semaphore` forwards to its batch semaphore.
+//! behind its lock with the bounds of when its keys go idle ([`IdleBounds`], per group of
+//! buckets), and every decision and pass over the keys. The public type only forwards to it, as
+//! tokio's `Semaphore` forwards to its batch semaphore.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
@@ -9,12 +10,12 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::at_limit::AtKeyLimit;
+use super::idle_bounds::{GROUP, IdleBounds};
 use super::lock::TableLock;
 use crate::algorithm::{Algorithm, peek};
 use crate::biased_lock::BiasedLock;
 use crate::clock::Clock;
 use crate::decision::{Lease, PermitPool, Reason, Rejected};
-use crate::expiry::{Expiry, Record};
 use crate::snapshot::{Meta, Snapshot};
 use crate::stats::Counts;
 use crate::sync::{AtomicU64, Ordering};
@@ -32,8 +33,8 @@ fn shard_index(hash: u64, mask: u64) -> usize {
     ((hash >> 32) & mask) as usize
 }
 
-/// Keys a decision that inserts a key looks at, besides its own, at most: the bound on work under
-/// a shard's write lock.
+/// Groups of [`GROUP`](super::idle_bounds::GROUP) buckets a decision that inserts a key looks
+/// at, at most, and keys it evicts for a heavy one: the bound on work under a shard's write lock.
 pub const SWEEP: usize = 8;
 
 /// The engine: the algorithm and clock every key shares, the shards, and the caps.
@@ -64,12 +65,16 @@ pub(super) struct Shard<L> {
     pub(super) unstored: AtomicU64,
 }
 
-/// A shard's keys, their expiry heap and what happened to them (written under the write lock).
+/// A shard's keys, when they go idle and what happened to them (written under the write lock).
 pub(super) struct Table<K, S> {
     pub(super) map: HashTable<(K, S)>,
     /// What the stored keys weigh (0 without `max_key_bytes`).
     pub(super) bytes: usize,
-    expiry: Expiry,
+    /// No key of a group of buckets goes idle before its bound.
+    bounds: IdleBounds,
+    /// The bucket of the key the write lock's holder last found nearest to idle: while it goes
+    /// idle at the shard's earliest bound, that bound is exact.
+    nearest: usize,
     pub(super) swept: u64,
     pub(super) evicted: u64,
 }
@@ -108,7 +113,8 @@ impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C,
                 table: L::new(Table {
                     map: HashTable::new(),
                     bytes: 0,
-                    expiry: Expiry::default(),
+                    bounds: IdleBounds::new(0),
+                    nearest: 0,
                     swept: 0,
                     evicted: 0,
                 }),
@@ -151,7 +157,7 @@ where
         t.map.len() < self.max_per_shard && t.bytes.saturating_add(weight) <= self.max_bytes_per_shard
     }
 
-    /// Removes a stored key's entry and its weight (not its expiry record).
+    /// Removes a stored key's entry and its weight (its group's bound stays: still no later).
     fn remove(&self, bytes: &mut usize, entry: hashbrown::hash_table::OccupiedEntry<'_, (K, A::State)>) {
         let ((key, _), _) = entry.remove();
         *bytes -= self.weight(&key);
@@ -162,7 +168,16 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.with_state(key, |state, now| self.algo.give_back(state, now, n, acquired_at));
+        let hash = self.hasher.hash_one(key);
+        let now = self.clock.now();
+        self.shard(hash).table.read(|t| {
+            let bucket = t.map.find_bucket_index(hash, |(k, _)| k.borrow() == key)?;
+            let (_, state) = t.map.get_bucket(bucket)?;
+            self.algo.give_back(state, now, n, acquired_at);
+            // The one change that moves a key's idle time earlier (a release makes a held key idle).
+            t.bounds.lower(bucket, self.algo.idle_at(state, now));
+            Some(())
+        });
     }
 
     /// Counts a decision on `state` and turns it into the limiter's answer. Every algorithm
@@ -197,53 +212,79 @@ where
         }
     }
 
-    /// Where `state` is filed in the expiry heap.
-    fn file_at(&self, expiry: &mut Expiry, state: &A::State, now: u64) -> u64 {
-        if self.by_release { expiry.stamp() } else { self.algo.idle_at(state, now) }
+    /// Looks at group `g`'s keys: removes those idle at `now`, sets the group's bound to the
+    /// earliest idle time of the others, and returns it with that key's bucket, and the next
+    /// earliest (the group's bound once that key is evicted).
+    fn look(&self, t: &mut Table<K, A::State>, g: usize, now: u64) -> (u64, usize, u64) {
+        let (mut earliest, mut next) = ((u64::MAX, 0), u64::MAX);
+        for bucket in IdleBounds::buckets(g, t.map.num_buckets()) {
+            let Ok(entry) = t.map.get_bucket_entry(bucket) else { continue };
+            let at = self.algo.idle_at(&entry.get().1, now);
+            if at <= now {
+                self.remove(&mut t.bytes, entry);
+                t.swept += 1;
+            } else if at < earliest.0 {
+                next = earliest.0;
+                earliest = (at, bucket);
+            } else {
+                next = next.min(at);
+            }
+        }
+        t.bounds.set(g, earliest.0);
+        (earliest.0, earliest.1, next)
     }
 
-    /// Looks at the top of the shard's expiry heap, at most [`SWEEP`] keys: removes those idle at
-    /// `now` and re-files those whose record went stale. Stops early at a record later than `now`
-    /// unless `exact`, in which case it goes on until the top record is checked current. Returns
-    /// the earliest time a stored key goes idle as far as it found out (exact when it stopped on
-    /// a current top record; see [`AtKeyLimit::Reject`]), `u64::MAX` when no key goes idle by time.
-    fn sweep(&self, t: &mut Table<K, A::State>, now: u64, exact: bool) -> u64 {
-        let mut earliest = u64::MAX;
-        for _ in 0..SWEEP {
-            let Some(Record { at, hash }) = t.expiry.top() else { return u64::MAX };
-            if at > now && !exact && !self.by_release {
-                return at;
+    /// Looks at the groups whose bounds are earliest: removes the keys idle at `now` and raises
+    /// stale bounds. Without `room_for`, looks only at groups whose bounds are not later than
+    /// `now`, at most 2 (a key inserted below the cap). With it (a key weighing that much at the
+    /// cap), at most [`SWEEP`], until the key fits or the earliest bound is checked current.
+    /// Returns the earliest time a stored key goes idle as far as it found out (exact when it
+    /// stopped on a current bound; see [`AtKeyLimit::Reject`]) and the bucket of a key that goes
+    /// idle then (`None` when none was looked at); `u64::MAX` when no key goes idle by time.
+    fn sweep(&self, t: &mut Table<K, A::State>, now: u64, room_for: Option<usize>) -> (u64, Option<usize>) {
+        let mut found = (u64::MAX, None);
+        let looks = if room_for.is_some() { SWEEP } else { 2 };
+        for _ in 0..looks {
+            let bound = t.bounds.earliest();
+            if bound == u64::MAX || (bound > now && room_for.is_none()) {
+                return (bound, None);
             }
-            // Every record names a stored key with its hash (see `expiry`). The table matches
-            // only 7 bits of the hash before asking `eq`, so `eq` compares the whole hash.
-            let Ok(entry) = t.map.find_entry(hash, |(k, _)| self.hasher.hash_one(k) == hash) else {
-                t.expiry.pop();
-                continue;
-            };
-            let idle_at = self.algo.idle_at(&entry.get().1, now);
-            if idle_at <= now {
-                self.remove(&mut t.bytes, entry);
-                t.expiry.pop();
-                t.swept += 1;
-                if !exact {
-                    // Go on: idle keys removed now are memory given back.
-                    continue;
+            if room_for.is_some_and(|weight| self.fits(t, weight)) {
+                return found;
+            }
+            if bound > now && t.map.get_bucket(t.nearest).is_some_and(|(_, s)| self.algo.idle_at(s, now) == bound) {
+                // The key last found nearest is current: no key goes idle before this bound.
+                return (bound, Some(t.nearest));
+            }
+            let (_, g) = t.bounds.nearest();
+            let (at, bucket, _) = self.look(t, g, now);
+            if at < found.0 {
+                found = (at, Some(bucket));
+            }
+            if at != u64::MAX && at == t.bounds.earliest() {
+                t.nearest = bucket;
+                if room_for.is_some() && !room_for.is_some_and(|weight| self.fits(t, weight)) {
+                    return (at, Some(bucket));
                 }
-                return now;
             }
-            if self.by_release {
-                let stamp = t.expiry.stamp();
-                t.expiry.set_top(stamp);
-                continue;
-            }
-            if idle_at == at {
-                // Current, and every other record is a lower bound of its key's idle time.
-                return at;
-            }
-            earliest = earliest.min(idle_at);
-            t.expiry.set_top(idle_at);
         }
-        earliest
+        found
+    }
+
+    /// Sets every group's bound from its keys' states now, for a table whose keys moved (it grew,
+    /// was rehashed or rebuilt) or whose states changed (a new configuration).
+    fn rebound(&self, t: &mut Table<K, A::State>, now: u64) {
+        let buckets = t.map.num_buckets();
+        if t.bounds.groups() == buckets.div_ceil(GROUP).max(1) {
+            t.bounds.clear();
+        } else {
+            t.bounds = IdleBounds::new(buckets);
+        }
+        for bucket in 0..buckets {
+            if let Some((_, s)) = t.map.get_bucket(bucket) {
+                t.bounds.lower(bucket, self.algo.idle_at(s, now));
+            }
+        }
     }
 
     /// Called when the table has no room left for an insert. When the table already has the
@@ -276,16 +317,6 @@ where
         for entry in entries {
             t.map.insert_unique(self.hasher.hash_one(&entry.0), entry, |(k, _)| self.hasher.hash_one(k));
         }
-    }
-
-    /// Files every key of the shard again, from its state now.
-    fn refile(&self, t: &mut Table<K, A::State>, now: u64) {
-        let Table { map, expiry, .. } = t;
-        let mut records = Vec::with_capacity(map.len());
-        for (k, s) in map.iter() {
-            records.push(Record { at: self.file_at(expiry, s, now), hash: self.hasher.hash_one(k) });
-        }
-        expiry.rebuild(records.into_iter());
     }
 
     #[inline]
@@ -362,16 +393,9 @@ where
         if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
             return count(self.algo.decide(state, now, n, commit), state);
         }
-        // Idle keys at the top of the expiry heap make room (a bounded look, see the module docs);
-        // a heavy key may need the room of several.
+        // Idle keys of the groups nearest to idle make room (a bounded look, see `Keyed`).
         let exact = self.at_limit != AtKeyLimit::AdmitUnstored;
-        let mut earliest = self.sweep(t, now, !self.fits(t, weight) && exact);
-        for _ in 1..SWEEP {
-            if self.fits(t, weight) || earliest != now {
-                break;
-            }
-            earliest = self.sweep(t, now, exact);
-        }
+        let (earliest, mut nearest) = self.sweep(t, now, (!self.fits(t, weight) && exact).then_some(weight));
         if !self.fits(t, weight) {
             // A key heavier than the shard's whole share never fits, whatever goes idle.
             let never = weight > self.max_bytes_per_shard;
@@ -393,18 +417,26 @@ where
                     return rejected(key_limit(self.algo.capacity(), retry), Reason::KeyLimit);
                 }
                 AtKeyLimit::EvictNearestIdle => {
-                    // The sweep left the key nearest to idle on top, its record checked; a heavy
-                    // new key evicts the next ones as their records order them.
+                    // The sweep found the key nearest to idle; a heavy new key evicts the next
+                    // ones as the bounds order them.
                     for _ in 0..SWEEP {
-                        let Some(Record { hash, .. }) = t.expiry.top() else { break };
-                        if let Ok(entry) = t.map.find_entry(hash, |(k, _)| self.hasher.hash_one(k) == hash) {
-                            self.remove(&mut t.bytes, entry);
-                            t.evicted += 1;
+                        let Some(bucket) = nearest else { break };
+                        // Its group is looked at again, to leave the group's bound at the next
+                        // key's time instead of the evicted one's (a group emptied by evictions
+                        // would otherwise keep a bound that sends sweeps to look at nothing).
+                        let g = bucket / GROUP;
+                        let (at, bucket, next) = self.look(t, g, now);
+                        if at == u64::MAX {
+                            break;
                         }
-                        t.expiry.pop();
+                        let Ok(entry) = t.map.get_bucket_entry(bucket) else { break };
+                        self.remove(&mut t.bytes, entry);
+                        t.bounds.set(g, next);
+                        t.evicted += 1;
                         if self.fits(t, weight) {
                             break;
                         }
+                        nearest = self.sweep(t, now, Some(weight)).1;
                     }
                     if !self.fits(t, weight) {
                         // Only for a key that needs more than SWEEP evictions: the caps hold regardless.
@@ -422,16 +454,21 @@ where
         admitted
     }
 
-    /// Stores a key that fits, with its state, and files it in the expiry heap.
+    /// Stores a key that fits, with its state, and lowers its group's bound to its idle time.
     fn insert(&self, t: &mut Table<K, A::State>, hash: u64, key: K, weight: usize, state: A::State, now: u64) {
-        let at = self.file_at(&mut t.expiry, &state, now);
-        if t.map.len() == t.map.capacity() {
+        let at = self.algo.idle_at(&state, now);
+        let moves = t.map.len() == t.map.capacity();
+        if moves {
             self.clear_deleted(t);
         }
-        t.map.insert_unique(hash, (key, state), |(k, _)| self.hasher.hash_one(k));
+        let bucket = t.map.insert_unique(hash, (key, state), |(k, _)| self.hasher.hash_one(k)).bucket_index();
         t.bytes += weight;
-        t.expiry.push(at, hash);
-        debug_assert_eq!(t.expiry.len(), t.map.len(), "one record per stored key");
+        if moves {
+            // The table was rebuilt, grew or was rehashed in place: its keys moved.
+            self.rebound(t, now);
+        } else {
+            t.bounds.lower(bucket, at);
+        }
     }
 
     /// Runs `f` on `key`'s state, or `None` when the key is not stored.
@@ -469,7 +506,7 @@ where
         }
         let fresh = self.algo.new_state(now);
         self.algo.charge(&fresh, now, n).map_err(Some)?;
-        self.sweep(t, now, !self.fits(t, weight));
+        self.sweep(t, now, (!self.fits(t, weight)).then_some(weight));
         if !self.fits(t, weight) {
             return Err(None);
         }
@@ -481,8 +518,8 @@ where
     /// without a doubt: a flood of new keys then never takes the write lock from the shard's
     /// stored keys. `None`: the write path decides (or, for a check, a fresh state answers).
     /// A check (`!commit`) on a new key at the cap with [`AtKeyLimit::Reject`] answers what a
-    /// request would get; its retry time is the top record's, a lower bound when that record is
-    /// stale (a check does not re-file).
+    /// request would get; its retry time is the earliest bound, earlier than the exact time when
+    /// that bound is stale (a check raises no bound).
     fn at_limit_read<Q>(
         &self,
         key: &Q,
@@ -509,9 +546,9 @@ where
             if let Some((_, state)) = t.map.find(hash, |(k, _)| k.borrow() == key) {
                 return Some(self.count(shard, self.algo.decide(state, now, n, commit), state, now, n, commit));
             }
-            // Records are lower bounds: none idle yet if the top's is later than now.
-            let Record { at, hash: top } = t.expiry.top()?;
-            if at <= now {
+            // Bounds are lower bounds: no key idle yet if the earliest is later than now.
+            let at = t.bounds.earliest();
+            if at <= now || at == u64::MAX {
                 return None;
             }
             if self.at_limit == AtKeyLimit::AdmitUnstored {
@@ -521,9 +558,9 @@ where
                 let answer = self.count(shard, self.algo.decide(fresh, now, n, commit), fresh, now, n, commit);
                 return Some(answer.map(|(meta, now, _)| (meta, now, false)));
             }
-            // Reject, when the top's record is current (else the write path re-files it).
+            // Reject, when the key last found nearest is current (else the write path looks).
             if commit {
-                let (_, state) = t.map.find(top, |(k, _)| self.hasher.hash_one(k) == top)?;
+                let (_, state) = t.map.get_bucket(t.nearest)?;
                 if self.algo.idle_at(state, now) != at {
                     return None;
                 }
@@ -553,7 +590,7 @@ where
                     !idle
                 });
                 t.map.shrink_to_fit(|(k, _)| self.hasher.hash_one(k));
-                self.refile(t, now);
+                self.rebound(t, now);
                 before - t.map.len()
             })
             .sum()
@@ -575,10 +612,6 @@ where
             return false;
         }
         self.remove(&mut t.bytes, entry);
-        // One record per stored key: the key's own, or one of a key with the same hash (they
-        // share their records, see `expiry`), which keeps the count right either way.
-        let removed = t.expiry.remove(hash);
-        debug_assert!(removed && t.expiry.len() == t.map.len(), "one record per stored key");
         !idle
     }
 
@@ -589,8 +622,8 @@ where
         for shard in self.shards.iter() {
             let mut guard = shard.table.write();
             let t = &mut *guard;
-            let before = t.map.len();
             let bytes = &mut t.bytes;
+            // Removing keys leaves every bound still no later than its keys' idle times.
             t.map.retain(|(k, s)| {
                 if !f(k) {
                     return true;
@@ -603,9 +636,6 @@ where
                 *bytes -= self.weight(k);
                 false
             });
-            if t.map.len() != before {
-                self.refile(t, now);
-            }
         }
         reset
     }
@@ -636,7 +666,8 @@ where
         for shard in self.shards.iter() {
             let mut guard = shard.table.write();
             guard.map.iter().for_each(|(_, s)| self.algo.carry_over(s, now, old));
-            self.refile(&mut guard, now);
+            // Carrying over may move idle times earlier than the bounds.
+            self.rebound(&mut guard, now);
         }
     }
 }
