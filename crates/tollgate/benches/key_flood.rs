@@ -111,21 +111,29 @@ fn flood(c: &mut Criterion) {
             })
         };
         g.bench_function("existing", existing);
-        let stop = AtomicBool::new(false);
+        let (started, stop) = (AtomicBool::new(false), AtomicBool::new(false));
         std::thread::scope(|s| {
             let flooder = s.spawn(|| {
                 let mut next = NEW_KEYS;
-                let mut sent = 0u64;
-                while !stop.load(Ordering::Relaxed) {
+                let (mut sent, mut rejected) = (0u64, 0u64);
+                loop {
                     next += 1;
-                    sent += u64::from(table.try_acquire(&next, 1).is_err());
+                    rejected += u64::from(table.try_acquire(&next, 1).is_err());
+                    sent += 1;
+                    started.store(true, Ordering::Relaxed);
+                    if stop.load(Ordering::Relaxed) {
+                        return (sent, rejected);
+                    }
                 }
-                sent
             });
+            // The flood is on before the measurement starts (and when a filter skips it).
+            while !started.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
             g.bench_function("existing_during_flood", existing);
             stop.store(true, Ordering::Relaxed);
-            let sent = flooder.join().expect("flood thread");
-            assert!(sent > 0, "the flood thread ran");
+            let (sent, rejected) = flooder.join().expect("flood thread");
+            assert_eq!(rejected, sent, "every new key of the flood was rejected at the cap");
         });
         assert_eq!(table.len(), table.max_keys());
         g.finish();

@@ -5,7 +5,7 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use tollgate::{AtKeyLimit, Concurrency, FixedWindow, Keyed, ManualClock, Quota, Reason, TokenBucket};
+use tollgate::{AtKeyLimit, Concurrency, FixedWindow, Keyed, ManualClock, Quota, Reason, SWEEP, TokenBucket};
 
 fn nz(n: usize) -> NonZeroUsize {
     NonZeroUsize::new(n).unwrap()
@@ -217,4 +217,81 @@ fn a_small_cap_stores_every_key_up_to_it() {
     assert_eq!(rounded(5_001), 5_004);
     assert_eq!(rounded(100_000), 100_032);
     assert_eq!(rounded(10_000_000), 10_000_000);
+}
+
+/// A shard of thousands of keys (many groups of table buckets, each with one time for its keys):
+/// the keys nearest to idle took permits since (their groups' times went stale). Each new key
+/// looks at up to `SWEEP` groups: a retry time is never earlier than the exact one, is later only
+/// while more stale groups remain, and becomes exact as new keys look further; eviction takes
+/// the key nearest to idle.
+#[test]
+fn the_earliest_idle_key_is_found_among_thousands() {
+    const KEYS: u64 = 5_000;
+    let ms = 1_000_000;
+    for policy in [AtKeyLimit::Reject, AtKeyLimit::EvictNearestIdle] {
+        let clock = ManualClock::new();
+        let k = per_minute(&clock, KEYS as usize, policy);
+        // Key i takes one permit at i ms: idle at 6 s + i ms.
+        for key in 0..KEYS {
+            clock.set(key * ms);
+            let _ = k.try_acquire(&key, 1).unwrap();
+        }
+        assert_eq!(k.len(), KEYS as usize);
+        // The first ones take another permit: 20 of them (more groups than a new key looks at)
+        // before a rejection, 5 before an eviction, which has no second try. Key `stale` is then
+        // the first to go idle.
+        let stale = if policy == AtKeyLimit::Reject { 20 } else { 5 };
+        clock.set(5 * SECOND + 500 * ms);
+        for key in 0..stale {
+            let _ = k.try_acquire(&key, 1).unwrap();
+        }
+        let meta = |key: u64| k.check(&key, 0).unwrap();
+        let first = 6 * SECOND + stale * ms;
+        let now = 5 * SECOND + 500 * ms;
+        match policy {
+            AtKeyLimit::Reject => {
+                let exact = Some(Duration::from_nanos(first - now));
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    let no = k.try_acquire(&(1 << 40), 1).unwrap_err();
+                    assert!(no.retry_after() >= exact, "try {tries}: {:?}, earlier than key 20", no.retry_after());
+                    if no.retry_after() == exact {
+                        break;
+                    }
+                    assert!(tries < 20 / SWEEP + 2, "not exact after {tries} tries");
+                }
+                // At that instant key 20 is idle and makes room.
+                clock.set(first);
+                assert!(k.try_acquire(&(1 << 40), 1).is_ok());
+                assert_eq!(meta(20).remaining, 10, "key 20 went idle and was removed");
+            }
+            _ => {
+                assert!(k.try_acquire(&(1 << 40), 1).is_ok());
+                assert_eq!(meta(5).remaining, 10, "key 5, the nearest to idle, was evicted");
+                assert_eq!(meta(6).remaining, 9, "key 6 was not");
+                assert_eq!(k.statistics().evicted_at_limit, 1);
+            }
+        }
+        assert_eq!(k.len(), KEYS as usize);
+    }
+}
+
+/// A give-back moves a key's idle time earlier than the shard's time for its group (taken under
+/// the read lock, where that time cannot be re-read): the earliest idle time answered at the cap
+/// follows it.
+#[test]
+fn a_give_back_makes_its_key_the_nearest_to_idle() {
+    let clock = ManualClock::new();
+    let k = per_minute(&clock, 1_000, AtKeyLimit::Reject);
+    // Every key takes 3 permits at 0: idle at 18 s.
+    let leases: Vec<_> = (0..1_000u64).map(|key| k.try_acquire(&key, 3).unwrap()).collect();
+    clock.set(SECOND);
+    let no = k.try_acquire(&(1 << 40), 1).unwrap_err();
+    assert_eq!(no.retry_after(), Some(Duration::from_secs(17)));
+    // Key 700 gives its 3 back at 1 s: idle at 0 + (nothing held) -> idle now.
+    let lease = leases.into_iter().nth(700).unwrap();
+    k.give_back(&700, lease);
+    assert!(k.try_acquire(&(1 << 40), 1).is_ok(), "key 700 was idle: room");
+    assert_eq!(k.len(), 1_000);
 }

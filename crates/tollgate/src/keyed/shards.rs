@@ -10,7 +10,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::at_limit::AtKeyLimit;
-use super::idle_bounds::{GROUP, IdleBounds};
+use super::idle_bounds::{GROUP, IdleBounds, Queue};
 use super::lock::TableLock;
 use crate::algorithm::{Algorithm, peek};
 use crate::biased_lock::BiasedLock;
@@ -72,9 +72,9 @@ pub(super) struct Table<K, S> {
     pub(super) bytes: usize,
     /// No key of a group of buckets goes idle before its bound.
     bounds: IdleBounds,
-    /// The bucket of the key the write lock's holder last found nearest to idle: while it goes
-    /// idle at the shard's earliest bound, that bound is exact.
-    nearest: usize,
+    /// The first keys to go idle of the group last looked at: while the first goes idle at the
+    /// shard's earliest bound, that bound is exact.
+    queue: Queue,
     pub(super) swept: u64,
     pub(super) evicted: u64,
 }
@@ -114,7 +114,7 @@ impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C,
                     map: HashTable::new(),
                     bytes: 0,
                     bounds: IdleBounds::new(0),
-                    nearest: 0,
+                    queue: Queue::default(),
                     swept: 0,
                     evicted: 0,
                 }),
@@ -213,59 +213,65 @@ where
     }
 
     /// Looks at group `g`'s keys: removes those idle at `now`, sets the group's bound to the
-    /// earliest idle time of the others, and returns it with that key's bucket, and the next
-    /// earliest (the group's bound once that key is evicted).
-    fn look(&self, t: &mut Table<K, A::State>, g: usize, now: u64) -> (u64, usize, u64) {
-        let (mut earliest, mut next) = ((u64::MAX, 0), u64::MAX);
+    /// earliest idle time of the others and queues the first of them; returns that time
+    /// (`u64::MAX`: no key left in the group).
+    fn look(&self, t: &mut Table<K, A::State>, g: usize, now: u64) -> u64 {
+        t.queue.start(g);
         for bucket in IdleBounds::buckets(g, t.map.num_buckets()) {
             let Ok(entry) = t.map.get_bucket_entry(bucket) else { continue };
             let at = self.algo.idle_at(&entry.get().1, now);
             if at <= now {
                 self.remove(&mut t.bytes, entry);
                 t.swept += 1;
-            } else if at < earliest.0 {
-                next = earliest.0;
-                earliest = (at, bucket);
             } else {
-                next = next.min(at);
+                t.queue.push(at, bucket);
             }
         }
-        t.bounds.set(g, earliest.0);
-        (earliest.0, earliest.1, next)
+        let earliest = t.queue.first().map_or(u64::MAX, |(at, _)| at);
+        t.bounds.set(g, earliest);
+        earliest
+    }
+
+    /// True when the queue's first key goes idle at `bound`, the shard's earliest bound: no key
+    /// goes idle before it.
+    fn first_is_current(&self, t: &Table<K, A::State>, bound: u64, now: u64) -> bool {
+        t.queue.first().is_some_and(|(at, bucket)| {
+            at == bound && t.map.get_bucket(bucket).is_some_and(|(_, s)| self.algo.idle_at(s, now) == at)
+        })
     }
 
     /// Looks at the groups whose bounds are earliest: removes the keys idle at `now` and raises
     /// stale bounds. Without `room_for`, looks only at groups whose bounds are not later than
     /// `now`, at most 2 (a key inserted below the cap). With it (a key weighing that much at the
-    /// cap), at most [`SWEEP`], until the key fits or the earliest bound is checked current.
-    /// Returns the earliest time a stored key goes idle as far as it found out (exact when it
-    /// stopped on a current bound; see [`AtKeyLimit::Reject`]) and the bucket of a key that goes
-    /// idle then (`None` when none was looked at); `u64::MAX` when no key goes idle by time.
-    fn sweep(&self, t: &mut Table<K, A::State>, now: u64, room_for: Option<usize>) -> (u64, Option<usize>) {
-        let mut found = (u64::MAX, None);
+    /// cap), at most [`SWEEP`], until the key fits or the earliest bound is checked current (the
+    /// queue's first key is then the nearest to idle). Returns the earliest time a stored key
+    /// goes idle as far as it found out (exact when it stopped on a current bound; else a key
+    /// looked at goes idle then; see [`AtKeyLimit::Reject`]), `u64::MAX` when no key goes idle
+    /// by time.
+    fn sweep(&self, t: &mut Table<K, A::State>, now: u64, room_for: Option<usize>) -> u64 {
+        let mut found = u64::MAX;
         let looks = if room_for.is_some() { SWEEP } else { 2 };
         for _ in 0..looks {
             let bound = t.bounds.earliest();
             if bound == u64::MAX || (bound > now && room_for.is_none()) {
-                return (bound, None);
+                return bound;
             }
             if room_for.is_some_and(|weight| self.fits(t, weight)) {
                 return found;
             }
-            if bound > now && t.map.get_bucket(t.nearest).is_some_and(|(_, s)| self.algo.idle_at(s, now) == bound) {
-                // The key last found nearest is current: no key goes idle before this bound.
-                return (bound, Some(t.nearest));
+            if bound > now && self.first_is_current(t, bound, now) {
+                return bound;
             }
-            let (_, g) = t.bounds.nearest();
-            let (at, bucket, _) = self.look(t, g, now);
-            if at < found.0 {
-                found = (at, Some(bucket));
-            }
-            if at != u64::MAX && at == t.bounds.earliest() {
-                t.nearest = bucket;
-                if room_for.is_some() && !room_for.is_some_and(|weight| self.fits(t, weight)) {
-                    return (at, Some(bucket));
-                }
+            // Among groups that tie for the earliest bound (all the keys of a fixed window end
+            // together), the ones after the group last looked at first: a sweep then goes
+            // through them in order instead of back to the first one, where new keys land one
+            // by one.
+            let after = (t.queue.group + 1..t.queue.group + 4).find(|&g| t.bounds.of(g) == bound);
+            let g = after.unwrap_or_else(|| t.bounds.nearest().1);
+            let at = self.look(t, g, now);
+            found = found.min(at);
+            if at != u64::MAX && at == t.bounds.earliest() && room_for.is_some_and(|weight| !self.fits(t, weight)) {
+                return at;
             }
         }
         found
@@ -274,6 +280,7 @@ where
     /// Sets every group's bound from its keys' states now, for a table whose keys moved (it grew,
     /// was rehashed or rebuilt) or whose states changed (a new configuration).
     fn rebound(&self, t: &mut Table<K, A::State>, now: u64) {
+        t.queue.clear();
         let buckets = t.map.num_buckets();
         if t.bounds.groups() == buckets.div_ceil(GROUP).max(1) {
             t.bounds.clear();
@@ -395,7 +402,7 @@ where
         }
         // Idle keys of the groups nearest to idle make room (a bounded look, see `Keyed`).
         let exact = self.at_limit != AtKeyLimit::AdmitUnstored;
-        let (earliest, mut nearest) = self.sweep(t, now, (!self.fits(t, weight) && exact).then_some(weight));
+        let earliest = self.sweep(t, now, (!self.fits(t, weight) && exact).then_some(weight));
         if !self.fits(t, weight) {
             // A key heavier than the shard's whole share never fits, whatever goes idle.
             let never = weight > self.max_bytes_per_shard;
@@ -417,26 +424,28 @@ where
                     return rejected(key_limit(self.algo.capacity(), retry), Reason::KeyLimit);
                 }
                 AtKeyLimit::EvictNearestIdle => {
-                    // The sweep found the key nearest to idle; a heavy new key evicts the next
-                    // ones as the bounds order them.
+                    // The sweep left the key nearest to idle first in the queue (or, when it ran
+                    // out of looks, the first of the last group it looked at); a heavy new key
+                    // evicts the next ones as the bounds order them.
                     for _ in 0..SWEEP {
-                        let Some(bucket) = nearest else { break };
-                        // Its group is looked at again, to leave the group's bound at the next
-                        // key's time instead of the evicted one's (a group emptied by evictions
-                        // would otherwise keep a bound that sends sweeps to look at nothing).
-                        let g = bucket / GROUP;
-                        let (at, bucket, next) = self.look(t, g, now);
-                        if at == u64::MAX {
-                            break;
-                        }
+                        let Some((at, bucket)) = t.queue.first() else { break };
                         let Ok(entry) = t.map.get_bucket_entry(bucket) else { break };
+                        if self.algo.idle_at(&entry.get().1, now) != at {
+                            // Not the key queued (only if the sweep found no key by time).
+                            self.look(t, t.queue.group, now);
+                            continue;
+                        }
                         self.remove(&mut t.bytes, entry);
-                        t.bounds.set(g, next);
                         t.evicted += 1;
+                        // The group's bound moves to its next key's time, not left at the evicted
+                        // one's (a group emptied by evictions would keep a bound that sends sweeps
+                        // to look at nothing).
+                        let next = t.queue.pop();
+                        t.bounds.set(t.queue.group, next);
                         if self.fits(t, weight) {
                             break;
                         }
-                        nearest = self.sweep(t, now, Some(weight)).1;
+                        self.sweep(t, now, Some(weight));
                     }
                     if !self.fits(t, weight) {
                         // Only for a key that needs more than SWEEP evictions: the caps hold regardless.
@@ -558,10 +567,9 @@ where
                 let answer = self.count(shard, self.algo.decide(fresh, now, n, commit), fresh, now, n, commit);
                 return Some(answer.map(|(meta, now, _)| (meta, now, false)));
             }
-            // Reject, when the key last found nearest is current (else the write path looks).
+            // Reject, when the queue's first key is current (else the write path looks).
             if commit {
-                let (_, state) = t.map.get_bucket(t.nearest)?;
-                if self.algo.idle_at(state, now) != at {
+                if !self.first_is_current(t, at, now) {
                     return None;
                 }
                 shard.rejected.fetch_add(1, Ordering::Relaxed);
