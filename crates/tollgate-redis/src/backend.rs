@@ -374,6 +374,28 @@ impl Redis {
         self.call(call, |_| keys.first().cloned()).await
     }
 
+    /// Runs `cmd`, an `EVALSHA` of `script` its caller wrote (its words as bytes, in buffers
+    /// it reuses), as [`Redis::invoke`] runs one: loaded on NOSCRIPT, then retried once; within
+    /// the deadline. `key` names the script's first key, computed only on error.
+    pub(crate) async fn eval<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+        key: impl FnOnce() -> Option<String>,
+    ) -> Result<T, BackendError> {
+        let call = async {
+            let mut conn = self.inner.conn.clone();
+            match cmd.query_async::<T>(&mut conn).await {
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    script.load_async(&mut conn).await?;
+                    cmd.query_async::<T>(&mut conn).await
+                }
+                other => other,
+            }
+        };
+        self.call(call, |_| key()).await
+    }
+
     /// Runs one command within the deadline, as [`Redis::invoke`] runs a script: the same deadline,
     /// back-off and error classification ([`BackendError::is_transient`]), on one server or a
     /// cluster (which routes the command by its key). A refusal of the command itself (a wrong

@@ -21,10 +21,11 @@
 //! every call's: Redis `TIME`), and on a cluster one slot's (a call's keys share a hash tag).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
 use redis::cluster_routing::Slot;
-use redis::{FromRedisValue, Value};
+use redis::{Cmd, RedisWrite, Value};
 use tokio::sync::oneshot;
 
 use crate::scripts::Batched;
@@ -40,7 +41,7 @@ pub(crate) const MAX_CALLS: usize = 64;
 /// The calls waiting, per script and hash tag.
 #[derive(Default)]
 pub(crate) struct Batches {
-    queues: Mutex<HashMap<QueueKey, Queue>>,
+    queues: Mutex<HashMap<QueueKey, Queue, BuildHasherDefault<QueueHasher>>>,
 }
 
 #[derive(Default)]
@@ -50,41 +51,185 @@ struct Queue {
 }
 
 struct Pending {
-    keys: Vec<String>,
-    args: Vec<String>,
+    call: CallWords,
     /// Reply elements of this call (a call alone may reply fewer: the rest are 0).
     len: usize,
-    reply: oneshot::Sender<Result<Vec<Value>, BackendError>>,
+    reply: oneshot::Sender<Result<Words, BackendError>>,
 }
 
-/// A queue's key: the script, on a cluster the slot of the call's first key (a batch goes to one
-/// slot; the keys of a call share a hash tag, so its slot), and the clock's arguments the run
-/// takes once for all its calls (now, '' for Redis `TIME`, and the minimum key TTL).
-type QueueKey = (&'static str, Option<Slot>, ScriptTime);
+/// A queue's key: the script (its address: each is a static), on a cluster the slot of the
+/// call's first key (a batch goes to one slot; the keys of a call share a hash tag, so its slot),
+/// and the clock's arguments the run takes once for all its calls (now, '' for Redis `TIME`, and
+/// the minimum key TTL).
+type QueueKey = (usize, Option<Slot>, ScriptTime);
+
+/// A queue key's hash: a few words, none chosen by a request's sender (a slot is one of 16,384),
+/// so a multiply and a rotate per word rather than SipHash's rounds (FxHash's step).
+#[derive(Default)]
+struct QueueHasher(u64);
+
+impl Hasher for QueueHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+}
+
+/// One call's KEYS and ARGV, as its script's body takes them: each word's length (4 bytes) then
+/// its bytes, the keys first, in one buffer (a call's words cost one allocation, not one each),
+/// copied into its run's `EVALSHA`.
+pub(crate) struct CallWords {
+    bytes: Vec<u8>,
+    keys: usize,
+    args: usize,
+}
+
+impl CallWords {
+    /// Room for `bytes` bytes of words (each word takes 4 more).
+    pub(crate) fn with_capacity(bytes: usize) -> CallWords {
+        CallWords { bytes: Vec::with_capacity(bytes), keys: 0, args: 0 }
+    }
+
+    /// Appends a key, written by `write` (before any argument).
+    pub(crate) fn key_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        debug_assert_eq!(self.args, 0, "a call's keys come before its arguments");
+        self.keys += 1;
+        self.word_with(write);
+    }
+
+    /// Appends a key.
+    pub(crate) fn key(&mut self, key: &str) {
+        self.key_with(|out| out.extend_from_slice(key.as_bytes()));
+    }
+
+    /// Appends an argument.
+    pub(crate) fn arg(&mut self, arg: &[u8]) {
+        self.args += 1;
+        self.word_with(|out| out.extend_from_slice(arg));
+    }
+
+    /// Appends an argument, written by `write`.
+    pub(crate) fn arg_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        self.args += 1;
+        self.word_with(write);
+    }
+
+    /// Appends a number as an argument, in decimal.
+    pub(crate) fn arg_u64(&mut self, n: u64) {
+        self.args += 1;
+        self.word_with(|out| push_decimal(out, n));
+    }
+
+    fn word_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&[0; 4]);
+        write(&mut self.bytes);
+        let len = u32::try_from(self.bytes.len() - at - 4).expect("a word under 4 GiB");
+        self.bytes[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    }
+
+    /// The keys, then the arguments.
+    fn words(&self) -> impl Iterator<Item = &[u8]> {
+        let mut rest = &self.bytes[..];
+        std::iter::from_fn(move || {
+            let (len, after) = rest.split_first_chunk::<4>()?;
+            let (word, after) = after.split_at(u32::from_le_bytes(*len) as usize);
+            rest = after;
+            Some(word)
+        })
+    }
+
+    fn first_key(&self) -> Option<&str> {
+        (self.keys > 0).then(|| self.words().next()).flatten().and_then(|k| std::str::from_utf8(k).ok())
+    }
+}
+
+/// `n` in decimal, appended to `out`.
+pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// A call's reply: its integers, inline for a call of a few keys (a limiter's 7, the counters'
+/// `1 + 2n` up to 4 counters).
+pub(crate) enum Words {
+    Inline(usize, [i64; INLINE]),
+    Heap(Vec<i64>),
+}
+
+const INLINE: usize = 9;
+
+impl Words {
+    fn from_iter(len: usize, words: impl Iterator<Item = i64>) -> Words {
+        if len <= INLINE {
+            let mut inline = [0; INLINE];
+            let mut n = 0;
+            for (slot, word) in inline.iter_mut().zip(words) {
+                *slot = word;
+                n += 1;
+            }
+            Words::Inline(n, inline)
+        } else {
+            Words::Heap(words.collect())
+        }
+    }
+
+    /// The `k`th integer (`None` past the reply's end).
+    pub(crate) fn get(&self, k: usize) -> Option<i64> {
+        match self {
+            Words::Inline(len, words) => words[..*len].get(k).copied(),
+            Words::Heap(words) => words.get(k).copied(),
+        }
+    }
+}
 
 impl Redis {
-    /// Runs `script` for one call (`keys`, `args`: as the script's body takes them) on `time`,
-    /// batched with the calls of the same script and clock that arrive meanwhile (see the module
-    /// docs); the call's elements of the reply, as `T`.
+    /// Runs `script` for one call (`call`: its keys and arguments as the script's body takes
+    /// them) on `time`, batched with the calls of the same script and clock that arrive meanwhile
+    /// (see the module docs); the call's elements of the reply.
     ///
     /// Within this handle's deadline. A run that fails fails each of its calls with its error; a
     /// call that fails alone (a key of another type) fails with its error, its first key named.
-    pub(crate) async fn batched<T: FromRedisValue>(
+    pub(crate) async fn batched(
         &self,
         script: &'static Batched,
         time: &RedisTime,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<T, BackendError> {
-        debug_assert_eq!(args.len(), script.args_len(keys.len()), "a call's arguments, as the script's shape says");
-        let len = script.reply_len(keys.len());
-        let slot = if self.is_cluster() { keys.first().map(Slot::for_key) } else { None };
-        let queue: QueueKey = (script.script.get_hash(), slot, time.script_now());
+        call: CallWords,
+    ) -> Result<Words, BackendError> {
+        debug_assert_eq!(call.args, script.args_len(call.keys), "a call's arguments, as the script's shape says");
+        let len = script.reply_len(call.keys);
+        let slot =
+            if self.is_cluster() { call.words().next().filter(|_| call.keys > 0).map(Slot::for_key) } else { None };
+        let queue: QueueKey = (std::ptr::from_ref(script) as usize, slot, time.script_now());
         let (reply, answer) = oneshot::channel();
         let start = {
             let mut queues = self.batches().queues.lock().unwrap_or_else(|e| e.into_inner());
             let q = queues.entry(queue.clone()).or_default();
-            q.pending.push_back(Pending { keys, args, len, reply });
+            q.pending.push_back(Pending { call, len, reply });
             let start = q.running < IN_FLIGHT;
             q.running += usize::from(start);
             start
@@ -92,18 +237,15 @@ impl Redis {
         if start {
             tokio::spawn(self.clone().run(script, queue));
         }
-        let reply = match tokio::time::timeout(self.deadline(), answer).await {
-            Err(_) => return Err(BackendError::Timeout(self.deadline())),
-            Ok(Ok(reply)) => reply?,
+        match tokio::time::timeout(self.deadline(), answer).await {
+            Err(_) => Err(BackendError::Timeout(self.deadline())),
+            Ok(Ok(reply)) => reply,
             // The run ended without answering: its runtime shut down, or it panicked (a bug).
             Ok(Err(_)) => {
                 let ended = (redis::ErrorKind::Io, "the batch this call was in ended without an answer");
-                return Err(BackendError::Redis(ended.into()));
+                Err(BackendError::Redis(ended.into()))
             }
-        };
-        T::from_redis_value(Value::Array(reply)).map_err(|e| {
-            BackendError::Redis(redis::RedisError::from((redis::ErrorKind::Parse, "a call's reply", e.to_string())))
-        })
+        }
     }
 
     /// One runner of `queue`: sends what waits there, run after run, until nothing does.
@@ -113,7 +255,7 @@ impl Redis {
         // a run panics (a bug), so that later calls start a runner again.
         struct Running<'a>(&'a Redis, &'a QueueKey, bool);
         impl Running<'_> {
-            fn leave(&mut self, queues: &mut HashMap<QueueKey, Queue>) {
+            fn leave<S: std::hash::BuildHasher>(&mut self, queues: &mut HashMap<QueueKey, Queue, S>) {
                 self.2 = true;
                 if let Some(q) = queues.get_mut(self.1) {
                     q.running -= 1;
@@ -132,8 +274,11 @@ impl Redis {
             }
         }
         let mut running = Running(&self, &queue, false);
+        // The run's EVALSHA, its buffers kept from run to run.
+        let mut cmd = Cmd::new();
+        let mut calls: Vec<Pending> = Vec::new();
         loop {
-            let calls: Vec<Pending> = {
+            {
                 let mut queues = self.batches().queues.lock().unwrap_or_else(|e| e.into_inner());
                 let n = queues.get(&queue).map_or(0, |q| q.pending.len().min(MAX_CALLS));
                 if n == 0 {
@@ -143,63 +288,66 @@ impl Redis {
                 // A call whose caller gave up (its deadline passed while it queued behind runs
                 // that Redis did not answer) is not sent: nobody would learn that it took permits.
                 let pending = &mut queues.get_mut(&queue).expect("counted above").pending;
-                pending.drain(..n).filter(|c| !c.reply.is_closed()).collect()
-            };
+                calls.extend(pending.drain(..n).filter(|c| !c.reply.is_closed()));
+            }
             if !calls.is_empty() {
-                self.run_once(script, &queue, calls).await;
+                self.run_once(script, &queue, &mut calls, &mut cmd).await;
             }
         }
     }
 
-    /// One script run of `calls`, each answered with its part of the reply.
-    async fn run_once(&self, script: &'static Batched, queue: &QueueKey, mut calls: Vec<Pending>) {
+    /// One script run of `calls` (emptied), each answered with its part of the reply.
+    async fn run_once(&self, script: &'static Batched, queue: &QueueKey, calls: &mut Vec<Pending>, cmd: &mut Cmd) {
         // batch.lua: the calls' keys and arguments, then (for more than one) each call's key
-        // count, then the clock's arguments (run.lua), then how many. `firsts`: where each
-        // call's keys start.
-        let mut firsts = Vec::with_capacity(calls.len());
-        let mut keys = Vec::with_capacity(calls.iter().map(|c| c.keys.len()).sum());
-        let mut args = Vec::with_capacity(calls.iter().map(|c| c.args.len() + 1).sum::<usize>() + 3);
-        for call in &mut calls {
-            firsts.push(keys.len());
-            keys.append(&mut call.keys);
-            args.append(&mut call.args);
+        // count, then the clock's arguments (run.lua), then how many.
+        cmd.clear();
+        let keys: usize = calls.iter().map(|c| c.call.keys).sum();
+        cmd.arg("EVALSHA").arg(script.script.get_hash()).arg(keys);
+        for call in calls.iter() {
+            for key in call.call.words().take(call.call.keys) {
+                cmd.write_arg(key);
+            }
+        }
+        for call in calls.iter() {
+            for arg in call.call.words().skip(call.call.keys) {
+                cmd.write_arg(arg);
+            }
         }
         if calls.len() > 1 {
-            let ends = firsts.iter().skip(1).copied().chain([keys.len()]);
-            args.extend(firsts.iter().zip(ends).map(|(first, end)| (end - first).to_string()));
+            for call in calls.iter() {
+                cmd.arg(call.call.keys);
+            }
         }
         let time = &queue.2;
-        args.extend([
-            time.now.clone(),
-            time.min_ttl_ms.to_string(),
-            time.shift_ms.to_string(),
-            calls.len().to_string(),
-        ]);
-        let reply = self.invoke::<Value>(&script.script, &keys, &args).await;
+        cmd.arg(time.now.as_bytes()).arg(time.min_ttl_ms).arg(time.shift_ms).arg(calls.len());
+        let first_key = || calls.first().and_then(|c| c.call.first_key()).map(str::to_owned);
+        let reply = self.eval(&script.script, cmd, first_key).await;
         let expected: usize = calls.iter().map(|c| c.len).sum();
-        let mut elements = match reply {
+        let elements = match reply {
             // A call alone replies as its script does: up to its length (the rest are 0).
             Ok(Value::Array(elements))
                 if elements.len() == expected || (calls.len() == 1 && elements.len() < expected) =>
             {
-                elements.into_iter()
+                elements
             }
             Ok(other) => {
                 let e = redis::RedisError::from((redis::ErrorKind::Parse, "a batch's reply", format!("{other:?}")));
-                for call in calls {
+                for call in calls.drain(..) {
                     let _ = call.reply.send(Err(BackendError::Redis(e.clone())));
                 }
                 return;
             }
             Err(e) => {
-                for call in calls {
+                for call in calls.drain(..) {
                     let _ = call.reply.send(Err(e.clone()));
                 }
                 return;
             }
         };
-        for (call, first) in calls.into_iter().zip(firsts) {
-            let reply: Vec<Value> = elements.by_ref().take(call.len).collect();
+        let mut elements = &elements[..];
+        for call in calls.drain(..) {
+            let (reply, rest) = elements.split_at(call.len.min(elements.len()));
+            elements = rest;
             let answer = match reply.first() {
                 // The text of the error the call alone would have had (`WRONGTYPE ...`).
                 Some(Value::BulkString(text)) => {
@@ -207,12 +355,35 @@ impl Redis {
                         Ok(Value::ServerError(e)) => e.into(),
                         _ => redis::RedisError::from((redis::ErrorKind::Parse, "a call's error", format!("{text:?}"))),
                     };
-                    Err(self.classify(error, keys.get(first).map(String::as_str)))
+                    Err(self.classify(error, call.call.first_key()))
                 }
-                _ => Ok(reply),
+                _ => integers(reply),
             };
             // A caller that gave up is no longer listening: its answer is dropped.
             let _ = call.reply.send(answer);
         }
+    }
+}
+
+/// A call's reply elements as integers (as `Vec<i64>`'s `FromRedisValue` reads them).
+fn integers(reply: &[Value]) -> Result<Words, BackendError> {
+    let mut failed = None;
+    let words = Words::from_iter(
+        reply.len(),
+        reply.iter().map(|v| match v {
+            Value::Int(n) => *n,
+            other => <i64 as redis::FromRedisValue>::from_redis_value_ref(other).unwrap_or_else(|e| {
+                failed.get_or_insert(e);
+                0
+            }),
+        }),
+    );
+    match failed {
+        None => Ok(words),
+        Some(e) => Err(BackendError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "a call's reply",
+            e.to_string(),
+        )))),
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tollgate::Meta;
 
+use crate::batch::{CallWords, push_decimal};
 use crate::{BackendError, Redis, RedisTime, scripts};
 
 mod scan;
@@ -106,15 +107,19 @@ impl WindowCounter {
 /// A counter's role as `counters.lua` takes it, in one word: what it does with the call's
 /// outcome, then its hits unless 1, its calendar window and how long ago its first hit was seen,
 /// when it has them (each argument costs Redis a conversion: the common counter is one character).
-fn role(c: &WindowCounter) -> String {
-    use std::fmt::Write;
-    let mut role = match (c.pooled, c.charge, c.enforce) {
-        (Some(limit), _, _) => format!("p{limit}"),
-        (None, true, _) => "2".to_string(),
-        (None, false, enforce) => u8::from(enforce).to_string(),
-    };
+fn push_role(role: &mut Vec<u8>, c: &WindowCounter) {
+    use std::io::Write;
+    match (c.pooled, c.charge, c.enforce) {
+        (Some(limit), _, _) => {
+            role.push(b'p');
+            push_decimal(role, limit);
+        }
+        (None, true, _) => role.push(b'2'),
+        (None, false, enforce) => role.push(b'0' + u8::from(enforce)),
+    }
     if c.hits != 1 {
-        let _ = write!(role, "*{}", c.hits);
+        role.push(b'*');
+        push_decimal(role, c.hits);
     }
     if let Some((start, end)) = c.calendar {
         let _ = write!(role, "@{start}-{end}");
@@ -123,7 +128,6 @@ fn role(c: &WindowCounter) -> String {
     if ago > 0 {
         let _ = write!(role, "~{ago}");
     }
-    role
 }
 
 /// What a call does with its counters.
@@ -176,17 +180,24 @@ pub async fn decide_windows(
     if counters.is_empty() {
         return Ok(CountersAnswer { admitted: true, counters: Vec::new() });
     }
-    let keys: Vec<String> = counters.iter().map(|c| c.key.clone()).collect();
-    let mut args = Vec::with_capacity(1 + 3 * counters.len());
-    args.push((mode as u8).to_string());
+    // KEYS: the counters'; ARGV: the mode, then each counter's limit, window (µs) and role.
+    let mut call = CallWords::with_capacity(counters.iter().map(|c| c.key.len() + 4 + 3 * 24).sum::<usize>() + 5);
     for c in counters {
-        args.push(c.limit.to_string());
-        args.push(c.window.as_micros().max(1).to_string());
-        args.push(role(c));
+        call.key(&c.key);
+    }
+    call.arg_u64(mode as u64);
+    for c in counters {
+        call.arg_u64(c.limit);
+        let window = c.window.as_micros().max(1);
+        match u64::try_from(window) {
+            Ok(window) => call.arg_u64(window),
+            Err(_) => call.arg(window.to_string().as_bytes()),
+        }
+        call.arg_with(|out| push_role(out, c));
     }
     // Batched with the calls that arrive meanwhile (`Redis::batched`).
-    let reply: Vec<i64> = redis.batched(&scripts::COUNTERS, time, keys, args).await?;
-    let get = |k: usize| reply.get(k).copied().unwrap_or(0);
+    let reply = redis.batched(&scripts::COUNTERS, time, call).await?;
+    let get = |k: usize| reply.get(k).unwrap_or(0);
     let answer = CountersAnswer {
         admitted: get(0) == 1,
         counters: counters

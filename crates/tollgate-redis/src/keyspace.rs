@@ -96,13 +96,22 @@ impl Keyspace {
     /// [`RedisLimiter`]: crate::RedisLimiter
     pub fn plain_key(&self, tag: &str, parts: &[&str]) -> String {
         let mut key =
-            String::with_capacity(self.prefix.len() + tag.len() + 3 + parts.iter().map(|p| p.len() + 1).sum::<usize>());
-        self.write_tag(&mut key, tag);
+            Vec::with_capacity(self.prefix.len() + tag.len() + 3 + parts.iter().map(|p| p.len() + 1).sum::<usize>());
+        self.push_plain_key(&mut key, tag, parts);
+        String::from_utf8(key).expect("written from &strs")
+    }
+
+    /// [`Keyspace::plain_key`], appended to `out` as bytes (a call's words, without a `String`
+    /// of its own).
+    pub(crate) fn push_plain_key(&self, out: &mut Vec<u8>, tag: &str, parts: &[&str]) {
+        out.extend_from_slice(self.prefix.as_bytes());
+        out.push(b'{');
+        out.extend_from_slice(tag.as_bytes());
+        out.push(b'}');
         for part in parts {
-            key.push(':');
-            key.push_str(part);
+            out.push(b':');
+            out.extend_from_slice(part.as_bytes());
         }
-        key
     }
 
     /// The name and values of a key [`Keyspace::key`] made under `tag`; `None` for a key of another

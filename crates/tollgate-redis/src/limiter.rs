@@ -1,5 +1,6 @@
 //! [`RedisLimiter`]: one decision per round trip, time from Redis, several limits at once.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use tollgate::{
 };
 
 use crate::backend::Redis;
+use crate::batch::CallWords;
 use crate::error::BackendError;
 use crate::failure::{Charge, FailurePolicy};
 use crate::key::RedisKey;
@@ -298,21 +300,41 @@ impl RedisLimiter {
     /// hash tag, so all limits of one decision land on one cluster slot — or `key` itself with
     /// [`RedisLimiterBuilder::whole_keys`].
     pub fn redis_keys(&self, key: &str) -> Vec<String> {
-        self.keys_for(key, &vec![key; self.inner.limits.len()])
+        self.keys_for(key, &self.each(&key))
+    }
+
+    /// `key` for each limit: a decision on one key (no `Vec` for a limiter of one limit).
+    fn each<'k>(&self, key: &'k &'k str) -> Cow<'k, [&'k str]> {
+        match self.inner.limits.len() {
+            1 => Cow::Borrowed(std::slice::from_ref(key)),
+            limits => Cow::Owned(vec![*key; limits]),
+        }
     }
 
     fn keys_for(&self, tag: &str, keys: &[&str]) -> Vec<String> {
         let i = &self.inner;
-        if i.whole_keys {
-            return keys.iter().map(|k| (*k).to_owned()).collect();
-        }
         i.limits
             .iter()
             .zip(keys)
             .map(|(l, k)| {
-                if *k == tag { i.keyspace.plain_key(tag, &[&l.name]) } else { i.keyspace.plain_key(tag, &[&l.name, k]) }
+                let mut key = Vec::new();
+                self.push_key(&mut key, tag, l, k);
+                String::from_utf8(key).expect("written from &strs")
             })
             .collect()
+    }
+
+    /// The Redis key of limit `l` on `key` under `tag` (see [`RedisLimiter::redis_keys`]),
+    /// appended to `out`.
+    fn push_key(&self, out: &mut Vec<u8>, tag: &str, l: &LimitSpec, key: &str) {
+        let i = &self.inner;
+        if i.whole_keys {
+            out.extend_from_slice(key.as_bytes());
+        } else if key == tag {
+            i.keyspace.push_plain_key(out, tag, &[&l.name]);
+        } else {
+            i.keyspace.push_plain_key(out, tag, &[&l.name, key]);
+        }
     }
 
     /// Counts `charge` against the decision's keys (`charge.lua`), as far as no charge of its
@@ -342,7 +364,7 @@ impl RedisLimiter {
 
     /// Takes `n` permits for `key` from every limit, or from none.
     pub async fn try_acquire(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
-        self.decide_keys(key, &vec![key; self.inner.limits.len()], n, Mode::Take).await
+        self.decide_keys(key, &self.each(&key), n, Mode::Take).await
     }
 
     /// Several limits on different keys in one atomic decision: `keys[i]` is the key for the
@@ -470,7 +492,7 @@ impl RedisLimiter {
     /// instead of being decided by the failure policy (more than the capacity is refused either
     /// way).
     pub async fn try_acquire_or_error(&self, key: &str, n: u64) -> Result<Result<Lease, Rejected>, BackendError> {
-        let keys = vec![key; self.inner.limits.len()];
+        let keys = self.each(&key);
         if n > self.inner.capacity {
             return Ok(Err(self.over_capacity(key, &keys, n).await));
         }
@@ -481,7 +503,7 @@ impl RedisLimiter {
     /// Like [`RedisLimiter::check`], but a Redis failure is returned as the error it is instead
     /// of being decided by the failure policy (more than the capacity is refused either way).
     pub async fn check_or_error(&self, key: &str, n: u64) -> Result<Result<Meta, Rejected>, BackendError> {
-        let keys = vec![key; self.inner.limits.len()];
+        let keys = self.each(&key);
         if n > self.inner.capacity {
             return Ok(Err(self.over_capacity(key, &keys, n).await));
         }
@@ -491,7 +513,7 @@ impl RedisLimiter {
 
     /// Would `n` permits for `key` be granted now? Takes nothing.
     pub async fn check(&self, key: &str, n: u64) -> Result<Meta, Rejected> {
-        self.decide_keys(key, &vec![key; self.inner.limits.len()], n, Mode::Check).await.map(|l| l.meta())
+        self.decide_keys(key, &self.each(&key), n, Mode::Check).await.map(|l| l.meta())
     }
 
     /// Waits for `n` permits for `key`. A token bucket reserves the earliest slot in the same
@@ -499,7 +521,7 @@ impl RedisLimiter {
     /// algorithms retry at each `retry_after` (not ordered). Rejects with [`Reason::MaxWait`],
     /// taking nothing, when the wait would exceed `max_wait`.
     pub async fn acquire(&self, key: &str, n: u64) -> Result<Lease, Rejected> {
-        let keys = vec![key; self.inner.limits.len()];
+        let keys = self.each(&key);
         let max_wait_us = self.inner.max_wait.map_or(u64::MAX / 4, |d| d.as_micros() as u64);
         if self.inner.algorithm == AlgorithmKind::TokenBucket {
             // The lease is granted at its slot on Redis's clock; we sleep the same span on ours.
@@ -603,11 +625,24 @@ impl RedisLimiter {
             i.failure.charged(tag, charge);
         }
         let (mode, max_wait_us) = mode.args();
-        let args = self.call_args(n, mode.to_string(), max_wait_us.to_string());
+        // KEYS and ARGV as `call_args` says, written as bytes into one buffer.
+        let mut call = CallWords::with_capacity(
+            keys.len() * (i.keyspace.prefix().len() + tag.len() + 40) + 8 * (3 + 2 * i.limits.len()),
+        );
+        for (l, k) in i.limits.iter().zip(keys) {
+            call.key_with(|out| self.push_key(out, tag, l, k));
+        }
+        call.arg_u64(n);
+        call.arg_u64(mode.into());
+        call.arg_u64(max_wait_us);
+        for l in &i.limits {
+            call.arg_u64(l.params[0]);
+            call.arg_u64(l.params[1]);
+        }
         // Batched with the calls that arrive meanwhile (`Redis::batched`).
-        let reply: Vec<i64> = i.redis.batched(script(i.algorithm), &i.time, self.keys_for(tag, keys), args).await?;
+        let reply = i.redis.batched(script(i.algorithm), &i.time, call).await?;
         i.failure.answered(tag);
-        let get = |k: usize| reply.get(k).copied().unwrap_or(0).max(0) as u64;
+        let get = |k: usize| reply.get(k).unwrap_or(0).max(0) as u64;
         Ok(Reply {
             admitted: get(0) == 1,
             meta: Meta { limit: get(1), remaining: get(2), reset_ns: get(3) * 1000, retry_ns: Some(get(4) * 1000) },
