@@ -14,8 +14,8 @@
 //! the others, and its call, if not sent yet, is not sent.
 //!
 //! A batched script ([`Batched`], `batch.lua`) takes the calls' KEYS and ARGV one call after the
-//! other (then, for more than one, each call's key count; then the clock's now and minimum key
-//! TTL, `run.lua`; last, how many calls), and replies with each call's elements one after the
+//! other (then, for more than one, each call's key count and the run's reply length; then the
+//! clock's now and minimum key TTL, `run.lua`; last, how many calls), and replies with each call's elements one after the
 //! other; it decides each call alone, as if each were its own run. A call alone runs as the
 //! script's body alone would (its error is the run's). A run is one clock's calls (in production
 //! every call's: Redis `TIME`), and on a cluster one slot's (a call's keys share a hash tag).
@@ -299,7 +299,7 @@ impl Redis {
     /// One script run of `calls` (emptied), each answered with its part of the reply.
     async fn run_once(&self, script: &'static Batched, queue: &QueueKey, calls: &mut Vec<Pending>, cmd: &mut Cmd) {
         // batch.lua: the calls' keys and arguments, then (for more than one) each call's key
-        // count, then the clock's arguments (run.lua), then how many.
+        // count and the reply's length, then the clock's arguments (run.lua), then how many.
         cmd.clear();
         let keys: usize = calls.iter().map(|c| c.call.keys).sum();
         cmd.arg("EVALSHA").arg(script.script.get_hash()).arg(keys);
@@ -313,16 +313,17 @@ impl Redis {
                 cmd.write_arg(arg);
             }
         }
+        let expected: usize = calls.iter().map(|c| c.len).sum();
         if calls.len() > 1 {
             for call in calls.iter() {
                 cmd.arg(call.call.keys);
             }
+            cmd.arg(expected);
         }
         let time = &queue.2;
         cmd.arg(time.now.as_bytes()).arg(time.min_ttl_ms).arg(time.shift_ms).arg(calls.len());
         let first_key = || calls.first().and_then(|c| c.call.first_key()).map(str::to_owned);
         let reply = self.eval(&script.script, cmd, first_key).await;
-        let expected: usize = calls.iter().map(|c| c.len).sum();
         let elements = match reply {
             // A call alone replies as its script does: up to its length (the rest are 0).
             Ok(Value::Array(elements))
