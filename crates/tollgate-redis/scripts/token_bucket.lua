@@ -66,7 +66,14 @@ for i = 1, nkeys do
     if over > wait then wait = over end
     local ttl = ceil((b.new_tat - now) / 1000) + 1  -- from clock.lua, prepended
     if ttl < MIN_TTL then ttl = MIN_TTL end
-    redis.call('SET', KEYS[k + i - 1], string.format('%.0f', b.new_tat), 'PX', ttl)
+    -- Whole numbers below 2^53 (a TAT in µs until the year 2255) written by '%d', an integer's
+    -- printf: '%.0f', and the '%.17g' Redis formats a number argument with, are a float's (about
+    -- 2,000 instructions each); the text is the same.
+    if b.new_tat < 9007199254740992 and ttl < 9007199254740992 then
+      redis.call('SET', KEYS[k + i - 1], string.format('%d', b.new_tat), 'PX', string.format('%d', ttl))
+    else
+      redis.call('SET', KEYS[k + i - 1], string.format('%.0f', b.new_tat), 'PX', ttl)
+    end
   end
 end
 reply(r, admitted, meta, now, wait)
