@@ -33,7 +33,7 @@ fn shard_index(hash: u64, mask: u64) -> usize {
     ((hash >> 32) & mask) as usize
 }
 
-/// Groups of [`GROUP`](super::idle_bounds::GROUP) buckets a decision that inserts a key looks
+/// Groups of 64 buckets of a shard's table a decision that inserts a key looks
 /// at, at most, and keys it evicts for a heavy one: the bound on work under a shard's write lock.
 pub const SWEEP: usize = 8;
 
