@@ -1,7 +1,7 @@
 //! `Algorithm::idle_at` is exact for every algorithm: after any history of decisions and
 //! give-backs, the state is idle at `idle_at(state, now)` and, when that is later than `now`, not
 //! one nanosecond earlier; and a decision that takes permits never moves it earlier (what the
-//! keyed limiter's expiry heap relies on).
+//! keyed limiter's bounds of when its keys go idle rely on).
 
 use proptest::prelude::*;
 use tollgate::{

@@ -43,8 +43,9 @@ fn reject_tells_the_exact_time_a_stored_key_goes_idle() {
         clock.set(key * 10_000_000);
         let _ = k.try_acquire(&key, 1).unwrap();
     }
-    // Keys 0..5 take a second permit later: their records in the expiry heap are stale now (they
-    // took permits under the read lock), so key 5 (idle at 6.05 s) is the first to go idle.
+    // Keys 0..5 take a second permit later: the times the shard keeps for their buckets are stale
+    // now (they took permits under the read lock), so key 5 (idle at 6.05 s) is the first to go
+    // idle.
     clock.set(2 * SECOND);
     for key in 0..5u64 {
         let _ = k.try_acquire(&key, 1).unwrap();

@@ -1,6 +1,6 @@
 //! `Keyed::reset` and `Keyed::reset_matching`: a reset key decides as a key never seen, the
-//! others as before, and the shard's expiry heap stays right (at the cap, a new key is still
-//! told the exact time a stored key goes idle).
+//! others as before, and what the shard knows of when its keys go idle stays right (at the cap,
+//! a new key is still told the exact time a stored key goes idle).
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
