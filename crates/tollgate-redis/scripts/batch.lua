@@ -39,13 +39,14 @@ local function zeros(n)
   return t
 end
 
--- The reply's integers packed in one string, 8 bytes each, little-endian: Redis writes a table
--- element by element, and the client parses each element; a string is one element (its
--- integers as RESP's would be: a fraction dropped). Up to 4,000 integers (unpack is bounded by
--- Lua's C stack, as string.byte is); a longer reply is the table.
+-- The reply's integers packed in one string, 8 bytes each, little-endian (`i8`, not `l`: the
+-- size of C's long is the platform's): Redis writes a table element by element, and the client
+-- parses each element; a string is one element (its integers as RESP's would be: a fraction
+-- dropped). Up to 4,000 integers (unpack is bounded by Lua's C stack, as string.byte is); a
+-- longer reply is the table.
 local function packed(t, n)
   if n > 4000 then return t end
-  return struct.pack('<' .. string.rep('l', n), unpack(t, 1, n))
+  return struct.pack('<' .. string.rep('i8', n), unpack(t, 1, n))
 end
 
 local calls = ARGV[#ARGV]
