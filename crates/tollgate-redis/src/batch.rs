@@ -22,8 +22,7 @@
 //! script's body alone would (its error is the run's). A run is one clock's calls (in production
 //! every call's: Redis `TIME`), and on a cluster one slot's (a call's keys share a hash tag).
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use redis::cluster_routing::Slot;
@@ -43,7 +42,9 @@ pub(crate) const MAX_CALLS: usize = 64;
 /// The calls waiting, per script and hash tag.
 #[derive(Default)]
 pub(crate) struct Batches {
-    queues: Mutex<HashMap<QueueKey, Queue, BuildHasherDefault<QueueHasher>>>,
+    // hashbrown's default hasher (foldhash): a key is a few words, none chosen by a request's
+    // sender, and SipHash's rounds showed in the client's profile.
+    queues: Mutex<hashbrown::HashMap<QueueKey, Queue>>,
 }
 
 #[derive(Default)]
@@ -64,33 +65,6 @@ struct Pending {
 /// and the clock's arguments the run takes once for all its calls (now, '' for Redis `TIME`, and
 /// the minimum key TTL).
 type QueueKey = (usize, Option<Slot>, ScriptTime);
-
-/// A queue key's hash: a few words, none chosen by a request's sender (a slot is one of 16,384),
-/// so a multiply and a rotate per word rather than SipHash's rounds (FxHash's step).
-#[derive(Default)]
-struct QueueHasher(u64);
-
-impl Hasher for QueueHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_usize(&mut self, word: usize) {
-        self.write_u64(word as u64);
-    }
-}
 
 /// One call's KEYS and ARGV, as its script's body takes them: each word's length (4 bytes) then
 /// its bytes, the keys first, in one buffer (a call's words cost one allocation, not one each),
@@ -162,18 +136,8 @@ impl CallWords {
 }
 
 /// `n` in decimal, appended to `out`.
-pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
+pub(crate) fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// A call's reply: its integers, inline for a call of a few keys (a limiter's 7, the counters'
@@ -257,7 +221,7 @@ impl Redis {
         // a run panics (a bug), so that later calls start a runner again.
         struct Running<'a>(&'a Redis, &'a QueueKey, bool);
         impl Running<'_> {
-            fn leave<S: std::hash::BuildHasher>(&mut self, queues: &mut HashMap<QueueKey, Queue, S>) {
+            fn leave(&mut self, queues: &mut hashbrown::HashMap<QueueKey, Queue>) {
                 self.2 = true;
                 if let Some(q) = queues.get_mut(self.1) {
                     q.running -= 1;
