@@ -125,8 +125,17 @@ impl IdleBounds {
         (self.levels[0][i].load(Ordering::Relaxed), i)
     }
 
-    /// Every bound unset, for a table whose keys moved.
-    pub(super) fn clear(&mut self) {
+    /// Every bound unset, for a table of `buckets` buckets whose keys moved.
+    pub(super) fn reset(&mut self, buckets: usize) {
+        if self.groups() == buckets.div_ceil(GROUP).max(1) {
+            self.clear();
+        } else {
+            *self = IdleBounds::new(buckets);
+        }
+    }
+
+    /// Every bound unset.
+    fn clear(&mut self) {
         for level in &mut self.levels {
             level.iter().for_each(|b| b.store(u64::MAX, Ordering::Relaxed));
         }
@@ -225,13 +234,7 @@ mod tests {
     /// children, against a recomputation from scratch.
     #[test]
     fn every_node_is_the_least_of_its_children() {
-        let mut x = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut next = super::super::tests::xorshift();
         for buckets in [4, 64, 65, 4096, GROUP * GROUP * 3 + 5] {
             let mut b = IdleBounds::new(buckets);
             for _ in 0..3_000 {

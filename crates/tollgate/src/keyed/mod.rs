@@ -417,15 +417,20 @@ mod tests {
 
     /// Keys of every size come, go idle, are reset one by one or by a filter and swept: the
     /// shards' byte counts stay the sum of their keys' weights, within the cap.
-    #[test]
-    fn the_stored_weight_is_kept_exact() {
+    /// A fixed xorshift sequence: `next(n)` is below `n`.
+    pub(super) fn xorshift() -> impl FnMut(u64) -> u64 {
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |n: u64| {
+        move |n| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed % n
-        };
+        }
+    }
+
+    #[test]
+    fn the_stored_weight_is_kept_exact() {
+        let mut next = xorshift();
         for policy in [AtKeyLimit::Reject, AtKeyLimit::EvictNearestIdle, AtKeyLimit::AdmitUnstored] {
             let clock = ManualClock::new();
             let k = Keyed::builder(TokenBucket::new(Quota::per_minute(10).unwrap()))

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::at_limit::AtKeyLimit;
-use super::idle_bounds::{GROUP, IdleBounds, Queue};
+use super::idle_bounds::{IdleBounds, Queue};
 use super::lock::TableLock;
 use crate::algorithm::{Algorithm, peek};
 use crate::biased_lock::BiasedLock;
@@ -282,11 +282,7 @@ where
     fn rebound(&self, t: &mut Table<K, A::State>, now: u64) {
         t.queue.clear();
         let buckets = t.map.num_buckets();
-        if t.bounds.groups() == buckets.div_ceil(GROUP).max(1) {
-            t.bounds.clear();
-        } else {
-            t.bounds = IdleBounds::new(buckets);
-        }
+        t.bounds.reset(buckets);
         for bucket in 0..buckets {
             if let Some((_, s)) = t.map.get_bucket(bucket) {
                 t.bounds.lower(bucket, self.algo.idle_at(s, now));
