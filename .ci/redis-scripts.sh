@@ -4,9 +4,15 @@
 #
 #   script_text NAME [REV]   clock.lua, then the files scripts.rs's `script!` of NAME.lua lists
 #                            (e.g. reset: reset.lua); for a `batched!` one, its libraries, its
-#                            body wrapped as decide_call with its shape, then batch.lua;
+#                            body wrapped as decide_call with its shape, then batch.lua
+#                            (since batch.lua is `run`: between the line that keeps KEYS and
+#                            ARGV and the one that calls it, as what EVALSHA runs);
 #                            a reference (reference/NAME.lua, the least work a decision needs)
 #                            alone, always from the working tree.
+#   library_text NAME REV F  a batched script as the library that registers it as function F
+#                            (what FUNCTION LOAD takes, for FCALL).
+#   is_function NAME [REV]   true when scripts.rs runs NAME.lua as a Redis function (FCALL),
+#                            from the same text as its EVALSHA script (since batch.lua is `run`).
 #   is_batched NAME [REV]    true when scripts.rs runs NAME.lua in batches (a batch's ARGV then
 #                            ends with the key counts and the number of calls).
 #   call_words NAME REV NOW  one call's ARGV of a decision script as at REV, one word a line:
@@ -23,6 +29,24 @@ show_at() { # REV FILE (under crates/tollgate-redis) -> its text
   if [[ -z $1 ]]; then cat "$redis_scripts_dir/$2"; else git -C "$redis_scripts_dir" show "$1:./$2"; fi
 }
 script_text() {
+  if is_function "$@"; then
+    printf 'local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV\n'
+    batched_body "$@"
+    printf 'return run(EVAL_KEYS, EVAL_ARGV)\n'
+  else
+    batched_body "$@"
+  fi
+}
+library_text() { # NAME REV FUNCTION -> the library that registers FUNCTION (scripts.rs's Batched::new)
+  printf '#!lua name=%s\n' "$3"
+  batched_body "$1" "$2"
+  printf "redis.register_function('%s', run)\n" "$3"
+}
+is_function() { # NAME [REV]: scripts.rs runs NAME.lua as a Redis function (FCALL) at REV
+  [[ $1 != reference/* ]] && is_batched_text "$1" "${2:-}" &&
+    show_at "${2:-}" scripts/batch.lua | grep -q '^local function run(keys, args)'
+}
+batched_body() {
   local name=$1 rev=${2:-} f files call
   if [[ $name == reference/* ]]; then
     cat "$redis_scripts_dir/scripts/$name.lua"
@@ -59,7 +83,10 @@ script_text() {
   for f in clock.lua $files; do show "scripts/$f"; done
 }
 is_batched() {
-  [[ $(script_text "$@") == *$'\nlocal function decide_call('* ]]
+  [[ $1 != reference/* ]] && is_batched_text "$@"
+}
+is_batched_text() {
+  [[ $(batched_body "$@") == *$'\nlocal function decide_call('* ]]
 }
 call_words() {
   local name=$1 rev=${2:-} now=$3 run=true

@@ -46,7 +46,7 @@
 local now = NOW  -- from run.lua, prepended
 local mode = ARGV[a]
 local any_pooled = false
-if FIXED_TTL == nil then fixed_clock(now, SHIFT) end  -- once a run (fixed_lib.lua; SHIFT: run.lua)
+if FIXED_RUN ~= RUN then fixed_clock(now, SHIFT, RUN) end  -- once a run (fixed_lib.lua; SHIFT, RUN: run.lua)
 
 -- Does every enforcing counter admit? (part, decide: from all_or_nothing.lua, prepended) A
 -- counter the call may count on takes its hits at once (fixed_take: INCRBY), before the call is

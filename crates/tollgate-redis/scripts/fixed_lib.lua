@@ -8,9 +8,10 @@
 -- convert), and Redis drops a window when it ends. A key written by an earlier tollgate (a hash
 -- {s = start, c = count}) is rewritten in this form the first time it is touched.
 --
--- fixed_clock(now, shift)
---   Sets how a key's expiry maps to a window's end, for a run's fixed_* calls (FIXED_TTL is nil
---   until it is called): on Redis TIME (clock.lua: not clock_passed) the key expires at its
+-- fixed_clock(now, shift, run)
+--   Sets how a key's expiry maps to a window's end, for a run's fixed_* calls (FIXED_RUN is
+--   `run` after it, run.lua's RUN in a batched script: a function keeps these across its runs,
+--   so each run sets them again): on Redis TIME (clock.lua: not clock_passed) the key expires at its
 --   end, set and read relative to now (PEXPIRE, PTTL); on the caller's clock (tests on a manual
 --   clock) it expires `shift` ms after its end on that clock, set and read as instants
 --   (PEXPIREAT, PEXPIRETIME: Redis 7), so ends come back exactly whatever Redis's own clock did
@@ -44,8 +45,9 @@
 --   open, where one opening now would end) and whether fixed_take opened it; a key that holds no
 --   count fails the call (fixed_fail).
 
-local FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = nil, nil, nil, nil  -- set by fixed_clock
-local function fixed_clock(now, shift)
+local FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE, FIXED_RUN = nil, nil, nil, nil, nil  -- fixed_clock's
+local function fixed_clock(now, shift, run)
+  FIXED_RUN = run
   if clock_passed then  -- from clock.lua, prepended
     FIXED_E0, FIXED_SHIFT, FIXED_TTL, FIXED_EXPIRE = 0, shift + 0, 'PEXPIRETIME', 'PEXPIREAT'
   else

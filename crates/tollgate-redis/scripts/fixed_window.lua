@@ -21,7 +21,7 @@ local now = NOW  -- from run.lua, prepended
 local text = ARGV[a]
 local n = text + 0
 local mode = ARGV[a + 1]
-if FIXED_TTL == nil then fixed_clock(now, SHIFT) end  -- once a run (fixed_lib.lua; SHIFT: run.lua)
+if FIXED_RUN ~= RUN then fixed_clock(now, SHIFT, RUN) end  -- once a run (fixed_lib.lua; SHIFT, RUN: run.lua)
 
 -- A call that takes counts its permits at once (fixed_take: INCRBY) and gives them back if it is
 -- not admitted: an admitted call writes nothing more.

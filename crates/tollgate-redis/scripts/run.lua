@@ -1,5 +1,8 @@
 -- run.lua: what the calls of a run of a decision script share (scripts.rs's `batched!` puts it
--- after clock.lua, before the libraries and the script's body; batch.lua runs the calls).
+-- after clock.lua, before the libraries and the script's body; batch.lua's `run` runs the calls).
+-- The script is a Redis function (FCALL, loaded once: its functions and tables are made once,
+-- not at every run) or, where functions cannot be used, an EVALSHA script: the state below is
+-- set again at the start of every run (`start_run`), never carried from one run to the next.
 --
 -- ARGV ends with: ..., now (µs, or '' for Redis TIME: clock.lua), the minimum key TTL in
 -- milliseconds (0 in production; tests on a manual clock raise it), the expiry shift in ms
@@ -8,11 +11,19 @@
 -- sent and converted once per run, not per call: every argument costs Redis about 800
 -- instructions.
 --
+-- KEYS, ARGV the run's (locals: a global is a lookup in Redis's protected globals table, and a
+--           function has none).
 -- NOW       the time every call of the run is decided at.
 -- MIN_TTL   the minimum key TTL (ms).
 -- SHIFT     the expiry shift (ms), as text: fixed_lib.lua converts it on a passed-in clock
 --           only (a 14-digit number is a strtod of about 2,000 instructions).
+-- RUN       counts the runs of this script: what a library works out once a run from the
+--           above (fixed_lib.lua's fixed_clock) is kept with the run it was made in.
 -- answer    the run's reply: each call writes its elements at its offset (batch.lua).
--- KEYS and ARGV as locals: a global is a lookup in Redis's protected globals table.
-local KEYS, ARGV, answer = KEYS, ARGV, nil  -- answer: made at its size by batch.lua
-local NOW, MIN_TTL, SHIFT = now_us(ARGV[#ARGV - 3]), ARGV[#ARGV - 2] + 0, ARGV[#ARGV - 1]
+local KEYS, ARGV, answer, NOW, MIN_TTL, SHIFT, RUN = nil, nil, nil, nil, nil, nil, 0
+
+local function start_run(keys, args)
+  KEYS, ARGV, RUN = keys, args, RUN + 1
+  time_us, clock_passed = nil, false  -- clock.lua's: each run reads its own TIME
+  NOW, MIN_TTL, SHIFT = now_us(args[#args - 3]), args[#args - 2] + 0, args[#args - 1]
+end

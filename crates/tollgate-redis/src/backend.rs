@@ -2,14 +2,18 @@
 //! back-off after failures so a dead server is not asked again on every request.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Script, Value};
+use redis::{
+    Arg, Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisFuture, RedisResult, Script, ServerErrorKind, Value,
+};
 
 use crate::error::{BackendError, failed_command};
+use crate::scripts::Batched;
 use crate::sentinel::{Master, SentinelUrl};
 use crate::tls::TlsUrl;
 
@@ -115,6 +119,9 @@ struct Inner {
     health: Mutex<Health>,
     /// Script calls waiting to go together ([`Redis::batched`]).
     batches: crate::batch::Batches,
+    /// Decision scripts run as functions (`FCALL`); false once the server refused them
+    /// ([`Redis::eval`]).
+    functions: AtomicBool,
 }
 
 #[derive(Default)]
@@ -248,6 +255,7 @@ impl Redis {
                 options,
                 health: Mutex::new(Health::default()),
                 batches: Default::default(),
+                functions: AtomicBool::new(true),
             }),
             deadline,
         }
@@ -374,26 +382,84 @@ impl Redis {
         self.call(call, |_| keys.first().cloned()).await
     }
 
-    /// Runs `cmd`, an `EVALSHA` of `script` its caller wrote (its words as bytes, in buffers
-    /// it reuses), as [`Redis::invoke`] runs one: loaded on NOSCRIPT, then retried once; within
-    /// the deadline. `key` names the script's first key, computed only on error.
+    /// How `script` is called on this connection, the first two words of its command: `FCALL`
+    /// and its function, or `EVALSHA` and its hash once the server was found not to run
+    /// functions for this user ([`Redis::eval`]).
+    pub(crate) fn script_head<'s>(&self, script: &'s Batched) -> (&'static str, &'s str) {
+        if self.inner.functions.load(Ordering::Relaxed) {
+            ("FCALL", &script.function)
+        } else {
+            ("EVALSHA", script.script.get_hash())
+        }
+    }
+
+    /// Runs `cmd`, a call of `script` its caller wrote after [`Redis::script_head`] (its words
+    /// as bytes, in buffers it reuses), within the deadline. A function or script the server
+    /// does not have (a restart, a failover, a node that never had it) is loaded, then the call
+    /// is retried once. A server that cannot run functions for this user (before Redis 7, or an
+    /// ACL without `FCALL` or `FUNCTION LOAD`) gets this call, and every later one on this
+    /// connection, as `EVALSHA`. `key` names the script's first key, computed only on error.
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
-        script: &Script,
+        script: &Batched,
         cmd: &Cmd,
         key: impl FnOnce() -> Option<String>,
     ) -> Result<T, BackendError> {
         let call = async {
             let mut conn = self.inner.conn.clone();
-            match cmd.query_async::<T>(&mut conn).await {
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    script.load_async(&mut conn).await?;
-                    cmd.query_async::<T>(&mut conn).await
+            let is_fcall = matches!(cmd.args_iter().next(), Some(Arg::Simple(b"FCALL")));
+            let refused = |e: &RedisError| {
+                matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoPerm))
+            };
+            let evalsha = match cmd.query_async::<T>(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.script.load_async(&mut conn).await?;
+                    return cmd.query_async::<T>(&mut conn).await;
+                }
+                Err(e) if e.detail().is_some_and(|d| d.starts_with("Function not found")) => {
+                    let mut load = redis::cmd("FUNCTION");
+                    load.arg("LOAD").arg("REPLACE").arg(&script.library);
+                    match load.query_async::<Value>(&mut conn).await {
+                        Ok(_) => return cmd.query_async::<T>(&mut conn).await,
+                        Err(e) if !refused(&e) => return Err(e),
+                        Err(e) => self.without_functions(script, cmd, &e),
+                    }
+                }
+                // FCALL unknown (before Redis 7) or not allowed.
+                Err(e)
+                    if is_fcall
+                        && (e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+                            || refused(&e) && e.detail().is_some_and(|d| d.starts_with("unknown command"))) =>
+                {
+                    self.without_functions(script, cmd, &e)
+                }
+                other => return other,
+            };
+            match evalsha.query_async::<T>(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.script.load_async(&mut conn).await?;
+                    evalsha.query_async::<T>(&mut conn).await
                 }
                 other => other,
             }
         };
         self.call(call, |_| key()).await
+    }
+
+    /// `cmd`, an `FCALL` of `script`, as an `EVALSHA`; from now on this connection calls
+    /// `script`s so (`why`: the server's refusal, logged once).
+    fn without_functions(&self, script: &Batched, cmd: &Cmd, why: &RedisError) -> Cmd {
+        if self.inner.functions.swap(false, Ordering::Relaxed) {
+            tracing::info!(redis = %self.inner.shown, reason = %why, "Redis functions unavailable: decision scripts run with EVALSHA");
+        }
+        let mut evalsha = Cmd::new();
+        evalsha.arg("EVALSHA").arg(script.script.get_hash());
+        for arg in cmd.args_iter().skip(2) {
+            if let Arg::Simple(bytes) = arg {
+                evalsha.arg(bytes);
+            }
+        }
+        evalsha
     }
 
     /// Runs one command within the deadline, as [`Redis::invoke`] runs a script: the same deadline,

@@ -240,7 +240,7 @@ impl Redis {
             }
         }
         let mut running = Running(&self, &queue, false);
-        // The run's EVALSHA, its buffers kept from run to run.
+        // The run's FCALL (or EVALSHA), its buffers kept from run to run.
         let mut cmd = Cmd::new();
         let mut calls: Vec<Pending> = Vec::new();
         loop {
@@ -268,7 +268,8 @@ impl Redis {
         // count and the reply's length, then the clock's arguments (run.lua), then how many.
         cmd.clear();
         let keys: usize = calls.iter().map(|c| c.call.keys).sum();
-        cmd.arg("EVALSHA").arg(script.script.get_hash()).arg(keys);
+        let (command, name) = self.script_head(script);
+        cmd.arg(command).arg(name).arg(keys);
         for call in calls.iter() {
             for key in call.call.words().take(call.call.keys) {
                 cmd.write_arg(key);
@@ -289,7 +290,7 @@ impl Redis {
         let time = &queue.2;
         cmd.arg(time.now.as_bytes()).arg(time.min_ttl_ms).arg(time.shift_ms).arg(calls.len());
         let first_key = || calls.first().and_then(|c| c.call.first_key()).map(str::to_owned);
-        let reply = self.eval(&script.script, cmd, first_key).await;
+        let reply = self.eval(script, cmd, first_key).await;
         let fits = |len: usize| len == expected || (calls.len() == 1 && len < expected);
         let elements = match reply {
             // The integers packed (batch.lua's `packed`), 8 bytes each, little-endian.

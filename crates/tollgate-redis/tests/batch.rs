@@ -20,16 +20,6 @@ fn clock_time() -> RedisTime {
     RedisTime::clock(clock)
 }
 
-/// EVALSHA calls Redis has run so far (`INFO commandstats`).
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
-}
-
 /// 200 calls spawned at once on one thread (so every one is queued before the first run goes):
 /// a shared counter of 50 admits exactly 50 of them, each admitted call sees its own remaining
 /// (49 down to 0, each once: the calls were decided one after the other), each call's own
@@ -42,7 +32,7 @@ fn calls_that_arrive_together_share_runs_and_are_each_decided_alone() {
     runtime.block_on(async {
         let redis = Redis::connect_with(&server.url(), options()).await.unwrap();
         let time = clock_time();
-        let before = evalsha_calls(&server);
+        let before = server.script_runs();
         let calls: Vec<_> = (0..200)
             .map(|i| {
                 let (redis, time) = (redis.clone(), time.clone());
@@ -67,7 +57,7 @@ fn calls_that_arrive_together_share_runs_and_are_each_decided_alone() {
         }
         remaining.sort_unstable();
         assert_eq!(remaining, (0..50).collect::<Vec<u64>>(), "each admitted call saw the count its turn left");
-        let runs = evalsha_calls(&server) - before;
+        let runs = server.script_runs() - before;
         assert!((1..=10).contains(&runs), "200 calls in {runs} EVALSHA");
     });
 }
@@ -91,7 +81,7 @@ fn limiter_decisions_that_arrive_together_share_runs_on_every_algorithm() {
                 .time(clock_time())
                 .build()
                 .unwrap();
-            let before = evalsha_calls(&server);
+            let before = server.script_runs();
             let calls: Vec<_> = (0..200)
                 .map(|_| {
                     let limiter = limiter.clone();
@@ -103,7 +93,7 @@ fn limiter_decisions_that_arrive_together_share_runs_on_every_algorithm() {
                 admitted += usize::from(call.await.unwrap());
             }
             assert_eq!(admitted, 50, "{kind}");
-            let runs = evalsha_calls(&server) - before;
+            let runs = server.script_runs() - before;
             assert!((1..=10).contains(&runs), "{kind}: 200 decisions in {runs} EVALSHA");
         });
     }

@@ -46,16 +46,6 @@ fn plain(redis: &Redis, prefix: &str, clock: &ManualClock) -> RedisLimiter {
         .unwrap()
 }
 
-/// Scripts Redis has run (EVALSHA and EVAL calls).
-fn script_calls(server: &RedisServer) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// A small deterministic generator.
 struct Lcg(u64);
 impl Lcg {
@@ -71,7 +61,7 @@ async fn one_process_decides_as_the_plain_limiter_on_a_seeded_trace() {
     let (fast, slow) = (leased(&redis, "lease", &clock), plain(&redis, "plain", &clock));
     let mut rng = Lcg(7);
     let mut admitted = 0;
-    let scripts_before = script_calls(&server);
+    let scripts_before = server.script_runs();
     for step in 0..3_000 {
         clock.advance(Duration::from_micros(rng.next(2_000)));
         let n = 1 + rng.next(3);
@@ -87,7 +77,7 @@ async fn one_process_decides_as_the_plain_limiter_on_a_seeded_trace() {
     // Every decision that found a live lease here stayed local.
     // The plain limiter asks Redis once per decision; the leased one only for a new lease (or to
     // learn the window is spent): the rest stays here.
-    let round_trips = script_calls(&server) - scripts_before - 3_000;
+    let round_trips = server.script_runs() - scripts_before - 3_000;
     assert!(round_trips < 300, "{round_trips} of 3000 decisions asked Redis");
 }
 

@@ -135,15 +135,6 @@ async fn dbsize_returns_to_zero() {
     }
 }
 
-/// `calls=` of `cmdstat_<cmd>` in `INFO commandstats` output.
-fn calls(stats: &str, cmd: &str) -> u64 {
-    stats
-        .lines()
-        .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
-        .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn one_round_trip_per_decision() {
     let server = RedisServer::start();
@@ -153,21 +144,57 @@ async fn one_round_trip_per_decision() {
         .limit("b", Quota::per_second(500).unwrap())
         .build()
         .unwrap();
-    let _ = l.try_acquire("warm", 1).await; // loads the script (NOSCRIPT, SCRIPT LOAD, EVALSHA)
+    let _ = l.try_acquire("warm", 1).await; // loads the function (not found, FUNCTION LOAD, FCALL)
     server.cli(&["CONFIG", "RESETSTAT"]);
     for i in 0..100 {
         let _ = l.try_acquire(&format!("k{}", i % 7), 1).await;
     }
-    let stats = server.cli(&["INFO", "commandstats"]);
-    assert_eq!(calls(&stats, "evalsha"), 100, "{stats}");
-    // GET/SET inside the script are counted too; what matters is no extra client command.
-    assert_eq!(calls(&stats, "eval") + calls(&stats, "script|load"), 0, "{stats}");
-    // After a SCRIPT FLUSH (a restarted or failed-over server), NOSCRIPT reloads it once.
-    server.cli(&["SCRIPT", "FLUSH"]);
+    // GET/SET inside the function are counted too; what matters is no extra client command.
+    let extra = ["evalsha", "eval", "script|load", "function|load"].map(|c| server.calls(c));
+    assert_eq!((server.calls("fcall"), extra), (100, [0; 4]));
+    // After a FUNCTION FLUSH (a restarted or failed-over server), it is loaded again, once.
+    server.cli(&["FUNCTION", "FLUSH"]);
     server.cli(&["CONFIG", "RESETSTAT"]);
     assert_eq!(l.try_acquire("k", 1).await.unwrap().reason(), Reason::Granted);
-    let stats = server.cli(&["INFO", "commandstats"]);
-    assert_eq!((calls(&stats, "evalsha"), calls(&stats, "script|load")), (2, 1), "{stats}");
+    assert_eq!((server.calls("fcall"), server.calls("function|load")), (2, 1));
+}
+
+/// A user that may not load functions (`-function`), or not call them (`-fcall`), is served by
+/// the same scripts with EVALSHA, decided alike; NOSCRIPT loads the script as before.
+#[tokio::test]
+async fn without_functions_the_scripts_run_as_evalsha() {
+    let server = RedisServer::start();
+    for (user, denied) in [("noload", "-function"), ("nofcall", "-fcall")] {
+        server.cli(&["ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all", denied]);
+        let url = server.url().replacen("redis://", &format!("redis://{user}:secret@"), 1);
+        let redis = Redis::connect_with(&url, RedisOptions { deadline: Duration::from_secs(2), ..Default::default() })
+            .await
+            .unwrap();
+        let l = RedisLimiter::builder(&redis, user, AlgorithmKind::TokenBucket)
+            .limit("a", Quota::per_hour(10).unwrap())
+            .build()
+            .unwrap();
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let admitted = granted(&l, 15).await;
+        assert_eq!(admitted, 10, "{user}: a burst of 10 admits 10 of 15");
+        // At most the first FCALL ran (and found no function: a user without `-function`'s rights
+        // cannot load it); the rest went as EVALSHA.
+        assert!(server.calls("fcall") <= 1 && server.calls("function|load") == 0, "{user}: functions refused");
+        assert!(server.calls("evalsha") >= 15, "{user}: every call ran as EVALSHA");
+        server.cli(&["SCRIPT", "FLUSH"]);
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        assert_eq!(l.try_acquire("b", 1).await.unwrap().reason(), Reason::Granted);
+        assert_eq!((server.calls("evalsha"), server.calls("script|load")), (2, 1), "{user}: NOSCRIPT, loaded once");
+    }
+}
+
+/// Takes 1 permit of key "a" `n` times, one after the other: how many were granted.
+async fn granted(l: &RedisLimiter, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        admitted += usize::from(l.try_acquire("a", 1).await.is_ok_and(|lease| lease.reason() == Reason::Granted));
+    }
+    admitted
 }
 
 /// 8 independent connections hammer one token bucket on the server's real clock; the admitted

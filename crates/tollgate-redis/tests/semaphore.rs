@@ -237,12 +237,6 @@ async fn cancelled_acquire_leaves_the_queue() {
     assert!(start.elapsed() < Duration::from_millis(250), "woken promptly: {:?}", start.elapsed());
 }
 
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    let line = stats.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("cmdstat_evalsha:calls=0,");
-    line["cmdstat_evalsha:calls=".len()..].split(',').next().unwrap().parse().unwrap()
-}
-
 #[tokio::test]
 async fn a_waiter_does_not_poll_and_is_woken_by_the_release() {
     let server = RedisServer::start();
@@ -255,10 +249,10 @@ async fn a_waiter_does_not_poll_and_is_woken_by_the_release() {
         async move { sem.acquire().await.map(|g| g.fencing_token()) }
     });
     eventually("the waiter to queue", Duration::from_secs(3), || async { waiting(&sem).await == 1 }).await;
-    let before = evalsha_calls(&server);
+    let before = server.calls("evalsha");
     // The observation window: a polling waiter would run scripts during it.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(evalsha_calls(&server), before, "no script ran while the waiter waited");
+    assert_eq!(server.calls("evalsha"), before, "no script ran while the waiter waited");
     let start = Instant::now();
     holder.release().await.unwrap();
     waiter.await.unwrap().unwrap();

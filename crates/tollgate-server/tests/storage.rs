@@ -206,13 +206,6 @@ async fn redis_cached_replicas_share_counts_through_flushes() {
     assert_eq!(count.trim(), "4", "Redis saturates at the limit: {count}");
 }
 
-/// Calls of `EVALSHA` Redis has answered so far.
-fn script_calls(redis: &RedisServer) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]);
-    let line = stats.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("calls=0,");
-    line.split("calls=").nth(1).and_then(|rest| rest.split(',').next()).unwrap().parse().unwrap()
-}
-
 /// One replica lists what it admitted: Redis counts its leased, unspent hits as used, the listing
 /// adds them back (after 200 hits of 1000, 800 remain, not 1000 less the slices leased).
 #[tokio::test]
@@ -243,7 +236,7 @@ async fn redis_leased_replicas_never_overshoot_and_give_back_what_they_hold_on_c
     let a = server_on(yaml, Mode::Accuracy, false, false, storage()).await;
     let b = server_on(yaml, Mode::Accuracy, false, false, storage()).await;
     let call = r#"{"namespace":"api","values":{},"delta":1}"#;
-    let before = script_calls(&redis);
+    let before = redis.script_runs();
     let mut admitted = 0;
     // 70 calls each, one per 10 ms of each replica's clock: 140 calls on a limit of 100.
     for _ in 0..70 {
@@ -255,7 +248,7 @@ async fn redis_leased_replicas_never_overshoot_and_give_back_what_they_hold_on_c
             }
         }
     }
-    let trips = script_calls(&redis) - before;
+    let trips = redis.script_runs() - before;
     assert!(admitted <= 100, "never more than the limit together: {admitted}");
     assert!(admitted >= 90, "under-admission is bounded by the slices held: {admitted} of 100");
     assert!(trips * 3 < 140, "{trips} round trips for 140 calls: the slices are not amortized");

@@ -148,6 +148,23 @@ impl RedisServer {
             .expect("redis-cli must be installed (.ci/run installs it)");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
+
+    /// How many times the server has run `command` (lower case, e.g. `evalsha`, `fcall`,
+    /// `function|load`) since it started or `CONFIG RESETSTAT`: `INFO commandstats`'s `calls=`.
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse().expect("INFO commandstats counts calls in decimal"))
+    }
+
+    /// Runs of the decision scripts: functions (`FCALL`) and scripts (`EVALSHA`) together.
+    pub fn script_runs(&self) -> u64 {
+        self.calls("fcall") + self.calls("evalsha")
+    }
 }
 
 impl Drop for RedisServer {
