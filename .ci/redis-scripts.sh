@@ -20,10 +20,12 @@
 #                            TIME). Before run.lua, each call took now and the minimum TTL
 #                            itself; a counter took 7 words before the role took the calendar
 #                            and `ago` in, 4 before it took the hits in.
-#   run_words NAME REV NOW   what a batched run takes after its calls' ARGV (and key counts),
-#                            before the number of calls: now, the minimum TTL and (since fixed
-#                            windows are string keys) the expiry shift (run.lua), or nothing
-#                            before run.lua.
+#   run_words NAME REV NOW CALLS
+#                            what a batched run takes after its calls' ARGV (and key counts):
+#                            the clock's words (now, the minimum TTL and, since fixed windows
+#                            are string keys, the expiry shift: run.lua), then CALLS; since
+#                            the clock's words are sent only on a passed-in now, CALLS is then
+#                            negated. Before run.lua, CALLS alone.
 redis_scripts_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/crates/tollgate-redis"
 show_at() { # REV FILE (under crates/tollgate-redis) -> its text
   if [[ -z $1 ]]; then cat "$redis_scripts_dir/$2"; else git -C "$redis_scripts_dir" show "$1:./$2"; fi
@@ -111,8 +113,13 @@ call_words() {
     if $run; then printf '%s\n' 1 1 0 "${params[@]}"; else printf '%s\n' "$now" 1 1 0 0 "${params[@]}"; fi
   fi
 }
-run_words() { # NAME REV NOW -> what a batched run takes after its calls (and key counts), before the number of calls
+run_words() { # NAME REV NOW CALLS -> what a batched run takes after its calls (and key counts)
   if is_batched "$1" "${2:-}" && show_at "${2:-}" src/scripts.rs | grep -q 'scripts/run.lua'; then
+    if show_at "${2:-}" scripts/run.lua | grep -q 'return -calls, 4'; then
+      # The clock's words only on a passed-in now, and then the number of calls negated.
+      if [[ -z $3 ]]; then echo "$4"; else printf '%s\n' "$3" 0 17592186044416 "-$4"; fi
+      return
+    fi
     printf '%s\n' "$3" 0
     # The expiry shift (fixed_lib.lua's fixed_clock), since fixed windows are string keys: 0 on
     # Redis TIME; on a passed-in now, 2^44 (a manual clock's: RedisTime's FAR_SHIFT_MS).
@@ -120,4 +127,5 @@ run_words() { # NAME REV NOW -> what a batched run takes after its calls (and ke
       if [[ -z $3 ]]; then echo 0; else echo 17592186044416; fi
     fi
   fi
+  echo "$4"
 }

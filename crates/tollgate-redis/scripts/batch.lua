@@ -1,7 +1,8 @@
--- batch.lua: runs a batch of calls of one decision script in one EVALSHA (`Redis::batched`).
--- Not run alone: scripts.rs's `batched!` assembles clock.lua, run.lua (NOW, MIN_TTL and `answer`,
--- the reply being built), the libraries, the script's body wrapped as
--- `local function decide_call(k, a, nkeys, r)`, its shape, and this file last:
+-- batch.lua: `run`, which runs a batch of calls of one decision script in one FCALL (or EVALSHA:
+-- `Redis::batched`). Not run alone: scripts.rs's `batched!` assembles clock.lua, run.lua (NOW,
+-- MIN_TTL and `answer`, the reply being built), the libraries, the script's body wrapped as
+-- `local function decide_call(k, a, nkeys, r)`, its shape, and this file last, then registers
+-- `run` as a function or calls it (`Batched::new`):
 --   ARGS + ARGS_PER_KEY * nkeys    the arguments of a call,
 --   REPLY + REPLY_PER_KEY * nkeys  the elements of its reply at most (in a batch, a shorter one
 --                                  is padded with 0; a call alone replies as its body does).
@@ -16,19 +17,20 @@
 -- ARGV   each call's arguments, call after call; then, for more than one call, each call's key
 --        count and the run's reply length (the sum of the calls' REPLY + REPLY_PER_KEY * nkeys:
 --        the client knows it, and each key count is then converted once, not twice: about 600
---        instructions a call); then now, the minimum key TTL and the expiry shift (run.lua);
---        last, the number of calls.
+--        instructions a call); then the clock's words on a passed-in clock, and the number of
+--        calls (run.lua).
 -- Returns each call's reply, call after call, each REPLY + REPLY_PER_KEY * nkeys elements (0 where
 -- the call wrote nothing), packed in one string (`packed` below: 8 bytes an integer), or as a
--- table when a call failed or there are more than 4,000; a call alone's error, if it fails, is the run's. In a batch, a call that fails (a key of
--- another type: WRONGTYPE) fails alone, as its own EVALSHA would: the decision scripts read
+-- table when a call failed or there are more than 4,000; a call alone's error, if it fails, is the
+-- run's. In a batch, a call that fails (a key of another type: WRONGTYPE) fails alone, as its
+-- own run would: the decision scripts read
 -- every key before they count on any (sliding_log.lua drops a key's expired entries first: no
 -- count changes), so it counted nothing; its reply is the error's text (not an error reply: one
 -- inside the reply would fail the whole run), then zeros.
 --
 -- Each call is decided alone, one after the other, as if each were its own EVALSHA: a call sees
 -- what the calls before it took. What a run costs Redis apart from its calls (the command, the
--- script's start, reading TIME, the clock's arguments: run.lua) is paid once per batch.
+-- function's start, reading TIME, the clock's arguments: run.lua) is paid once per batch.
 
 -- n zeros, in one table constructor (string.byte returns them all at once; it is bounded by Lua's
 -- C stack, so a reply longer than 4,000 elements is filled one element at a time).
@@ -64,9 +66,8 @@ end
 
 -- The run: KEYS and ARGV as EVALSHA's or FCALL's (scripts.rs adds the line that calls it).
 local function run(keys, args)
-  start_run(keys, args)  -- run.lua
-  local calls = ARGV[#ARGV]
-  if calls == '1' then  -- compared as text: a conversion is a strtod
+  local calls, tail = start_run(keys, args)  -- run.lua
+  if calls == 1 then
     local n = REPLY + REPLY_PER_KEY * #KEYS
     answer = ALONE[n]
     if answer then
@@ -78,9 +79,8 @@ local function run(keys, args)
     decide_call(1, 1, #KEYS, 0)
     return packed(answer, n)
   end
-  calls = calls + 0
-  local counts = #ARGV - calls - 5
-  local total = ARGV[#ARGV - 4] + 0
+  local counts = #ARGV - tail - 1 - calls
+  local total = ARGV[#ARGV - tail] + 0
   answer = zeros(total)
   local failed = false
   local k, a, r = 1, 1, 0

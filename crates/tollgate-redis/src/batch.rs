@@ -265,7 +265,7 @@ impl Redis {
     /// One script run of `calls` (emptied), each answered with its part of the reply.
     async fn run_once(&self, script: &'static Batched, queue: &QueueKey, calls: &mut Vec<Pending>, cmd: &mut Cmd) {
         // batch.lua: the calls' keys and arguments, then (for more than one) each call's key
-        // count and the reply's length, then the clock's arguments (run.lua), then how many.
+        // count and the reply's length, then the clock's arguments and how many (run.lua).
         cmd.clear();
         let keys: usize = calls.iter().map(|c| c.call.keys).sum();
         let (command, name) = self.script_head(script);
@@ -287,8 +287,15 @@ impl Redis {
             }
             cmd.arg(expected);
         }
+        // run.lua: on Redis TIME the number of calls alone (the clock's words are TIME, 0 and
+        // 0); on the caller's clock its words, then the number negated.
         let time = &queue.2;
-        cmd.arg(time.now.as_bytes()).arg(time.min_ttl_ms).arg(time.shift_ms).arg(calls.len());
+        if time.now.is_empty() {
+            debug_assert_eq!((time.min_ttl_ms, time.shift_ms), (0, 0), "Redis TIME's words");
+            cmd.arg(calls.len());
+        } else {
+            cmd.arg(time.now.as_bytes()).arg(time.min_ttl_ms).arg(time.shift_ms).arg(-(calls.len() as i64));
+        }
         let first_key = || calls.first().and_then(|c| c.call.first_key()).map(str::to_owned);
         let reply = self.eval(script, cmd, first_key).await;
         let fits = |len: usize| len == expected || (calls.len() == 1 && len < expected);
