@@ -3,7 +3,9 @@
 //! The same decisions as the in-memory [`tollgate`] limiters, with the state in Redis:
 //!
 //! - one round trip per decision: a Lua script per algorithm (in `scripts/*.lua`, each with its
-//!   KEYS/ARGV/return contract on top), run with `EVALSHA` and loaded only on `NOSCRIPT`;
+//!   KEYS/ARGV/return contract on top): the decision scripts as Redis functions (`FCALL`, loaded
+//!   once; `EVALSHA` of the same text where the server has no functions or the user may not load
+//!   them), the others with `EVALSHA`, loaded only on `NOSCRIPT`;
 //!   decisions that arrive while two runs of their script are under way go together in the next
 //!   run, each decided alone (Redis's cost of a run is paid once per batch);
 //! - time from Redis `TIME`, never from the client;
