@@ -1,33 +1,107 @@
 -- fair_share.lua: one holder's share of a counter's limit, decided among the holders of every
--- server on this Redis (the rate-limit server's RLQS: each holder is one Envoy instance, and its
--- share is what the assignments of its buckets on the counter may admit per window together).
+-- server on this Redis and the counter's RLS callers (the rate-limit server's RLQS: each holder
+-- is one Envoy instance, and its share is what the assignments of its buckets on the counter may
+-- admit per window together), and what those shares may admit reserved in the counter's window,
+-- so that RLS callers see it.
 --
--- The rule (the server's in-memory ledger applies the same, `protocol/rlqs/ledger.rs`): the
--- holder's share is its max-min fair share of the limit among the live holders' wants, and never
--- more than the limit less what the other live holders hold now. So the sum of what is held stays
--- within the limit while shares move from one holder to another: a share is handed out only once
--- its old holder has been given less.
+-- The rule (the server's in-memory ledger applies the same, `protocol/rlqs/ledger.rs`):
+-- - The RLS callers' use of the counter's open window is its count less what this script
+--   reserved in it. They are one more holder: they want nothing after a window they did not
+--   use, twice what they used and a fiftieth of the limit after one that was full (they were
+--   held back), else what they used, a tenth more and a fiftieth of the limit; at most the limit.
+-- - The holder's share is its max-min fair share of the limit among the live holders' wants and
+--   the RLS callers', and never more than the limit less what the other live holders hold now
+--   and what the RLS callers used of the window. So the sum of what is held stays within what
+--   the window has left while shares move from one holder to another: a share is handed out only
+--   once its old holder has been given less.
+-- - What all live holders hold is reserved in the counter's open window (counted into it, up to
+--   its limit), so RLS callers get only what the assignments leave. A window is not opened
+--   here: until an RLS caller opens one, nothing needs reserving (RLS decisions open it, and the
+--   next report reserves in it).
+-- Why one script: the holders, the RLS callers' use and the reservation are read and written
+-- together, so two servers deciding at once neither over-assign nor reserve twice.
 --
--- KEYS[1]  the counter's holders: a hash, field = holder, value = "<want> <held> <expires_us>".
---          The key expires with its last holder's assignment.
+-- KEYS[1]  the counter's holders: a hash, field = holder, value = "<want> <held> <expires_us>";
+--          and field "rls" = "<window end, ms> <reserved> <used> <want> <seen_us>" (the window
+--          last seen, 0 for none, and when a window was last seen open). The key expires with
+--          its last holder's assignment.
+-- KEYS[2]  the counter's window, as the RLS decisions keep it (fixed_lib.lua: a string holding
+--          the count, expiring at the window's end); same hash tag (the namespace) as KEYS[1].
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME (clock.lua).
 -- ARGV[2]  the holder.
 -- ARGV[3]  the limit: hits per window.
 -- ARGV[4]  what the holder wants: hits per window.
 -- ARGV[5]  how long the holder's assignment lives, in microseconds.
+-- ARGV[6]  the window's length in milliseconds (two windows' ends are at least that far apart).
+-- ARGV[7]  on a passed-in clock (ARGV[1] set), how far past its end on that clock a window's key
+--          expires, in ms (`RedisTime`'s expiry shift); 0 on Redis TIME.
 --
--- Returns {share, holders, held}: what the holder now holds, recorded until now + ARGV[5]; how
--- many live holders the counter has, this one included; what they hold in all. Holders whose
--- assignment expired are removed.
+-- Returns {share, holders, held, reserved, exhausted}: what the holder now holds, recorded until
+-- now + ARGV[5]; how many live holders the counter has, this one included; what they hold in
+-- all; what was counted into the window now; 1 when the RLS callers alone used the window up
+-- (nothing is left until it ends), else 0. Holders whose assignment expired are removed.
 
-local key, holder = KEYS[1], ARGV[2]
+local key, counter, holder = KEYS[1], KEYS[2], ARGV[2]
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
-local limit, want, ttl = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0
+local limit, want, ttl, window, shift = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0
+
+-- The counter's open window: its count and its end (ms, on Redis's clock: the instant its key
+-- expires, which stays the same while the window is open). On Redis TIME a window's key expires
+-- when it ends; on a passed-in clock (tests) it expires ARGV[7] ms past its end on that clock
+-- (fixed_lib.lua's fixed_clock), so it is over once that clock passes the end.
+local count, ends = 0, nil
+local stored = redis.pcall('GET', counter)
+if type(stored) == 'string' and tonumber(stored) then
+  local at = redis.pcall('PEXPIRETIME', counter)
+  if type(at) ~= 'number' then  -- Redis before 7: its TIME and the key's time to live
+    local t = redis.call('TIME')
+    at = t[1] * 1000 + (t[2] - t[2] % 1000) / 1000 + redis.call('PTTL', counter)
+  end
+  local open = at > 0
+  if clock_passed then open = open and (at - shift) * 1000 > now end  -- clock_passed: clock.lua
+  if open then count, ends = tonumber(stored), at end
+end
+
+-- The RLS callers: a window other than the last one seen starts a new count. Their want is
+-- planned from the window left behind; a window after a time with none keeps it; after a whole
+-- window's time with none open, they want nothing (their first hit opens a window).
 local fields = redis.call('HGETALL', key)
-local wants, others = {want}, 0
+local rls_end, reserved, used, rls_want, seen_at = 0, 0, 0, 0, 0
+for i = 1, #fields, 2 do
+  if fields[i] == 'rls' then
+    local e, r, u, w, at = string.match(fields[i + 1], '(%d+) (%d+) (%d+) (%d+) (%d+)')
+    if at then rls_end, reserved, used, rls_want, seen_at = e + 0, r + 0, u + 0, w + 0, at + 0 end
+  end
+end
+local same = ends ~= nil and rls_end > 0 and math.abs(ends - rls_end) < window / 2
+if not same then
+  if rls_end > 0 then
+    if used == 0 then
+      rls_want = 0
+    else
+      local grid = (limit - limit % 50) / 50
+      if grid < 1 then grid = 1 end
+      if used + reserved + grid >= limit then
+        rls_want = 2 * used + grid
+      else
+        rls_want = used + (used - used % 10) / 10 + grid
+      end
+      if rls_want > limit then rls_want = limit end
+    end
+  elseif ends == nil and now - seen_at >= window * 1000 then
+    rls_want = 0
+  end
+  rls_end, reserved, used = ends or 0, 0, 0
+end
+if ends ~= nil then
+  if count - reserved > used then used = count - reserved end
+  seen_at = now
+end
+
+local wants, others = {want, rls_want}, 0
 for i = 1, #fields, 2 do
   local field = fields[i]
-  if field ~= holder then
+  if field ~= holder and field ~= 'rls' then
     local w, held, expires = string.match(fields[i + 1], '(%d+) (%d+) (%d+)')
     if expires and expires + 0 > now then
       wants[#wants + 1] = w + 0
@@ -37,6 +111,7 @@ for i = 1, #fields, 2 do
     end
   end
 end
+local holders = #wants - 1
 
 -- Water-filling: the smallest wants are met in full while they are under an equal split of
 -- what is left; past that, everyone left gets the level (and one of the units it leaves over).
@@ -54,11 +129,24 @@ for k = 1, #wants do
   end
   left = left - wants[k]
 end
-local share = limit - others
+local share = limit - others - used
 if share < 0 then share = 0 end
 if fair < share then share = fair end
 
-redis.call('HSET', key, holder, string.format('%.0f %.0f %.0f', want, share, now + ttl))
+-- What the holders hold is reserved in the open window, up to its limit.
+local reserve = 0
+if ends ~= nil then
+  reserve = others + share - reserved
+  if reserve > limit - count then reserve = limit - count end
+  if reserve < 0 then reserve = 0 end
+  if reserve > 0 then redis.call('INCRBY', counter, reserve) end
+  reserved = reserved + reserve
+end
+
+redis.call('HSET', key, holder, string.format('%.0f %.0f %.0f', want, share, now + ttl),
+  'rls', string.format('%.0f %.0f %.0f %.0f %.0f', rls_end, reserved, used, rls_want, seen_at))
 local ttl_ms = (ttl - ttl % 1000) / 1000 + 1
 if redis.call('PTTL', key) < ttl_ms then redis.call('PEXPIRE', key, ttl_ms) end
-return {share, #wants, others + share}
+local exhausted = 0
+if used >= limit then exhausted = 1 end
+return {share, holders, others + share, reserve, exhausted}

@@ -1,8 +1,8 @@
 //! Envoy's Rate Limit Quota Service end to end: a fleet of simulated Envoy filters
 //! (`support/fleet.rs`) against the real server over gRPC, on the server's manual clock.
 //!
-//! The figures in docs/server.md ("RLQS") come from `fleet_targets_*`:
-//! `cargo test -p tollgate-server --test rlqs -- --nocapture fleet_targets`.
+//! The figures in docs/server.md ("RLQS") come from `fleet_targets_*` and `rls_and_rlqs_*`:
+//! `cargo test -p tollgate-server --test rlqs -- --nocapture fleet_targets rls_and_rlqs`.
 
 mod support;
 
@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use futures::channel::mpsc::unbounded;
-use support::fleet::{Demand, Enforce, Envoy, Timeline, run};
+use support::fleet::{Demand, Enforce, Envoy, RlsCallers, Timeline, run, run_with};
 use support::{Server, descriptor, server_with, should_rate_limit};
 use tollgate_server::serve::{RlqsConfig, Storage};
 use tollgate_testkit::RedisServer;
@@ -299,6 +299,97 @@ async fn fleet_targets_on_redis() {
     })
     .await;
     print(scale(), "redis", &figures);
+}
+
+/// RLS callers and two Envoys on one limit, each side wanting the whole limit: the RLS callers
+/// over gRPC (`ShouldRateLimit`, one hit a call), the Envoys by the fleet simulator. What the
+/// two paths admit together in each of the counter's windows stays within the limit (in any
+/// stretch of a window's length too, once the parts settled), and each side gets a fair part:
+/// the RLS callers are one more holder of the limit beside the Envoys, a third each.
+async fn mixed_targets(s: &Scale, storage: Storage) -> Vec<(String, f64, String)> {
+    let server = s.server(storage).await;
+    let mut envoys: Vec<Envoy> =
+        (0..2).map(|_| Envoy::new(server.running.grpc, "shop", &server.clock, s.report)).collect();
+    let rls_demand = |_| s.per_second(1.0);
+    let mut callers = RlsCallers::new(server.rls().await, "shop", &rls_demand);
+    let demand: Demand = &|i, t| if s.staggered(i, t) { s.per_second(1.0) } else { 0.0 };
+    let mut timeline = Timeline::default();
+    let (warm, length) = (8 * s.window, 12 * s.window);
+    run_with(&mut envoys, Some(&mut callers), &server.clock, SEARCH, s.step, length, demand, &mut timeline).await;
+    let mut figures = Vec::new();
+    // The counter's windows open at the first RLS call (at 0) and every window from then on,
+    // as the callers call every step.
+    let per_window = (0..(length.as_nanos() / s.window.as_nanos()) as u32)
+        .map(|k| timeline.admitted(None, s.window * k, s.window * (k + 1)))
+        .max()
+        .unwrap_or(0) as f64
+        / s.limit;
+    figures.push((
+        "RLS 1x + 2 Envoys 1x each: most admitted in a window of the counter".into(),
+        per_window,
+        "<= 1.02".into(),
+    ));
+    let most = timeline.most_in_any(s.window, warm) as f64 / s.limit;
+    figures.push(("the same, once the parts settled: most in any window".into(), most, "<= 1.02".into()));
+    let transient = timeline.most_in_any(s.window, Duration::ZERO) as f64 / s.limit;
+    figures.push(("the same, while the parts settle: most in any window".into(), transient, "".into()));
+    let windows = ((length - warm).as_secs_f64() / s.window.as_secs_f64()) * s.limit;
+    let part = |i| timeline.admitted(Some(i), warm, length) as f64 / windows;
+    let (rls, envoy_0, envoy_1) = (part(2), part(0), part(1));
+    figures.push(("the same: the RLS callers' part of a window".into(), rls, ">= 0.25".into()));
+    figures.push(("the same: Envoy 0's part".into(), envoy_0, ">= 0.25".into()));
+    figures.push(("the same: Envoy 1's part".into(), envoy_1, ">= 0.25".into()));
+    let used = timeline.admitted(None, warm, length) as f64 / windows;
+    figures.push(("the same: admitted in a window, both paths".into(), used, ">= 0.9".into()));
+    print(s, "RLS and RLQS on one limit", &figures);
+    assert!(per_window <= 1.02, "RLS and RLQS together over-admitted in a window: {per_window}");
+    assert!(most <= 1.02, "RLS and RLQS together over-admitted once settled: {most}");
+    assert!(rls >= 0.25 && envoy_0 >= 0.25 && envoy_1 >= 0.25, "unfair: RLS {rls}, Envoys {envoy_0}, {envoy_1}");
+    assert!(used >= 0.9, "utilization: {used}");
+    figures
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_and_rlqs_on_one_limit_in_memory() {
+    mixed_targets(scale(), Storage::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_and_rlqs_on_one_limit_on_redis() {
+    let redis = RedisServer::start();
+    mixed_targets(scale(), Storage::Redis { url: redis.url(), prefix: "mixed:".into() }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_and_rlqs_on_one_limit_on_redis_leased() {
+    let redis = RedisServer::start();
+    mixed_targets(scale(), Storage::RedisLeased { url: redis.url(), prefix: "mixed:".into() }).await;
+}
+
+/// Once a fleet holds a whole limit, RLS callers are denied from the fleet's next report on:
+/// the first RLS call opens a window (until then there is none to reserve in), the next report
+/// reserves in it what the Envoys' assignments may admit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_callers_are_denied_once_the_fleet_holds_the_window() {
+    let redis = RedisServer::start();
+    let storages = [
+        Storage::Memory,
+        Storage::Redis { url: redis.url(), prefix: "held:".into() },
+        Storage::RedisLeased { url: redis.url(), prefix: "held-leased:".into() },
+    ];
+    let ok = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code::Ok as i32;
+    for storage in storages {
+        let name = format!("{storage:?}");
+        let server = rlqs_server(storage).await;
+        let demand: Demand = &|_, _| per_second(2.0);
+        let (mut envoys, mut timeline) = two_envoys(&server, demand, 3 * REPORT).await;
+        let mut rls = server.rls().await;
+        let first = should_rate_limit(&mut rls, "shop", vec![descriptor(SEARCH)], 1).await;
+        assert_eq!(first.overall_code, ok, "{name}: no window yet, nothing reserved");
+        run(&mut envoys, &server.clock, SEARCH, STEP, REPORT, demand, &mut timeline).await;
+        let after = should_rate_limit(&mut rls, "shop", vec![descriptor(SEARCH)], 1).await;
+        assert_ne!(after.overall_code, ok, "{name}: the fleet's assignments fill the window: {after:?}");
+    }
 }
 
 /// One stream opened by hand: its report sender and answers.

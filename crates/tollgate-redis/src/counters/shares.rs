@@ -1,55 +1,87 @@
-//! Fair shares of a counter's limit among holders on several servers: the rate-limit server's
-//! RLQS assignments, when its replicas share one Redis (`scripts/fair_share.lua`).
+//! Fair shares of a counter's limit among holders on several servers, and the counter's RLS
+//! callers: the rate-limit server's RLQS assignments, when its replicas share one Redis
+//! (`scripts/fair_share.lua`).
 
 use std::time::Duration;
 
 use crate::{BackendError, Redis, RedisTime, scripts};
+
+/// What a holder asks of [`take_share`].
+#[derive(Clone, Copy, Debug)]
+pub struct ShareAsk<'a> {
+    /// The key of the counter's holders.
+    pub holders: &'a str,
+    /// The key of the counter's window, as the server's RLS decisions keep it (same hash tag).
+    pub counter: &'a str,
+    /// The holder's name, unique among the servers.
+    pub holder: &'a str,
+    /// The counter's limit: hits per window.
+    pub limit: u64,
+    /// The counter's window.
+    pub window: Duration,
+    /// What the holder wants: hits per window.
+    pub want: u64,
+    /// How long what it is given lasts unless asked again.
+    pub ttl: Duration,
+}
 
 /// What a holder was given by [`take_share`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Share {
     /// The hits per window the holder now holds.
     pub share: u64,
-    /// The counter's live holders, this one included.
+    /// The counter's live holders, this one included (the RLS callers are not counted).
     pub holders: u64,
     /// What they hold in all.
     pub held: u64,
+    /// What was counted into the counter's open window now, so that it holds what the holders
+    /// hold.
+    pub reserved: u64,
+    /// The RLS callers alone used the counter's window up: nothing is left until it ends.
+    pub exhausted: bool,
 }
 
-/// Gives `holder` its share of the counter whose holders are at `key`, in one EVALSHA: its
-/// max-min fair share of `limit` (hits per window) among the live holders' wants, given it wants
-/// `want`, and never more than `limit` less what the other live holders hold. What it holds is
-/// recorded until `ttl` from now on `time`'s clock; holders past theirs are removed.
+/// Gives a holder its share of a counter, in one EVALSHA: its max-min fair share of the limit
+/// among the live holders' wants and the counter's RLS callers' (what they used of its windows:
+/// the count less what was reserved here), never more than the limit less what the other live
+/// holders hold and what the RLS callers used of the window open; and reserves what all holders
+/// hold in that window (counted into it, up to its limit; no window is opened). What the holder
+/// holds is recorded until `ttl` from now on `time`'s clock; holders past theirs are removed.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), tollgate_redis::BackendError> {
 /// use std::time::Duration;
-/// use tollgate_redis::counters::take_share;
+/// use tollgate_redis::counters::{ShareAsk, take_share};
 /// use tollgate_redis::{Keyspace, Redis, RedisTime};
 /// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
-/// let key = Keyspace::new("rl:rlqs:").key("api", "all", &[] as &[&str]);
+/// let holders = Keyspace::new("rl:rlqs:").key("api", "all", &[] as &[&str]);
+/// let counter = Keyspace::new("rl:").key("api", "all", &[] as &[&str]);
 /// let ttl = Duration::from_secs(15);
-/// let a = take_share(&redis, &key, "a", 100, 1_000, ttl, &RedisTime::redis()).await?;
+/// let window = Duration::from_secs(60);
+/// let ask = ShareAsk { holders: &holders, counter: &counter, holder: "a", limit: 100, window, want: 1_000, ttl };
+/// let a = take_share(&redis, &ask, &RedisTime::redis()).await?;
 /// assert_eq!(a.share, 100, "alone: all of it");
-/// let b = take_share(&redis, &key, "b", 100, 1_000, ttl, &RedisTime::redis()).await?;
+/// let b = take_share(&redis, &ShareAsk { holder: "b", ..ask }, &RedisTime::redis()).await?;
 /// assert_eq!(b.share, 0, "a holds it all until it is given less");
 /// # Ok(()) }
 /// ```
-pub async fn take_share(
-    redis: &Redis,
-    key: &str,
-    holder: &str,
-    limit: u64,
-    want: u64,
-    ttl: Duration,
-    time: &RedisTime,
-) -> Result<Share, BackendError> {
-    let now = time.now_us().map_or_else(String::new, |n| n.to_string());
-    let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX).max(1);
-    let args = [now, holder.to_string(), limit.to_string(), want.to_string(), ttl_us.to_string()];
-    let reply: Vec<u64> = redis.invoke(&scripts::FAIR_SHARE, &[key.to_string()], &args).await?;
+pub async fn take_share(redis: &Redis, ask: &ShareAsk<'_>, time: &RedisTime) -> Result<Share, BackendError> {
+    let script_time = time.script_now();
+    let ttl_us = u64::try_from(ask.ttl.as_micros()).unwrap_or(u64::MAX).max(1);
+    let window_ms = u64::try_from(ask.window.as_millis()).unwrap_or(u64::MAX).max(1);
+    let args = [
+        script_time.now,
+        ask.holder.to_string(),
+        ask.limit.to_string(),
+        ask.want.to_string(),
+        ttl_us.to_string(),
+        window_ms.to_string(),
+        script_time.shift_ms.to_string(),
+    ];
+    let keys = [ask.holders.to_string(), ask.counter.to_string()];
+    let reply: Vec<u64> = redis.invoke(&scripts::FAIR_SHARE, &keys, &args).await?;
     let get = |i: usize| reply.get(i).copied().unwrap_or(0);
-    Ok(Share { share: get(0), holders: get(1), held: get(2) })
+    Ok(Share { share: get(0), holders: get(1), held: get(2), reserved: get(3), exhausted: get(4) == 1 })
 }
 
 /// Removes `holder` from the counter whose holders are at `key`: what it held goes back to the

@@ -267,6 +267,42 @@ impl<C: Clock + Clone> Engine<C> {
         Ok(Outcome::new(loaded, statuses, self.shadow).with_stats_keys(stats_keys))
     }
 
+    /// Charges `n` hits to one counter of `descriptor` in `namespace` (the one of the limit `limit`
+    /// with the variables' `values`), or what is left of its window if less, deciding nothing:
+    /// how RLQS reserves in a counter's window what the Envoys' assignments may admit in it, so
+    /// RLS callers see it. Returns the counter's state after; `None` when the descriptor does
+    /// not count on that counter (the limits were reloaded). Asked on memory storage only (on
+    /// Redis, `fair_share.lua` reserves in the step that gives the share).
+    pub(crate) async fn charge_counter(
+        &self,
+        namespace: &str,
+        descriptor: &Descriptor,
+        limit: LimitId,
+        values: &[String],
+        n: u64,
+    ) -> Result<Option<Meta>, CallError> {
+        let loaded = self.loaded();
+        let descriptors = std::slice::from_ref(descriptor);
+        let mut hits = loaded.policy.hits(namespace, descriptors);
+        hits.retain(|h| h.counter.id() == limit && h.values == values && !answered_here(h.limit));
+        hits.truncate(1);
+        if hits.is_empty() {
+            return Ok(None);
+        }
+        let call = Call {
+            loaded: &loaded,
+            namespace,
+            hits: &hits,
+            descriptors,
+            delta: n,
+            action: Action::Report,
+            charge: true,
+            clock: &self.clock,
+        };
+        let statuses = self.store.decide(call).await?;
+        Ok(statuses.first().map(|s| s.meta))
+    }
+
     /// Decides a call's limits that [count past](Limit::counts_past) their limit (pooled ones,
     /// shadow fixed windows) before the others, when a limit that denies all has denied it (the
     /// others are then only checked), as envoy/ratelimit counts every descriptor: a call that

@@ -35,11 +35,14 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usag
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 use tollgate::{Clock, ManualClock};
 use tonic::Streaming;
+use tonic::transport::Channel;
 
 const SECOND: u64 = 1_000_000_000;
 
@@ -317,6 +320,37 @@ impl Timeline {
     }
 }
 
+/// RLS callers beside a fleet: each of their requests is one `ShouldRateLimit` call to the
+/// server's RLS (`hits_addend` 1) on the fleet's bucket id as its one descriptor.
+pub struct RlsCallers<'a> {
+    pub client: RateLimitServiceClient<Channel>,
+    pub domain: String,
+    /// How many requests per second they send at `t` (from the run's start).
+    pub demand: &'a dyn Fn(Duration) -> f64,
+    carry: f64,
+}
+
+impl<'a> RlsCallers<'a> {
+    pub fn new(client: RateLimitServiceClient<Channel>, domain: &str, demand: &'a dyn Fn(Duration) -> f64) -> Self {
+        RlsCallers { client, domain: domain.to_string(), demand, carry: 0.0 }
+    }
+
+    /// Sends this step's requests: how many were asked, and how many allowed.
+    async fn step(&mut self, id: &[(&str, &str)], t: Duration, step: Duration) -> (u64, u64) {
+        self.carry += (self.demand)(t) * step.as_secs_f64();
+        let (mut asked, mut admitted) = (0, 0);
+        while self.carry >= 1.0 {
+            self.carry -= 1.0;
+            asked += 1;
+            let answer = super::should_rate_limit(&mut self.client, &self.domain, vec![super::descriptor(id)], 1).await;
+            if answer.overall_code == Code::Ok as i32 {
+                admitted += 1;
+            }
+        }
+        (asked, admitted)
+    }
+}
+
 /// Runs `fleet` for `length` in steps of `step` of `clock`, each instance sending `demand`'s
 /// requests (spread evenly) to bucket `id`; an instance with no demand yet sends nothing (its
 /// bucket is created by its first request). Reports are sent when due, in instance order.
@@ -329,13 +363,30 @@ pub async fn run(
     demand: Demand<'_>,
     timeline: &mut Timeline,
 ) {
+    run_with(fleet, None, clock, id, step, length, demand, timeline).await;
+}
+
+/// [`run`], with RLS callers sending their requests after the fleet's in each step: their
+/// admissions are the timeline's last column (after the instances').
+#[allow(clippy::too_many_arguments)]
+pub async fn run_with(
+    fleet: &mut [Envoy],
+    mut callers: Option<&mut RlsCallers<'_>>,
+    clock: &ManualClock,
+    id: &[(&str, &str)],
+    step: Duration,
+    length: Duration,
+    demand: Demand<'_>,
+    timeline: &mut Timeline,
+) {
     timeline.step = step;
     let start = timeline.admitted.len() as u32;
     let mut carry = vec![0.0f64; fleet.len()];
+    let columns = fleet.len() + usize::from(callers.is_some());
     for s in 0..(length.as_nanos() / step.as_nanos()) as u32 {
         let t = step * (start + s);
-        let mut admitted = vec![0; fleet.len()];
-        let mut asked = vec![0; fleet.len()];
+        let mut admitted = vec![0; columns];
+        let mut asked = vec![0; columns];
         for (i, envoy) in fleet.iter_mut().enumerate() {
             envoy.tick().await;
             carry[i] += demand(i, t) * step.as_secs_f64();
@@ -346,6 +397,9 @@ pub async fn run(
                     admitted[i] += 1;
                 }
             }
+        }
+        if let Some(callers) = callers.as_deref_mut() {
+            (asked[fleet.len()], admitted[fleet.len()]) = callers.step(id, t, step).await;
         }
         timeline.admitted.push(admitted);
         timeline.asked.push(asked);

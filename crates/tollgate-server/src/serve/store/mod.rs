@@ -24,8 +24,8 @@ use tollgate_policy::{Descriptor, Hit};
 use tollgate_redis::BackendError;
 
 pub(crate) use memory::Memory;
-pub(crate) use redis::open_redis;
 pub use redis::{RedisStore, SCAN_COUNT, TimeSource};
+pub(crate) use redis::{counter_key, open_redis};
 
 use crate::serve::model::{Action, CounterFilter, CounterList, Loaded, Mode, Status, StorageKind};
 

@@ -43,19 +43,109 @@ struct Hold {
     expires_ns: u64,
 }
 
+/// A counter's window as the storage shows it when a holder reports: what it counts, and when it
+/// ends (on the storage's own scale: the window's identity, compared within half a window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub(crate) count: u64,
+    pub(crate) end: u64,
+}
+
+/// The RLS callers' part of a counter, seen through its windows: what RLQS reserved in the window
+/// open, and so what the RLS callers took of it (the count less that).
+#[derive(Clone, Copy, Debug, Default)]
+struct Rls {
+    /// The end of the window last seen open; `None` when none was.
+    window: Option<u64>,
+    /// What RLQS charged into that window: what the assignments in force may admit in it.
+    reserved: u64,
+    /// What the RLS callers took of that window, as last seen.
+    used: u64,
+    /// What the RLS callers want per window, as one more holder of the limit: planned from the
+    /// last window they used.
+    want: u64,
+    /// When a window was last seen open (the server clock's ns).
+    seen_ns: u64,
+}
+
+impl Rls {
+    /// Takes in the window seen at `now_ns` (`None`: none is open) for a limit of `limit` per
+    /// window of `window` (ns, the scale of [`Seen::end`] too), and returns what the RLS callers
+    /// used of it. When the window last seen is left behind, the RLS callers' want is planned
+    /// from it (a window after a time with none keeps the want); after a whole window's time
+    /// with none open, they want nothing (RLS callers open a window with their first hit).
+    fn see(&mut self, seen: Option<Seen>, limit: u64, window: u64, now_ns: u64) -> u64 {
+        let same = match (seen, self.window) {
+            (Some(seen), Some(last)) => seen.end.abs_diff(last) < window / 2,
+            _ => false,
+        };
+        if !same {
+            if self.window.is_some() {
+                self.want = rls_want(limit, self.used, self.reserved);
+            } else if seen.is_none() && now_ns.saturating_sub(self.seen_ns) >= window {
+                self.want = 0;
+            }
+            (self.window, self.reserved, self.used) = (seen.map(|s| s.end), 0, 0);
+        }
+        if let Some(seen) = seen {
+            self.used = self.used.max(seen.count.saturating_sub(self.reserved));
+            self.seen_ns = now_ns;
+        }
+        self.used
+    }
+}
+
+/// What the RLS callers want per window, after a window in which they used `used` of `limit` and
+/// RLQS reserved `reserved`: nothing when they used nothing; twice what they used and a fiftieth
+/// of the limit when the window was full (they were held back, so what they used says too
+/// little); else what they used, a tenth more and a fiftieth of the limit (the margin an Envoy's
+/// want has). At most the limit.
+fn rls_want(limit: u64, used: u64, reserved: u64) -> u64 {
+    if used == 0 {
+        return 0;
+    }
+    let grid = (limit / 50).max(1);
+    let want = if used.saturating_add(reserved).saturating_add(grid) >= limit {
+        used.saturating_mul(2).saturating_add(grid)
+    } else {
+        used.saturating_add(used / 10).saturating_add(grid)
+    };
+    want.min(limit)
+}
+
+/// What a holder was given by [`Ledger::share`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Taken {
+    /// The hits per window it now holds.
+    pub(crate) share: u64,
+    /// What to charge into the window open, so that its count holds what the assignments in
+    /// force may admit in it (RLS callers then see it).
+    pub(crate) reserve: u64,
+    /// The RLS callers alone used the window up: nothing is left until it ends.
+    pub(crate) exhausted: bool,
+}
+
+/// The holders of one counter, and the RLS callers' part of it.
+#[derive(Debug, Default)]
+struct Counter {
+    holds: HashMap<Holder, Hold>,
+    rls: Rls,
+}
+
 /// The shares of every counter the RLQS streams report on.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    counters: HashMap<CounterKey, HashMap<Holder, Hold>>,
+    counters: HashMap<CounterKey, Counter>,
 }
 
 impl Ledger {
-    /// Gives `holder` its share of `counter` (whose limit is `limit` hits per window) now that it
-    /// wants `want`: its max-min fair share among the counter's live holders, capped by what the
-    /// others' assignments in force leave; or, with `fixed`, that (a share `fair_share.lua`
-    /// decided, kept as this server's view). Records it as what the holder holds until
-    /// `expires_ns`, and returns it.
-    /// (`fair_share.lua` applies the same rule to holders on several servers.)
+    /// Gives `holder` its share of `counter` (whose limit is `limit` hits per window of
+    /// `window` on the scale of `seen`'s ends) now that it wants `want`, the counter's window
+    /// being `seen` (`None`: none is open): its max-min fair share among the counter's live
+    /// holders and the RLS callers (as one more holder, wanting what [`rls_want`] says), capped
+    /// by what the others' assignments in force and the RLS callers' use of the window leave.
+    /// Records it as what the holder holds until `expires_ns`, and the reservation it asks for
+    /// as charged. (`fair_share.lua` applies the same rule to holders on several servers.)
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn share(
         &mut self,
@@ -63,25 +153,48 @@ impl Ledger {
         limit: u64,
         holder: Holder,
         want: u64,
-        fixed: Option<u64>,
+        seen: Option<Seen>,
+        window: u64,
         now_ns: u64,
         expires_ns: u64,
-    ) -> u64 {
-        let holds = self.holds(counter);
-        holds.retain(|h, hold| hold.expires_ns > now_ns || *h == holder);
-        let share = fixed.unwrap_or_else(|| {
-            let mut wants = vec![want];
-            wants.extend(holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.want));
-            let fair = fair_shares(limit, &wants)[0];
-            let others: u64 = holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.held).sum();
-            fair.min(limit.saturating_sub(others))
+    ) -> Taken {
+        let entry = self.counter(counter);
+        entry.holds.retain(|h, hold| hold.expires_ns > now_ns || *h == holder);
+        let used = entry.rls.see(seen, limit, window, now_ns);
+        let mut wants = vec![want];
+        wants.extend(entry.holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.want));
+        wants.push(entry.rls.want);
+        let fair = fair_shares(limit, &wants)[0];
+        let others: u64 = entry.holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.held).sum();
+        let share = fair.min(limit.saturating_sub(others).saturating_sub(used));
+        entry.holds.insert(holder, Hold { want, held: share, expires_ns });
+        let reserve = seen.map_or(0, |seen| {
+            let target = others + share;
+            target.saturating_sub(entry.rls.reserved).min(limit.saturating_sub(seen.count))
         });
-        holds.insert(holder, Hold { want, held: share, expires_ns });
-        share
+        entry.rls.reserved += reserve;
+        Taken { share, reserve, exhausted: used >= limit }
     }
 
-    /// The holds of `counter`, empty when it has none yet.
-    fn holds(&mut self, counter: &CounterKey) -> &mut HashMap<Holder, Hold> {
+    /// Records that `holder` holds `share` of `counter` until `expires_ns` (a share
+    /// `fair_share.lua` decided: this server's view of it, for its metrics), forgetting what
+    /// expired by `now_ns`.
+    pub(crate) fn record(
+        &mut self,
+        counter: &CounterKey,
+        holder: Holder,
+        want: u64,
+        share: u64,
+        now_ns: u64,
+        expires_ns: u64,
+    ) {
+        let holds = &mut self.counter(counter).holds;
+        holds.retain(|_, hold| hold.expires_ns > now_ns);
+        holds.insert(holder, Hold { want, held: share, expires_ns });
+    }
+
+    /// The holders of `counter`, none yet when it is new.
+    fn counter(&mut self, counter: &CounterKey) -> &mut Counter {
         self.counters.entry_ref(counter).or_default()
     }
 
@@ -89,17 +202,17 @@ impl Ledger {
     /// (A stream that broke keeps its holds until they expire: Envoy keeps enforcing its
     /// assignments until their time to live ends.)
     pub(crate) fn release(&mut self, instance: u64) {
-        self.counters.retain(|_, holds| {
-            holds.retain(|h, _| *h != instance);
-            !holds.is_empty()
+        self.counters.retain(|_, counter| {
+            counter.holds.retain(|h, _| *h != instance);
+            !counter.holds.is_empty()
         });
     }
 
     /// Drops what has expired by `now_ns`, and counters nobody holds.
     pub(crate) fn expire(&mut self, now_ns: u64) {
-        self.counters.retain(|_, holds| {
-            holds.retain(|_, h| h.expires_ns > now_ns);
-            !holds.is_empty()
+        self.counters.retain(|_, counter| {
+            counter.holds.retain(|_, h| h.expires_ns > now_ns);
+            !counter.holds.is_empty()
         });
     }
 
@@ -108,11 +221,11 @@ impl Ledger {
     pub(crate) fn limit_totals(&self, limit: LimitId) -> (usize, u64) {
         let mut instances: Vec<u64> = Vec::new();
         let mut held = 0u64;
-        for (counter, holds) in &self.counters {
-            if counter.limit != limit {
+        for (key, counter) in &self.counters {
+            if key.limit != limit {
                 continue;
             }
-            for (holder, hold) in holds {
+            for (holder, hold) in &counter.holds {
                 instances.push(*holder);
                 held = held.saturating_add(hold.held);
             }
@@ -139,7 +252,7 @@ mod tests {
     fn a_newcomer_gets_only_what_the_others_do_not_hold_until_they_give_it_up() {
         let mut ledger = Ledger::default();
         let c = counter();
-        let mut share = |h, want, now| ledger.share(&c, 90, holder(h), want, None, now, 1_000);
+        let mut share = |h, want, now| ledger.share(&c, 90, holder(h), want, None, 100, now, 1_000).share;
         assert_eq!(share(1, 200, 0), 90, "alone: all of it");
         assert_eq!(share(2, 200, 0), 0, "1 holds all until it reports");
         assert_eq!(share(1, 200, 10), 45, "1 is cut to its fair share");
@@ -153,19 +266,45 @@ mod tests {
         let mut ledger = Ledger::default();
         let c = counter();
         for i in 1..=3 {
-            let _ = ledger.share(&c, 90, holder(i), 200, Some(30), 0, if i == 3 { 500 } else { 1_000 });
+            ledger.record(&c, holder(i), 200, 30, 0, if i == 3 { 500 } else { 1_000 });
         }
         assert_eq!(ledger.limit_totals(LimitId(7)), (3, 90));
-        assert_eq!(ledger.share(&c, 90, holder(1), 200, None, 100, 1_000), 30);
+        assert_eq!(ledger.share(&c, 90, holder(1), 200, None, 100, 100, 1_000).share, 30);
         ledger.release(2);
         assert_eq!(
-            ledger.share(&c, 90, holder(1), 200, None, 100, 1_000),
+            ledger.share(&c, 90, holder(1), 200, None, 100, 100, 1_000).share,
             45,
             "2 ended its stream: half of what 3 leaves"
         );
-        assert_eq!(ledger.share(&c, 90, holder(1), 200, None, 600, 1_000), 90, "3's assignment expired");
+        assert_eq!(ledger.share(&c, 90, holder(1), 200, None, 100, 600, 1_000).share, 90, "3's assignment expired");
         ledger.expire(2_000);
         assert_eq!(ledger.limit_totals(LimitId(7)), (0, 0));
+    }
+
+    #[test]
+    fn rls_callers_are_one_more_holder_seen_through_the_windows_count() {
+        let mut ledger = Ledger::default();
+        let c = counter();
+        let window = 1_000;
+        let seen = |count, end| Some(Seen { count, end });
+        let mut share = |h, count: Option<Seen>, now| ledger.share(&c, 90, holder(h), 200, count, window, now, 10_000);
+        // No window open: nothing to reserve, all to 1.
+        assert_eq!(share(1, None, 0), Taken { share: 90, reserve: 0, exhausted: false });
+        // RLS callers opened a window and took 6: 1 still holds 90, which the window cannot hold
+        // past its limit, so the reservation fills it.
+        assert_eq!(share(1, seen(6, 1_000), 10), Taken { share: 84, reserve: 84, exhausted: false });
+        // 2 comes: 1 holds 84, nothing is left.
+        assert_eq!(share(2, seen(90, 1_000), 20), Taken { share: 0, reserve: 0, exhausted: false });
+        // A new window: the RLS callers were held back after 6 (6 + 84 is the limit), so they
+        // want 2 x 6 + 1 = 13; the 77 left is split between 1 and 2, each getting 39 as it
+        // reports (the odd unit goes to the one asking).
+        assert_eq!(share(1, seen(0, 2_000), 1_000), Taken { share: 39, reserve: 39, exhausted: false });
+        // The RLS callers took 3 more: 2 gets 39 too, reserved on top of 1's.
+        assert_eq!(share(2, seen(42, 2_000), 1_010), Taken { share: 39, reserve: 39, exhausted: false });
+        assert_eq!(ledger.counters[&counter()].rls.reserved, 78);
+        // The RLS callers use up a window on their own: nothing is left until it ends.
+        let t = ledger.share(&c, 90, holder(1), 200, seen(90, 3_100), window, 3_000, 10_000);
+        assert_eq!(t, Taken { share: 0, reserve: 0, exhausted: true });
     }
 
     /// `fair_share.lua` decides as the ledger does: the same shares for the same steps, with
@@ -174,7 +313,7 @@ mod tests {
     fn the_script_on_redis_gives_the_ledgers_shares() {
         use proptest::prelude::*;
         use tollgate::{Clock, ManualClock};
-        use tollgate_redis::counters::take_share;
+        use tollgate_redis::counters::{ShareAsk, take_share};
         use tollgate_redis::{Redis, RedisTime};
 
         let server = tollgate_testkit::RedisServer::start();
@@ -192,10 +331,18 @@ mod tests {
                 clock.advance(std::time::Duration::from_millis(advance_ms));
                 let now = clock.now();
                 let expires = now + ttl.as_nanos() as u64;
-                let ours = ledger.share(&counter(), limit, holder(h), want, None, now, expires);
-                let theirs = runtime
-                    .block_on(take_share(&redis, &key, &format!("h{h}"), limit, want, ttl, &time))
-                    .unwrap();
+                let ours = ledger.share(&counter(), limit, holder(h), want, None, 1, now, expires).share;
+                let (holder_name, counter_key) = (format!("h{h}"), format!("{key}:window"));
+                let ask = ShareAsk {
+                    holders: &key,
+                    counter: &counter_key,
+                    holder: &holder_name,
+                    limit,
+                    window: std::time::Duration::from_secs(1),
+                    want,
+                    ttl,
+                };
+                let theirs = runtime.block_on(take_share(&redis, &ask, &time)).unwrap();
                 prop_assert_eq!(ours, theirs.share, "holder {} wanting {} of {}", h, want, limit);
                 prop_assert!(theirs.held <= limit.max(theirs.share), "{:?}", theirs);
             }

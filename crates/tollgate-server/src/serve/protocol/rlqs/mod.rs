@@ -41,18 +41,18 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use hashbrown::HashMap;
 use tollgate::{Clock, SystemClock};
 use tollgate_policy::Descriptor;
-use tollgate_redis::counters::{drop_share, take_share};
+use tollgate_redis::counters::{ShareAsk, drop_share, take_share};
 use tollgate_redis::{Keyspace, Redis, RedisTime};
 use tonic::Status as GrpcStatus;
 use tracing::Instrument;
 
-use self::ledger::{CounterKey, Ledger};
+use self::ledger::{CounterKey, Ledger, Seen, Taken};
 use self::strategy::{Assignment, Bucket};
 use crate::serve::engine::Engine;
 use crate::serve::model::{Action as CallAction, CallError, fair_shares};
 use crate::serve::ops::metrics::Metrics;
 use crate::serve::ops::trace::TARGET;
-use crate::serve::store::RedisStore;
+use crate::serve::store::{RedisStore, counter_key};
 
 /// The RLQS service's settings (`tollgate serve --rlqs-*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,35 +115,56 @@ impl<C: Clock + Clone> Rlqs<C> {
             std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), std::process::id())
         );
         let keyspace = Keyspace::new(format!("{}rlqs:", store.prefix));
+        let counters = Keyspace::new(store.prefix.as_str());
         // Assignment rounds are off the request path: a slow Redis should delay an assignment
         // (Envoy reports every 5 s), not drop it.
         let redis = store.redis.with_deadline(store.redis.deadline().max(Duration::from_secs(1)));
-        Rlqs { redis: Some(SharedShares { redis, keyspace, time: store.time, server }), ..self }
+        Rlqs { redis: Some(SharedShares { redis, keyspace, counters, time: store.time, server }), ..self }
     }
 
-    /// Gives `holder` its share of `counter` (see `Ledger::share`), in memory or in Redis; `None`
-    /// when Redis cannot answer (the bucket is then left without an assignment: Envoy keeps the
-    /// one it has until it expires).
+    /// Gives `holder` its share of a counter (see `Ledger::share`), in memory or in Redis, and
+    /// reserves what the holders hold in the counter's window (`entries`: the id of a bucket
+    /// that counts on it, to charge it in memory); `None` when Redis cannot answer (the bucket
+    /// is then left without an assignment: Envoy keeps the one it has until it expires).
     async fn share(
         &self,
         namespace: &str,
-        counter: &CounterKey,
-        limit: u64,
+        part: &Part,
+        entries: &[(String, String)],
         holder: u64,
         want: u64,
         now: u64,
-    ) -> Option<u64> {
+    ) -> Option<Taken> {
         let ttl = self.config.assignment_ttl;
         let expires = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
         let Some(shared) = &self.redis else {
-            return Some(self.ledger().share(counter, limit, holder, want, None, now, expires));
+            let window = u64::try_from(part.window.as_nanos()).unwrap_or(u64::MAX);
+            let taken = self.ledger().share(&part.key, part.limit, holder, want, part.seen, window, now, expires);
+            if taken.reserve > 0 {
+                let descriptor = Descriptor { entries: entries.to_vec(), hits: None, limit: None };
+                let (limit, values) = (part.key.limit, &part.key.values);
+                if let Err(e) = self.engine.charge_counter(namespace, &descriptor, limit, values, taken.reserve).await {
+                    tracing::warn!("RLQS: cannot reserve the assignments in the counter's window: {e}");
+                }
+            }
+            return Some(taken);
         };
-        let key = shared.key(namespace, counter);
-        match take_share(&shared.redis, &key, &shared.holder(holder), limit, want, ttl, &shared.time).await {
+        let (holders, counter, name) =
+            (shared.key(namespace, &part.key), shared.counter(namespace, &part.key), shared.holder(holder));
+        let ask = ShareAsk {
+            holders: &holders,
+            counter: &counter,
+            holder: &name,
+            limit: part.limit,
+            window: part.window,
+            want,
+            ttl,
+        };
+        match take_share(&shared.redis, &ask, &shared.time).await {
             Ok(taken) => {
                 // This server's view, for its metrics.
-                self.ledger().share(counter, limit, holder, want, Some(taken.share), now, expires);
-                Some(taken.share)
+                self.ledger().record(&part.key, holder, want, taken.share, now, expires);
+                Some(Taken { share: taken.share, reserve: taken.reserved, exhausted: taken.exhausted })
             }
             Err(e) => {
                 tracing::warn!("RLQS: cannot reach the shares in Redis, the bucket keeps its assignment: {e}");
@@ -184,6 +205,8 @@ impl<C: Clock> std::fmt::Debug for Rlqs<C> {
 struct SharedShares {
     redis: Redis,
     keyspace: Keyspace,
+    /// The RLS decisions' counters (the storage's prefix).
+    counters: Keyspace,
     time: RedisTime,
     /// This server's name among them, random.
     server: String,
@@ -194,6 +217,11 @@ impl SharedShares {
     /// counter's values (the counter's own key, in the `rlqs:` keyspace).
     fn key(&self, namespace: &str, counter: &CounterKey) -> String {
         self.keyspace.key(namespace, &counter.limit.to_string(), &counter.values)
+    }
+
+    /// The counter's window, as the RLS decisions keep it.
+    fn counter(&self, namespace: &str, counter: &CounterKey) -> String {
+        counter_key(&self.counters, namespace, counter.limit, &counter.values)
     }
 
     /// An instance's name as a holder, unique among the servers.
@@ -244,8 +272,22 @@ enum Verdict {
     /// An assignment that needs no share (allowed all, or denied all until its window ends), its
     /// time to live in whole seconds, and the counters it then holds nothing of.
     Fixed(Assignment, u64, Vec<CounterKey>),
-    /// A share of each of these counters (key, limit, window).
-    Shared(Vec<(CounterKey, u64, Duration)>),
+    /// A share of each of these counters.
+    Shared(Vec<Part>),
+}
+
+/// One counter a bucket counts on, as its report was read.
+#[derive(Clone, Debug)]
+struct Part {
+    key: CounterKey,
+    /// Its limit: hits per window.
+    limit: u64,
+    window: Duration,
+    /// Its window as the probe saw it, on memory storage (on Redis, `fair_share.lua` reads it
+    /// in the step that gives the share); `None` when none is open.
+    seen: Option<Seen>,
+    /// Nanoseconds until its window ends, as the probe saw it.
+    reset_ns: u64,
 }
 
 /// One stream of reports: one Envoy instance, its buckets and their assignments.
@@ -336,7 +378,7 @@ impl<C: Clock + Clone> Instance<C> {
                 verdict,
             });
         }
-        let parts = self.split(domain, &read, now).await;
+        let (parts, exhausted) = self.split(domain, &read, now).await;
         let ttl = self.rlqs.config.assignment_ttl.as_secs();
         let mut actions = Vec::with_capacity(read.len());
         let mut limits = Vec::new();
@@ -348,11 +390,19 @@ impl<C: Clock + Clone> Instance<C> {
                     }
                     (assignment, ttl)
                 }
+                Verdict::Shared(counters) if counters.iter().any(|p| exhausted.contains(&p.key)) => {
+                    // The RLS callers used a window up: denied all until it ends.
+                    for part in &counters {
+                        self.on(&part.key, bucket.number).1 = 0;
+                    }
+                    let reset = counters.iter().filter(|p| exhausted.contains(&p.key)).map(|p| p.reset_ns).max();
+                    (Assignment::DenyAll, ttl.max(reset.unwrap_or(0).div_ceil(1_000_000_000)))
+                }
                 Verdict::Shared(counters) => {
                     // A counter whose share Redis could not give: the bucket keeps what it has.
                     let Some(shares) = counters
                         .iter()
-                        .map(|(key, _, window)| Some((*parts.get(&(key.clone(), bucket.number))?, *window)))
+                        .map(|p| Some((*parts.get(&(p.key.clone(), bucket.number))?, p.window)))
                         .collect::<Option<Vec<_>>>()
                     else {
                         continue;
@@ -362,10 +412,10 @@ impl<C: Clock + Clone> Instance<C> {
                         Some(b) => Assignment::Bucket(b.replacing(last)),
                         None => Assignment::DenyAll,
                     };
-                    for ((key, _, _), (share, _)) in counters.iter().zip(&shares) {
+                    for (part, (share, _)) in counters.iter().zip(&shares) {
                         let held = if matches!(assignment, Assignment::Bucket(_)) { *share } else { 0 };
-                        self.on(key, bucket.number).1 = held;
-                        limits.push(key.limit);
+                        self.on(&part.key, bucket.number).1 = held;
+                        limits.push(part.key.limit);
                     }
                     (assignment, ttl)
                 }
@@ -391,23 +441,36 @@ impl<C: Clock + Clone> Instance<C> {
     }
 
     /// The instance's share of each counter the report's buckets count on, taken once per
-    /// counter, and split among those buckets: what each may hold, by (counter, bucket). What
-    /// the instance's other buckets on a counter hold stays theirs. A counter Redis could not
-    /// answer for has no parts.
-    async fn split(&mut self, domain: &str, read: &[Read], now: u64) -> HashMap<(CounterKey, u64), u64> {
-        let mut on: HashMap<CounterKey, (u64, Vec<u64>)> = HashMap::new();
+    /// counter, and split among those buckets: what each may hold, by (counter, bucket), and the
+    /// counters whose window the RLS callers used up. What the instance's other buckets on a
+    /// counter hold stays theirs. A counter Redis could not answer for has no parts.
+    async fn split(
+        &mut self,
+        domain: &str,
+        read: &[Read],
+        now: u64,
+    ) -> (HashMap<(CounterKey, u64), u64>, hashbrown::HashSet<CounterKey>) {
+        // Each counter, with the first bucket on it (whose id charges it in memory) and all of them.
+        let mut on: HashMap<CounterKey, (&Part, &Read, Vec<u64>)> = HashMap::new();
         for bucket in read {
             if let Verdict::Shared(counters) = &bucket.verdict {
-                for (key, limit, _) in counters {
-                    on.entry(key.clone()).or_insert((*limit, Vec::new())).1.push(bucket.number);
+                for part in counters {
+                    on.entry(part.key.clone()).or_insert((part, bucket, Vec::new())).2.push(bucket.number);
                 }
             }
         }
         let mut parts = HashMap::new();
-        for (key, (limit, numbers)) in on {
+        let mut exhausted = hashbrown::HashSet::new();
+        for (key, (part, first, numbers)) in on {
+            let limit = part.limit;
             let holding = self.holdings.entry(key.clone()).or_default();
             let want = holding.want(limit);
-            let Some(share) = self.rlqs.share(domain, &key, limit, self.id, want, now).await else { continue };
+            let Some(taken) = self.rlqs.share(domain, part, &first.entries, self.id, want, now).await else { continue };
+            if taken.exhausted {
+                exhausted.insert(key);
+                continue;
+            }
+            let share = taken.share;
             let holding = &self.holdings[&key];
             let reported: hashbrown::HashSet<u64> = numbers.iter().copied().collect();
             let elsewhere: u64 =
@@ -426,7 +489,7 @@ impl<C: Clock + Clone> Instance<C> {
                 parts.insert((key.clone(), number), part);
             }
         }
-        parts
+        (parts, exhausted)
     }
 
     /// What bucket `number` wants and holds of `counter`.
@@ -502,14 +565,25 @@ impl<C: Clock + Clone> Instance<C> {
         for hit in &shared {
             rlqs.metrics.rlqs_usage(domain, hit.limit, usage.num_requests_allowed, usage.num_requests_denied, &probe);
         }
-        let counters: Vec<(CounterKey, u64, Duration)> = shared
+        // Each counter's window as the probe saw it: on memory, its count (the RLS callers' and
+        // what RLQS reserved in it) and its end, the window's identity.
+        let now = rlqs.clock.now();
+        let counters: Vec<Part> = shared
             .iter()
-            .map(|h| (CounterKey { limit: h.counter.id(), values: h.values.clone() }, h.max_value, h.limit.window()))
+            .map(|h| {
+                let status = probe.statuses.iter().find(|s| s.limit == h.index);
+                let (count, reset_ns) =
+                    status.map_or((0, 0), |s| (s.meta.limit.saturating_sub(s.meta.remaining), s.meta.reset_ns));
+                let seen =
+                    (rlqs.redis.is_none() && count > 0).then(|| Seen { count, end: now.saturating_add(reset_ns) });
+                let key = CounterKey { limit: h.counter.id(), values: h.values.clone() };
+                Part { key, limit: h.max_value, window: h.limit.window(), seen, reset_ns }
+            })
             .collect();
         // The bucket leaves the counters it no longer counts on (the limits were reloaded).
         let state = self.buckets.get_mut(&descriptor.entries).expect("numbered before it is read");
         for old in &state.counters {
-            if !counters.iter().any(|(key, _, _)| key == old)
+            if !counters.iter().any(|part| &part.key == old)
                 && let Some(holding) = self.holdings.get_mut(old)
             {
                 holding.buckets.remove(&number);
@@ -518,16 +592,24 @@ impl<C: Clock + Clone> Instance<C> {
                 }
             }
         }
-        state.counters = counters.iter().map(|(key, _, _)| key.clone()).collect();
-        for (key, _, window) in &counters {
-            let demand = (!elapsed.is_zero()).then(|| asked as f64 * window.as_secs_f64() / elapsed.as_secs_f64());
-            self.on(key, number).0 = demand;
+        state.counters = counters.iter().map(|part| part.key.clone()).collect();
+        for part in &counters {
+            let window = part.window.as_secs_f64();
+            let demand = (!elapsed.is_zero()).then(|| asked as f64 * window / elapsed.as_secs_f64());
+            self.on(&part.key, number).0 = demand;
         }
-        if probe.would_limit && !rlqs.engine.shadow() {
+        // A counter that is shared is full when RLS callers used it up (decided with its share:
+        // its count holds RLQS's reservation too); any other limit that denies (one of 0) denies
+        // all now.
+        let limits = loaded.policy.limits();
+        let denied = probe.statuses.iter().filter(|s| {
+            s.limited && limits[s.limit].enforcement().denies() && !shared.iter().any(|h| h.index == s.limit)
+        });
+        let reset = denied.map(|s| s.meta.reset_ns).max();
+        if let Some(reset) = reset.filter(|_| probe.would_limit && !rlqs.engine.shadow()) {
             // Until the window ends, and at least the usual time to live.
-            let reset = probe.statuses.iter().filter(|s| s.limited).map(|s| s.meta.reset_ns).max().unwrap_or(0);
             let ttl = rlqs.config.assignment_ttl.as_secs().max(reset.div_ceil(1_000_000_000));
-            let keys = counters.into_iter().map(|(key, _, _)| key).collect();
+            let keys = counters.into_iter().map(|part| part.key).collect();
             return Some(Verdict::Fixed(Assignment::DenyAll, ttl, keys));
         }
         if counters.is_empty() || rlqs.engine.shadow() {

@@ -308,7 +308,7 @@ fn merge_repeated(counters: Vec<WindowCounter>) -> (Vec<WindowCounter>, Vec<usiz
 /// The Redis key of one counter: [`Keyspace::key`] under the namespace (the hash tag, so all
 /// counters of a call are on one Cluster node), named by the limit's id, with the variables'
 /// values (length-prefixed, so no value can forge another key); [`parse_counter_key`] reads it back.
-fn counter_key(keyspace: &Keyspace, namespace: &str, limit: LimitId, values: &[String]) -> String {
+pub(crate) fn counter_key(keyspace: &Keyspace, namespace: &str, limit: LimitId, values: &[String]) -> String {
     keyspace.key(namespace, &limit.to_string(), values)
 }
 

@@ -18,6 +18,7 @@ use tollgate::Clock;
 use tollgate_redis::RedisTime;
 
 pub use common::SCAN_COUNT;
+pub(crate) use common::counter_key;
 
 use super::Store;
 use crate::serve::model::StorageKind;
