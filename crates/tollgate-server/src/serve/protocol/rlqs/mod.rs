@@ -6,8 +6,8 @@
 //!   (`descriptors[0]`), so one limits file serves RLS and RLQS alike.
 //! - Each report is answered at once with an assignment for every bucket in it, lasting
 //!   [`RlqsConfig::assignment_ttl`]: `ALLOW_ALL` for a bucket no denying limit counts,
-//!   `DENY_ALL` while a limit's window is exhausted (until it ends) or the share is 0, else a
-//!   token bucket (see `strategy`).
+//!   `DENY_ALL` while RLS callers alone used a limit's window up (until it ends), a limit of 0
+//!   denies, or the share is 0, else a token bucket (see `strategy`).
 //! - Shares: an instance's demand on a counter is what its buckets on it asked (allowed +
 //!   denied) over the report's `time_elapsed`, scaled to the limit's window; the limit is
 //!   divided max-min fairly among the instances holding a share of it (between Envoys, not
@@ -18,9 +18,13 @@
 //! - A stream that ends cleanly gives its shares back at once; one that breaks keeps them until
 //!   its assignments expire, as Envoy keeps enforcing them until then.
 //!
-//! The counters RLS calls take from are read (an exhausted window denies all), not charged:
-//! the fleet's admissions are bounded by the assignments, not counted one by one. So a limit
-//! served both to RLS callers and to Envoys over RLQS admits up to its limit on each path.
+//! RLS and RLQS on one limit: the counters RLS calls take from hold what the assignments in
+//! force may admit in their window (reserved in it at each share, up to the limit, once a window
+//! is open: the fleet's admissions are bounded by the assignments, not counted one by one), so
+//! RLS callers get what the fleet leaves; and the RLS callers are one more holder in the fair
+//! division, wanting what they used of the last window (the count less the reservation; twice
+//! that when the window was full). A report's own counts are not charged: they hold admissions
+//! from before the window opened (see `ledger`).
 
 mod ledger;
 mod strategy;
