@@ -15,16 +15,19 @@
 --   the window has left while shares move from one holder to another: a share is handed out only
 --   once its old holder has been given less.
 -- - What all live holders hold is reserved in the counter's open window (counted into it, up to
---   its limit), so RLS callers get only what the assignments leave. A window is not opened
+--   its limit), so RLS callers get only what the assignments leave; a window seen for the first
+--   time also what the holders held when it opened, and when the last one was left behind (if
+--   within a window's time), as Envoys admitted by those until then. A window is not opened
 --   here: until an RLS caller opens one, nothing needs reserving (RLS decisions open it, and the
 --   next report reserves in it).
 -- Why one script: the holders, the RLS callers' use and the reservation are read and written
 -- together, so two servers deciding at once neither over-assign nor reserve twice.
 --
 -- KEYS[1]  the counter's holders: a hash, field = holder, value = "<want> <held> <expires_us>";
---          and field "rls" = "<window end, ms> <reserved> <used> <want> <seen_us>" (the window
---          last seen, 0 for none, and when a window was last seen open). The key expires with
---          its last holder's assignment.
+--          and field "rls" = "<window end, ms> <reserved> <used> <want> <seen_us> <floor>" (the
+--          window last seen, 0 for none; what was reserved in it; what the RLS callers used of
+--          it; what they want; when a window was last seen open or found left behind; what the
+--          holders held when the last window was left behind). The key expires with its last holder's assignment.
 -- KEYS[2]  the counter's window, as the RLS decisions keep it (fixed_lib.lua: a string holding
 --          the count, expiring at the window's end); same hash tag (the namespace) as KEYS[1].
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME (clock.lua).
@@ -62,20 +65,40 @@ if type(stored) == 'string' and tonumber(stored) then
   if open then count, ends = tonumber(stored), at end
 end
 
+local fields = redis.call('HGETALL', key)
+-- The live holders: their wants, what the others hold, and what this one held.
+local wants, others, mine = {want}, 0, 0
+for i = 1, #fields, 2 do
+  local field = fields[i]
+  if field == holder then
+    local held, expires = string.match(fields[i + 1], '%d+ (%d+) (%d+)')
+    if expires and expires + 0 > now then mine = held + 0 end
+  elseif field ~= 'rls' then
+    local w, held, expires = string.match(fields[i + 1], '(%d+) (%d+) (%d+)')
+    if expires and expires + 0 > now then
+      wants[#wants + 1] = w + 0
+      others = others + held
+    else
+      redis.call('HDEL', key, field)
+    end
+  end
+end
+local holders = #wants
+
 -- The RLS callers: a window other than the last one seen starts a new count. Their want is
 -- planned from the window left behind; a window after a time with none keeps it; after a whole
 -- window's time with none open, they want nothing (their first hit opens a window).
-local fields = redis.call('HGETALL', key)
-local rls_end, reserved, used, rls_want, seen_at = 0, 0, 0, 0, 0
+local rls_end, reserved, used, rls_want, seen_at, floor = 0, 0, 0, 0, 0, 0
 for i = 1, #fields, 2 do
   if fields[i] == 'rls' then
-    local e, r, u, w, at = string.match(fields[i + 1], '(%d+) (%d+) (%d+) (%d+) (%d+)')
-    if at then rls_end, reserved, used, rls_want, seen_at = e + 0, r + 0, u + 0, w + 0, at + 0 end
+    local e, r, u, w, at, f = string.match(fields[i + 1], '(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)')
+    if f then rls_end, reserved, used, rls_want, seen_at, floor = e + 0, r + 0, u + 0, w + 0, at + 0, f + 0 end
   end
 end
 local same = ends ~= nil and rls_end > 0 and math.abs(ends - rls_end) < window / 2
 if not same then
-  if rls_end > 0 then
+  if rls_end > 0 then  -- left behind by now: the holds in force count as the window's last
+    floor, seen_at = others + mine, now
     if used == 0 then
       rls_want = 0
     else
@@ -93,25 +116,14 @@ if not same then
   end
   rls_end, reserved, used = ends or 0, 0, 0
 end
+local opened = ends ~= nil and not same
+local recent = now - seen_at < window * 1000
 if ends ~= nil then
   if count - reserved > used then used = count - reserved end
   seen_at = now
 end
 
-local wants, others = {want, rls_want}, 0
-for i = 1, #fields, 2 do
-  local field = fields[i]
-  if field ~= holder and field ~= 'rls' then
-    local w, held, expires = string.match(fields[i + 1], '(%d+) (%d+) (%d+)')
-    if expires and expires + 0 > now then
-      wants[#wants + 1] = w + 0
-      others = others + held
-    else
-      redis.call('HDEL', key, field)
-    end
-  end
-end
-local holders = #wants - 1
+wants[#wants + 1] = rls_want
 
 -- Water-filling: the smallest wants are met in full while they are under an equal split of
 -- what is left; past that, everyone left gets the level (and one of the units it leaves over).
@@ -133,10 +145,21 @@ local share = limit - others - used
 if share < 0 then share = 0 end
 if fair < share then share = fair end
 
--- What the holders hold is reserved in the open window, up to its limit.
+-- What the holders hold is reserved in the open window, up to its limit; a window seen for the
+-- first time holds what the assignments in force when it opened (and when the last one was left
+-- behind, if within a window's time) may admit, this holder's old one included (Envoys admitted
+-- by them until now, and a stretch of a window's length that spans the last window's end and
+-- this one's start holds both: RLS callers take their part at a window's start).
 local reserve = 0
 if ends ~= nil then
-  reserve = others + share - reserved
+  local target = others + share
+  if opened then
+    if mine > share then target = others + mine end
+    local least = floor
+    if not recent then least = 0 end
+    if least > target then target = least end
+  end
+  reserve = target - reserved
   if reserve > limit - count then reserve = limit - count end
   if reserve < 0 then reserve = 0 end
   if reserve > 0 then redis.call('INCRBY', counter, reserve) end
@@ -144,7 +167,7 @@ if ends ~= nil then
 end
 
 redis.call('HSET', key, holder, string.format('%.0f %.0f %.0f', want, share, now + ttl),
-  'rls', string.format('%.0f %.0f %.0f %.0f %.0f', rls_end, reserved, used, rls_want, seen_at))
+  'rls', string.format('%.0f %.0f %.0f %.0f %.0f %.0f', rls_end, reserved, used, rls_want, seen_at, floor))
 local ttl_ms = (ttl - ttl % 1000) / 1000 + 1
 if redis.call('PTTL', key) < ttl_ms then redis.call('PEXPIRE', key, ttl_ms) end
 local exhausted = 0

@@ -12,7 +12,9 @@
 //! more holder: the ledger reserves in the counter's open window what the assignments in force
 //! may admit (counted into it, up to the limit; a window is opened only by RLS decisions), so
 //! the RLS callers get only what those leave, and reads their use of the window as its count
-//! less that reservation. Holders get no more than the limit less what the others hold and what
+//! less that reservation. A new window also holds what the assignments held when it opened and
+//! when the last one ended: Envoys admitted by them until then, and RLS callers take their part
+//! at a window's start, so a stretch of a window's length across the two would hold both. Holders get no more than the limit less what the others hold and what
 //! the RLS callers used of the window; the RLS callers' want (for the fair division) is planned
 //! from the last window they used: what they used with a margin, or twice that when the window
 //! was full (what a held-back caller uses says too little of what it wants). Why not charge
@@ -75,34 +77,44 @@ struct Rls {
     /// What the RLS callers want per window, as one more holder of the limit: planned from the
     /// last window they used.
     want: u64,
-    /// When a window was last seen open (the server clock's ns).
+    /// When a window was last seen open, or found left behind (the server clock's ns).
     seen_ns: u64,
+    /// What the assignments in force held when the window last seen was left behind: Envoys
+    /// admitted by them until then, so the next window (if it opens within a window's time)
+    /// holds at least that much reserved.
+    floor: u64,
 }
 
 impl Rls {
     /// Takes in the window seen at `now_ns` (`None`: none is open) for a limit of `limit` per
-    /// window of `window` (ns, the scale of [`Seen::end`] too), and returns what the RLS callers
-    /// used of it. When the window last seen is left behind, the RLS callers' want is planned
-    /// from it (a window after a time with none keeps the want); after a whole window's time
-    /// with none open, they want nothing (RLS callers open a window with their first hit).
-    fn see(&mut self, seen: Option<Seen>, limit: u64, window: u64, now_ns: u64) -> u64 {
+    /// window of `window` (ns, the scale of [`Seen::end`] too): what the RLS callers used of it
+    /// is then in `used`; `held` is what the assignments in force hold now. For a window seen for
+    /// the first time, returns what it must hold reserved at least ([`Rls::floor`], when the
+    /// last window was seen within a window's time). When the window last seen is left behind,
+    /// the RLS callers' want is planned from it (a window after a time with none keeps the
+    /// want); after a whole window's time with none open, they want nothing (RLS callers open a
+    /// window with their first hit).
+    fn see(&mut self, seen: Option<Seen>, limit: u64, window: u64, now_ns: u64, held: u64) -> Option<u64> {
         let same = match (seen, self.window) {
             (Some(seen), Some(last)) => seen.end.abs_diff(last) < window / 2,
             _ => false,
         };
         if !same {
             if self.window.is_some() {
+                // Left behind by now: the holds in force count as the window's last.
                 self.want = rls_want(limit, self.used, self.reserved);
+                (self.floor, self.seen_ns) = (held, now_ns);
             } else if seen.is_none() && now_ns.saturating_sub(self.seen_ns) >= window {
                 self.want = 0;
             }
             (self.window, self.reserved, self.used) = (seen.map(|s| s.end), 0, 0);
         }
+        let recent = now_ns.saturating_sub(self.seen_ns) < window;
         if let Some(seen) = seen {
             self.used = self.used.max(seen.count.saturating_sub(self.reserved));
             self.seen_ns = now_ns;
         }
-        self.used
+        (!same && seen.is_some()).then_some(if recent { self.floor } else { 0 })
     }
 }
 
@@ -171,18 +183,27 @@ impl Ledger {
     ) -> Taken {
         let entry = self.counter(counter);
         entry.holds.retain(|h, hold| hold.expires_ns > now_ns || *h == holder);
-        let used = entry.rls.see(seen, limit, window, now_ns);
+        let mine = entry.holds.get(&holder).filter(|hold| hold.expires_ns > now_ns).map_or(0, |hold| hold.held);
+        let others: u64 = entry.holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.held).sum();
+        let opened = entry.rls.see(seen, limit, window, now_ns, others + mine);
+        let used = entry.rls.used;
         let mut wants = vec![want];
         wants.extend(entry.holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.want));
         wants.push(entry.rls.want);
         let fair = fair_shares(limit, &wants)[0];
-        let others: u64 = entry.holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.held).sum();
         let share = fair.min(limit.saturating_sub(others).saturating_sub(used));
         entry.holds.insert(holder, Hold { want, held: share, expires_ns });
-        let reserve = seen.map_or(0, |seen| {
-            let target = others + share;
-            target.saturating_sub(entry.rls.reserved).min(limit.saturating_sub(seen.count))
-        });
+        // A window seen for the first time holds what the assignments in force when it opened
+        // (and when the last one ended) may admit, this holder's old one included: Envoy
+        // admitted by them until now, and a stretch of a window's length that spans the last
+        // window's end and this one's start holds both (RLS callers take their part at a
+        // window's start).
+        let target = match opened {
+            Some(floor) => (others + share.max(mine)).max(floor),
+            None => others + share,
+        };
+        let reserve =
+            seen.map_or(0, |seen| target.saturating_sub(entry.rls.reserved).min(limit.saturating_sub(seen.count)));
         entry.rls.reserved += reserve;
         Taken { share, reserve, exhausted: used >= limit }
     }
@@ -308,14 +329,34 @@ mod tests {
         assert_eq!(share(2, seen(90, 1_000), 20), Taken { share: 0, reserve: 0, exhausted: false });
         // A new window: the RLS callers were held back after 6 (6 + 84 is the limit), so they
         // want 2 x 6 + 1 = 13; the 77 left is split between 1 and 2, each getting 39 as it
-        // reports (the odd unit goes to the one asking).
-        assert_eq!(share(1, seen(0, 2_000), 1_000), Taken { share: 39, reserve: 39, exhausted: false });
-        // The RLS callers took 3 more: 2 gets 39 too, reserved on top of 1's.
-        assert_eq!(share(2, seen(42, 2_000), 1_010), Taken { share: 39, reserve: 39, exhausted: false });
-        assert_eq!(ledger.counters[&counter()].rls.reserved, 78);
+        // reports (the odd unit goes to the one asking). The new window holds 1's old 84 still:
+        // Envoy admitted by it until now, in a stretch that reaches into this window.
+        assert_eq!(share(1, seen(0, 2_000), 1_000), Taken { share: 39, reserve: 84, exhausted: false });
+        // The RLS callers took 3 more: 2 gets 39 too, within what is reserved already.
+        assert_eq!(share(2, seen(87, 2_000), 1_010), Taken { share: 39, reserve: 0, exhausted: false });
+        assert_eq!(ledger.counters[&counter()].rls.reserved, 84);
         // The RLS callers use up a window on their own: nothing is left until it ends.
         let t = ledger.share(&c, 90, holder(1), 200, seen(90, 3_100), window, 3_000, 10_000);
         assert_eq!(t, Taken { share: 0, reserve: 0, exhausted: true });
+    }
+
+    #[test]
+    fn a_window_that_opens_after_a_cut_holds_what_was_held_when_the_last_one_ended() {
+        let mut ledger = Ledger::default();
+        let c = counter();
+        let seen = |count, end| Some(Seen { count, end });
+        let mut share = |h, seen: Option<Seen>, now| ledger.share(&c, 90, holder(h), 200, seen, 1_000, now, 10_000);
+        for (h, now) in [(1, 0), (2, 10), (1, 20), (2, 30)] {
+            share(h, None, now);
+        }
+        // RLS callers open a window and take 5: 1 is cut to 40, and the window holds 1's old 45
+        // and 2's 45 (all that is left).
+        assert_eq!(share(1, seen(5, 1_040), 40), Taken { share: 40, reserve: 85, exhausted: false });
+        // The window ends; 2 reports before the next opens, and is cut to 40 (the RLS callers,
+        // held back, now want 11).
+        assert_eq!(share(2, None, 1_040), Taken { share: 40, reserve: 0, exhausted: false });
+        // The next window holds 2's old 45 too: 2's Envoy admitted by it until it reported.
+        assert_eq!(share(1, seen(3, 2_050), 1_050), Taken { share: 40, reserve: 85, exhausted: false });
     }
 
     /// `fair_share.lua` decides as the ledger does: the same shares, reservations and
