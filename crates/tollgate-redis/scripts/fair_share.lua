@@ -24,12 +24,14 @@
 -- together, so two servers deciding at once neither over-assign nor reserve twice.
 --
 -- KEYS[1]  the counter's holders: a hash, field = holder, value = "<want> <held> <expires_us>";
---          and field "rls" = "<window end, ms> <reserved> <used> <want> <seen_us> <floor>" (the
+--          and field "rls" = "<window end, µs> <reserved> <used> <want> <seen_us> <floor>" (the
 --          window last seen, 0 for none; what was reserved in it; what the RLS callers used of
 --          it; what they want; when a window was last seen open or found left behind; what the
---          holders held when the last window was left behind). The key expires with its last holder's assignment.
+--          holders held when the last window was left behind). The key expires with its last
+--          holder's assignment.
 -- KEYS[2]  the counter's window, as the RLS decisions keep it (fixed_lib.lua: a string holding
---          the count, expiring at the window's end); same hash tag (the namespace) as KEYS[1].
+--          the count, expiring at the window's end, read by fixed_read); same hash tag (the
+--          namespace) as KEYS[1].
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME (clock.lua).
 -- ARGV[2]  the holder.
 -- ARGV[3]  the limit: hits per window.
@@ -48,22 +50,11 @@ local key, counter, holder = KEYS[1], KEYS[2], ARGV[2]
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local limit, want, ttl, window, shift = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0
 
--- The counter's open window: its count and its end (ms, on Redis's clock: the instant its key
--- expires, which stays the same while the window is open). On Redis TIME a window's key expires
--- when it ends; on a passed-in clock (tests) it expires ARGV[7] ms past its end on that clock
--- (fixed_lib.lua's fixed_clock), so it is over once that clock passes the end.
-local count, ends = 0, nil
-local stored = redis.pcall('GET', counter)
-if type(stored) == 'string' and tonumber(stored) then
-  local at = redis.pcall('PEXPIRETIME', counter)
-  if type(at) ~= 'number' then  -- Redis before 7: its TIME and the key's time to live
-    local t = redis.call('TIME')
-    at = t[1] * 1000 + (t[2] - t[2] % 1000) / 1000 + redis.call('PTTL', counter)
-  end
-  local open = at > 0
-  if clock_passed then open = open and (at - shift) * 1000 > now end  -- clock_passed: clock.lua
-  if open then count, ends = tonumber(stored), at end
-end
+-- The counter's open window, as fixed_lib.lua reads it (prepended): its count and its end (µs
+-- on the decision clock; nil when none is open; a key of another type is none).
+fixed_clock(now, shift)
+local count, ends = fixed_read(counter, now, window * 1000)
+if count == nil then count, ends = 0, nil end
 
 local fields = redis.call('HGETALL', key)
 -- The live holders: their wants, what the others hold, and what this one held.
@@ -95,7 +86,7 @@ for i = 1, #fields, 2 do
     if f then rls_end, reserved, used, rls_want, seen_at, floor = e + 0, r + 0, u + 0, w + 0, at + 0, f + 0 end
   end
 end
-local same = ends ~= nil and rls_end > 0 and math.abs(ends - rls_end) < window / 2
+local same = ends ~= nil and rls_end > 0 and math.abs(ends - rls_end) < window * 500  -- half a window, µs
 if not same then
   if rls_end > 0 then  -- left behind by now: the holds in force count as the window's last
     floor, seen_at = others + mine, now

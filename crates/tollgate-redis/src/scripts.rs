@@ -104,4 +104,4 @@ pub(crate) static COUNTERS: LazyLock<Batched> =
 pub(crate) static COUNTERS_SCAN: LazyLock<Script> = script!("fixed_lib.lua", "counters_scan.lua");
 pub(crate) static COUNTERS_RESET: LazyLock<Script> = script!("fixed_lib.lua", "counters_reset.lua");
 pub(crate) static RESET: LazyLock<Script> = script!("reset.lua");
-pub(crate) static FAIR_SHARE: LazyLock<Script> = script!("fair_share.lua");
+pub(crate) static FAIR_SHARE: LazyLock<Script> = script!("fixed_lib.lua", "fair_share.lua");
