@@ -9,6 +9,10 @@
 --   reserved in it. They are one more holder: they want nothing after a window they did not
 --   use, twice what they used and a fiftieth of the limit after one that was full (they were
 --   held back), else what they used, a tenth more and a fiftieth of the limit; at most the limit.
+-- - The holder's want is what it asks, or what it wanted at its last report (if it holds a live
+--   share) when that is more by no more than a fiftieth of the limit: a changed share rebuilds
+--   the Envoy's token bucket, full, so a want wavering across a step of Envoy's grid must not
+--   move the shares at every report. A larger want is taken at once.
 -- - The holder's share is its max-min fair share of the limit among the live holders' wants and
 --   the RLS callers', and never more than the limit less what the other live holders hold now
 --   and what the RLS callers used of the window. So the sum of what is held stays within what
@@ -58,12 +62,12 @@ if count == nil then count, ends = 0, nil end
 
 local fields = redis.call('HGETALL', key)
 -- The live holders: their wants, what the others hold, and what this one held.
-local wants, others, mine = {want}, 0, 0
+local wants, others, mine, had = {0}, 0, 0, nil
 for i = 1, #fields, 2 do
   local field = fields[i]
   if field == holder then
-    local held, expires = string.match(fields[i + 1], '%d+ (%d+) (%d+)')
-    if expires and expires + 0 > now then mine = held + 0 end
+    local w, held, expires = string.match(fields[i + 1], '(%d+) (%d+) (%d+)')
+    if expires and expires + 0 > now then mine, had = held + 0, w + 0 end
   elseif field ~= 'rls' then
     local w, held, expires = string.match(fields[i + 1], '(%d+) (%d+) (%d+)')
     if expires and expires + 0 > now then
@@ -75,6 +79,10 @@ for i = 1, #fields, 2 do
   end
 end
 local holders = #wants
+local step = (limit - limit % 50) / 50
+if step < 1 then step = 1 end
+if had and want < had and had - want <= step then want = had end
+wants[1] = want
 
 -- The RLS callers: a window other than the last one seen starts a new count. Their want is
 -- planned from the window left behind; a window after a time with none keeps it; after a whole

@@ -6,7 +6,9 @@
 //! now, as Envoy enforces it, not what they will be assigned at their next report. A share that
 //! moves from one instance to another is therefore handed out only once its old holder has been
 //! told to give it up (at that holder's next report), so the sum of what the assignments in force
-//! may admit per window stays within the limit while demand shifts.
+//! may admit per window stays within the limit while demand shifts. A want a step less than the
+//! one the holder last had is not taken (see [`steady`]): a share that changes rebuilds an
+//! Envoy's token bucket, full.
 //!
 //! RLS callers on the same counter (one call per request, decided against its windows) are one
 //! more holder: the ledger reserves in the counter's open window what the assignments in force
@@ -136,6 +138,23 @@ fn rls_want(limit: u64, used: u64, reserved: u64) -> u64 {
     want.min(limit)
 }
 
+/// What a holder that wanted `had` at its last report (`None`: it holds nothing) wants now that
+/// it asks `want` of a limit of `limit`: `had` when `want` is less by no more than a step of the
+/// wants' grid (a fiftieth of the limit), else `want`. Why: a changed share rebuilds the Envoy's
+/// token bucket, which starts full, so each change can add the bucket's burst to a window; a want
+/// wavering across a grid step at every report would move its share and the others' at every
+/// report (measured: 1.085x the limit in a window, short). A want that grows is taken at once
+/// (utilization, convergence), so a want wavering by a step settles at its top. Only the holders'
+/// wants: the RLS callers' is read from what they used, and held high it would not come down
+/// when they stop, nor held low let them grow from a starved window.
+fn steady(had: Option<u64>, want: u64, limit: u64) -> u64 {
+    let step = (limit / 50).max(1);
+    match had {
+        Some(had) if want < had && had - want <= step => had,
+        _ => want,
+    }
+}
+
 /// What a holder was given by [`Ledger::share`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Taken {
@@ -164,7 +183,8 @@ pub(crate) struct Ledger {
 impl Ledger {
     /// Gives `holder` its share of `counter` (whose limit is `limit` hits per window of
     /// `window` on the scale of `seen`'s ends) now that it wants `want`, the counter's window
-    /// being `seen` (`None`: none is open): its max-min fair share among the counter's live
+    /// being `seen` (`None`: none is open; a want a step less than its last is not taken, see
+    /// [`steady`]): its max-min fair share among the counter's live
     /// holders and the RLS callers (as one more holder, wanting what [`rls_want`] says), capped
     /// by what the others' assignments in force and the RLS callers' use of the window leave.
     /// Records it as what the holder holds until `expires_ns`, and the reservation it asks for
@@ -183,7 +203,9 @@ impl Ledger {
     ) -> Taken {
         let entry = self.counter(counter);
         entry.holds.retain(|h, hold| hold.expires_ns > now_ns || *h == holder);
-        let mine = entry.holds.get(&holder).filter(|hold| hold.expires_ns > now_ns).map_or(0, |hold| hold.held);
+        let live = entry.holds.get(&holder).filter(|hold| hold.expires_ns > now_ns);
+        let mine = live.map_or(0, |hold| hold.held);
+        let want = steady(live.map(|hold| hold.want), want, limit);
         let others: u64 = entry.holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.held).sum();
         let opened = entry.rls.see(seen, limit, window, now_ns, others + mine);
         let used = entry.rls.used;
@@ -291,6 +313,25 @@ mod tests {
         assert_eq!(share(2, 200, 20), 45, "then 2 gets the rest");
         assert_eq!(share(1, 10, 30), 10, "1 wants less");
         assert_eq!(share(2, 200, 40), 80, "2 gets what 1 left");
+    }
+
+    #[test]
+    fn a_want_a_step_less_than_the_last_is_not_taken_and_a_larger_one_is_at_once() {
+        let mut ledger = Ledger::default();
+        let c = counter();
+        // A limit of 1,000: a step of the wants' grid is 20.
+        let mut share = |h, want, now| ledger.share(&c, 1_000, holder(h), want, None, 100, now, 10_000).share;
+        assert_eq!(share(1, 240, 0), 240);
+        assert_eq!(share(2, 1_000, 0), 760);
+        assert_eq!(share(1, 220, 10), 240, "a step less: 240 still");
+        assert_eq!(share(2, 1_000, 20), 760, "1 wants 240 still");
+        assert_eq!(share(1, 200, 30), 200, "two steps less: taken");
+        assert_eq!(share(2, 1_000, 40), 800, "what 1 gave up");
+        assert_eq!(share(1, 220, 50), 200, "more at once, but 2 holds 800");
+        assert_eq!(share(2, 1_000, 60), 780);
+        assert_eq!(share(1, 220, 70), 220);
+        // An expired hold has no last want.
+        assert_eq!(share(1, 200, 20_000), 200, "alone, and its 220 long expired");
     }
 
     #[test]
