@@ -71,6 +71,11 @@ impl Scale {
         .await
     }
 
+    /// `n` Envoys on `server`, reporting at this scale's interval.
+    fn fleet(&self, server: &Server, n: usize) -> Vec<Envoy> {
+        (0..n).map(|_| Envoy::new(server.running.grpc, "shop", &server.clock, self.report)).collect()
+    }
+
     /// Demand in requests per second for a share of the limit per window (2.0: twice the limit).
     fn per_second(&self, share_of_limit: f64) -> f64 {
         share_of_limit * self.limit / self.window.as_secs_f64()
@@ -114,7 +119,7 @@ async fn rlqs_server(storage: Storage) -> Server {
 }
 
 fn fleet(server: &Server, n: usize) -> Vec<Envoy> {
-    (0..n).map(|_| Envoy::new(server.running.grpc, "shop", &server.clock, REPORT)).collect()
+    SHORT.fleet(server, n)
 }
 
 /// Demand in requests per second for a share of the limit per window (2.0: twice the limit).
@@ -130,7 +135,7 @@ async fn fleet_targets(s: &Scale, storage: impl Fn() -> Storage) -> Vec<(String,
 
     // Three instances wanting twice the limit together.
     let server = s.server(storage()).await;
-    let mut envoys = fleet(&server, 3);
+    let mut envoys = s.fleet(&server, 3);
     let mut timeline = Timeline::default();
     let demand: Demand = &|i, t| if s.staggered(i, t) { s.per_second(2.0 / 3.0) } else { 0.0 };
     run(&mut envoys, &server.clock, SEARCH, s.step, length, demand, &mut timeline).await;
@@ -143,7 +148,7 @@ async fn fleet_targets(s: &Scale, storage: impl Fn() -> Storage) -> Vec<(String,
 
     // Three instances wanting twice the limit each: fair shares.
     let server = s.server(storage()).await;
-    let mut envoys = fleet(&server, 3);
+    let mut envoys = s.fleet(&server, 3);
     let mut timeline = Timeline::default();
     let demand: Demand = &|i, t| if s.staggered(i, t) { s.per_second(2.0) } else { 0.0 };
     run(&mut envoys, &server.clock, SEARCH, s.step, length, demand, &mut timeline).await;
@@ -158,7 +163,7 @@ async fn fleet_targets(s: &Scale, storage: impl Fn() -> Storage) -> Vec<(String,
 
     // One wants 0.2 of the limit, two want 2x each.
     let server = s.server(storage()).await;
-    let mut envoys = fleet(&server, 3);
+    let mut envoys = s.fleet(&server, 3);
     let mut timeline = Timeline::default();
     let demand: Demand = &|i, t| match (i, s.staggered(i, t)) {
         (_, false) => 0.0,
@@ -178,7 +183,7 @@ async fn fleet_targets(s: &Scale, storage: impl Fn() -> Storage) -> Vec<(String,
 
     // Convergence: one instance's demand drops to zero, then another closes its stream.
     let server = s.server(storage()).await;
-    let mut envoys = fleet(&server, 3);
+    let mut envoys = s.fleet(&server, 3);
     let mut timeline = Timeline::default();
     let drop_at = warm;
     let demand: Demand = &|i, t| match (i, s.staggered(i, t)) {
