@@ -22,8 +22,8 @@
 -- answer    the run's reply: each call writes its elements at its offset (batch.lua).
 local KEYS, ARGV, answer, NOW, MIN_TTL, SHIFT, RUN = nil, nil, nil, nil, nil, nil, 0
 
--- start_run(keys, args) -> calls, tail: the number of calls, and of the words after their
--- arguments and key counts (the calls' count and the clock's words).
+-- start_run(keys, args) -> calls, tail: the number of calls, and how many words end ARGV after
+-- the run's reply length (batch.lua): the clock's, if sent, and the number of calls.
 local function start_run(keys, args)
   KEYS, ARGV, RUN = keys, args, RUN + 1
   time_us, clock_passed = nil, false  -- clock.lua's: each run reads its own TIME
