@@ -89,6 +89,18 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// Runs `cmd`; an `EVALSHA` of `script` the server does not have (NOSCRIPT) loads it, then runs
+/// again once.
+async fn query_loading<T: FromRedisValue>(conn: &mut Conn, script: &Script, cmd: &Cmd) -> RedisResult<T> {
+    match cmd.query_async::<T>(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async::<T>(conn).await
+        }
+        other => other,
+    }
+}
+
 /// A shared Redis connection (one server, a master found through Sentinel, or a cluster). Cheap to
 /// clone.
 ///
@@ -411,11 +423,7 @@ impl Redis {
             let refused = |e: &RedisError| {
                 matches!(e.kind(), ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoPerm))
             };
-            let evalsha = match cmd.query_async::<T>(&mut conn).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.script.load_async(&mut conn).await?;
-                    return cmd.query_async::<T>(&mut conn).await;
-                }
+            let evalsha = match query_loading::<T>(&mut conn, &script.script, cmd).await {
                 Err(e) if e.detail().is_some_and(|d| d.starts_with("Function not found")) => {
                     let mut load = redis::cmd("FUNCTION");
                     load.arg("LOAD").arg("REPLACE").arg(&script.library);
@@ -435,13 +443,7 @@ impl Redis {
                 }
                 other => return other,
             };
-            match evalsha.query_async::<T>(&mut conn).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.script.load_async(&mut conn).await?;
-                    evalsha.query_async::<T>(&mut conn).await
-                }
-                other => other,
-            }
+            query_loading::<T>(&mut conn, &script.script, &evalsha).await
         };
         self.call(call, |_| key()).await
     }
