@@ -378,7 +378,32 @@ where
 {
     type Output = Result<Response<RateLimitBody<ResB>>, S::Error>;
 
+    // Always inlined into the poll that drives it (`oneshot`'s, the server's), with the rest out
+    // of line: the common case, an admitted response that holds nothing, then moves as it is (its
+    // body is the wrapper's whole content) without a call and a copy more (measured: the layer's
+    // 691 instructions a request -> 643).
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let StateProj::Admitted { fut, permit: None, headers: None } = self.as_mut().project().state.project() {
+            let res = std::task::ready!(fut.poll(cx))?;
+            return Poll::Ready(Ok(res.map(RateLimitBody::plain)));
+        }
+        self.poll_other(cx)
+    }
+}
+
+impl<S, B, P, ResB> ResponseFuture<S, B, P>
+where
+    S: Service<Request<B>, Response = Response<ResB>>,
+    P: Policies,
+    ResB: http_body::Body,
+{
+    /// Every state but an admitted response that holds nothing.
+    #[inline(never)]
+    fn poll_other(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<RateLimitBody<ResB>>, S::Error>> {
         loop {
             let next = match self.as_mut().project().state.project() {
                 StateProj::Deciding { decision, pending } => {
@@ -395,8 +420,7 @@ where
                 StateProj::Admitted { fut, permit, headers } => {
                     let mut res = std::task::ready!(fut.poll(cx))?;
                     if permit.is_none() && headers.is_none() {
-                        // The common case: the inner response moved as it is (its body is the
-                        // wrapper's whole content).
+                        // Admitted after a decision that came later (a distributed limiter's).
                         return Poll::Ready(Ok(res.map(RateLimitBody::plain)));
                     }
                     match holding(&mut res, permit.take(), headers.take()) {
