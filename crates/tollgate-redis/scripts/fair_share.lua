@@ -14,16 +14,24 @@
 --   the Envoy's token bucket, full, so a want wavering across a step of Envoy's grid must not
 --   move the shares at every report. A larger want is taken at once.
 -- - The holder's share is its max-min fair share of the limit among the live holders' wants and
---   the RLS callers', and never more than the limit less what the other live holders hold now
---   and what the RLS callers used of the window. So the sum of what is held stays within what
---   the window has left while shares move from one holder to another: a share is handed out only
---   once its old holder has been given less.
--- - What all live holders hold is reserved in the counter's open window (counted into it, up to
---   its limit), so RLS callers get only what the assignments leave; a window seen for the first
---   time also what the holders held when it opened, and when the last one was left behind (if
---   within a window's time), as Envoys admitted by those until then. A window is not opened
---   here: until an RLS caller opens one, nothing needs reserving (RLS decisions open it, and the
---   next report reserves in it).
+--   the RLS callers', and never more than the room: the limit less what the other live holders
+--   hold now, the RLS callers' fair share or what they used of the window if more, and what the
+--   changes of share of the last window rebuilt. So the sum of what is held stays within what the window has left while shares
+--   move from one holder to another: a share is handed out only once its old holder has been
+--   given less.
+-- - A change of the holder's share rebuilds its Envoy's token buckets, each starting full on top
+--   of what the old one admitted: it adds at most min(ARGV[8], ARGV[9] + the new share) to a
+--   window (the caller works the bursts out; this script holds no formula for them). A change is
+--   made only when the new share and that charge fit in the room together, and the charge is
+--   kept for a window (rounded up to an eighth of one); else as much of an increase as fits, or
+--   the share is kept (unless the room no longer holds it). The charges never cut a share (the
+--   room always holds what the holder has), so they do not move the shares again.
+-- - What all live holders hold and the charges are reserved in the counter's open window
+--   (counted into it, up to its limit), so RLS callers get only what the assignments leave; a
+--   window seen for the first time also what the holders held when it opened, and when the last
+--   one was left behind (if within a window's time), as Envoys admitted by those until then. A
+--   window is not opened here: until an RLS caller opens one, nothing needs reserving (RLS
+--   decisions open it, and the next report reserves in it).
 -- Why one script: the holders, the RLS callers' use and the reservation are read and written
 -- together, so two servers deciding at once neither over-assign nor reserve twice.
 --
@@ -31,8 +39,9 @@
 --          and field "rls" = "<window end, µs> <reserved> <used> <want> <seen_us> <floor>" (the
 --          window last seen, 0 for none; what was reserved in it; what the RLS callers used of
 --          it; what they want; when a window was last seen open or found left behind; what the
---          holders held when the last window was left behind). The key expires with its last
---          holder's assignment.
+--          holders held when the last window was left behind); and field "rebuilt" = "<until_us>
+--          <hits> ..." (the changes' charges still in force, by until). The key expires with its
+--          last holder's assignment, or its last charge if later.
 -- KEYS[2]  the counter's window, as the RLS decisions keep it (fixed_lib.lua: a string holding
 --          the count, expiring at the window's end, read by fixed_read); same hash tag (the
 --          namespace) as KEYS[1].
@@ -44,6 +53,9 @@
 -- ARGV[6]  the window's length in milliseconds (two windows' ends are at least that far apart).
 -- ARGV[7]  on a passed-in clock (ARGV[1] set), how far past its end on that clock a window's key
 --          expires, in ms (`RedisTime`'s expiry shift); 0 on Redis TIME.
+-- ARGV[8]  the most a change of the holder's share adds to a window (its buckets' bursts, old or
+--          new, whichever is more, bucket by bucket).
+-- ARGV[9]  the bursts of the holder's buckets now (a change to a share s adds at most this + s).
 --
 -- Returns {share, holders, held, reserved, exhausted}: what the holder now holds, recorded until
 -- now + ARGV[5]; how many live holders the counter has, this one included; what they hold in
@@ -53,6 +65,7 @@
 local key, counter, holder = KEYS[1], KEYS[2], ARGV[2]
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local limit, want, ttl, window, shift = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0
+local rebuild_most, rebuild_held = ARGV[8] + 0, ARGV[9] + 0
 
 -- The counter's open window, as fixed_lib.lua reads it (prepended): its count and its end (µs
 -- on the decision clock; nil when none is open; a key of another type is none).
@@ -68,7 +81,7 @@ for i = 1, #fields, 2 do
   if field == holder then
     local w, held, expires = string.match(fields[i + 1], '(%d+) (%d+) (%d+)')
     if expires and expires + 0 > now then mine, had = held + 0, w + 0 end
-  elseif field ~= 'rls' then
+  elseif field ~= 'rls' and field ~= 'rebuilt' then
     local w, held, expires = string.match(fields[i + 1], '(%d+) (%d+) (%d+)')
     if expires and expires + 0 > now then
       wants[#wants + 1] = w + 0
@@ -88,16 +101,25 @@ wants[1] = want
 -- planned from the window left behind; a window after a time with none keeps it; after a whole
 -- window's time with none open, they want nothing (their first hit opens a window).
 local rls_end, reserved, used, rls_want, seen_at, floor = 0, 0, 0, 0, 0, 0
+-- The charges still in force: {until, hits} pairs, by until.
+local charges, rebuilt = {}, 0
 for i = 1, #fields, 2 do
   if fields[i] == 'rls' then
     local e, r, u, w, at, f = string.match(fields[i + 1], '(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)')
     if f then rls_end, reserved, used, rls_want, seen_at, floor = e + 0, r + 0, u + 0, w + 0, at + 0, f + 0 end
+  elseif fields[i] == 'rebuilt' then
+    for u, h in string.gmatch(fields[i + 1], '(%d+) (%d+)') do
+      if u + 0 > now then
+        charges[#charges + 1] = {u + 0, h + 0}
+        rebuilt = rebuilt + h
+      end
+    end
   end
 end
 local same = ends ~= nil and rls_end > 0 and math.abs(ends - rls_end) < window * 500  -- half a window, µs
 if not same then
   if rls_end > 0 then  -- left behind by now: the holds in force count as the window's last
-    floor, seen_at = others + mine, now
+    floor, seen_at = others + mine + rebuilt, now
     if used == 0 then
       rls_want = 0
     else
@@ -127,7 +149,8 @@ wants[#wants + 1] = rls_want
 -- Water-filling: the smallest wants are met in full while they are under an equal split of
 -- what is left; past that, everyone left gets the level (and one of the units it leaves over).
 table.sort(wants)
-local left, fair = limit, want
+-- The RLS callers are last in the ledger's order, so never get one of those units.
+local left, fair, rls_fair = limit, want, rls_want
 for k = 1, #wants do
   local waiting = #wants - k + 1
   local level = (left - left % waiting) / waiting
@@ -136,13 +159,48 @@ for k = 1, #wants do
       fair = level
       if left - level * waiting > 0 then fair = level + 1 end
     end
+    if rls_want > level then rls_fair = level end
     break
   end
   left = left - wants[k]
 end
-local share = limit - others - used
-if share < 0 then share = 0 end
-if fair < share then share = fair end
+-- The room leaves the RLS callers their fair part of the window, or what they used if more: the
+-- rebuilds' charges are the Envoys' to pay.
+local rls_part = used
+if rls_fair > rls_part then rls_part = rls_fair end
+local room = limit - others - rls_part - rebuilt
+if room < 0 then room = 0 end
+local function charge_for(s)
+  if rebuild_held + s < rebuild_most then return rebuild_held + s end
+  return rebuild_most
+end
+local target = fair
+if room < target then target = room end
+local share = target
+if target ~= mine and target + charge_for(target) > room then
+  -- The largest share that fits with its charge.
+  local fits = room - rebuild_most
+  local half = room - rebuild_held
+  if half < 0 then half = 0 end
+  half = (half - half % 2) / 2
+  if half > fits then fits = half end
+  if fits < 0 then fits = 0 end
+  if target < fits then fits = target end
+  if fits > mine or mine > room then share = fits else share = mine end
+end
+local charged = 0
+if share ~= mine then charged = charge_for(share) end
+if charged > 0 then
+  local slot = window * 125  -- an eighth of a window, µs
+  local last = now + window * 1000
+  last = (last + slot - 1 - (last + slot - 1) % slot)
+  if #charges > 0 and charges[#charges][1] == last then
+    charges[#charges][2] = charges[#charges][2] + charged
+  else
+    charges[#charges + 1] = {last, charged}
+  end
+  rebuilt = rebuilt + charged
+end
 
 -- What the holders hold is reserved in the open window, up to its limit; a window seen for the
 -- first time holds what the assignments in force when it opened (and when the last one was left
@@ -151,9 +209,9 @@ if fair < share then share = fair end
 -- this one's start holds both: RLS callers take their part at a window's start).
 local reserve = 0
 if ends ~= nil then
-  local target = others + share
+  local target = others + share + rebuilt
   if opened then
-    if mine > share then target = others + mine end
+    if mine > share then target = others + mine + rebuilt end
     local least = floor
     if not recent then least = 0 end
     if least > target then target = least end
@@ -167,7 +225,16 @@ end
 
 redis.call('HSET', key, holder, string.format('%.0f %.0f %.0f', want, share, now + ttl),
   'rls', string.format('%.0f %.0f %.0f %.0f %.0f %.0f', rls_end, reserved, used, rls_want, seen_at, floor))
-local ttl_ms = (ttl - ttl % 1000) / 1000 + 1
+local lives = ttl
+if #charges > 0 then
+  local parts = {}
+  for i = 1, #charges do parts[i] = string.format('%.0f %.0f', charges[i][1], charges[i][2]) end
+  redis.call('HSET', key, 'rebuilt', table.concat(parts, ' '))
+  if charges[#charges][1] - now > lives then lives = charges[#charges][1] - now end
+else
+  redis.call('HDEL', key, 'rebuilt')
+end
+local ttl_ms = (lives - lives % 1000) / 1000 + 1
 if redis.call('PTTL', key) < ttl_ms then redis.call('PEXPIRE', key, ttl_ms) end
 local exhausted = 0
 if used >= limit then exhausted = 1 end

@@ -21,6 +21,13 @@ pub struct ShareAsk<'a> {
     pub window: Duration,
     /// What the holder wants: hits per window.
     pub want: u64,
+    /// The most a change of the holder's share may add to a window beyond the share: what it
+    /// rebuilds (its token buckets start full in Envoy, on top of what the old ones admitted),
+    /// bucket by bucket the larger of the old burst and the most a new one may start with.
+    pub rebuild_most: u64,
+    /// The bursts the holder's token buckets have now: a change to a share of `s` adds at most
+    /// this and `s` (no new bucket starts with more than its share).
+    pub rebuild_held: u64,
     /// How long what it is given lasts unless asked again.
     pub ttl: Duration,
 }
@@ -44,8 +51,10 @@ pub struct Share {
 /// Gives a holder its share of a counter, in one EVALSHA: its max-min fair share of the limit
 /// among the live holders' wants and the counter's RLS callers' (what they used of its windows:
 /// the count less what was reserved here), never more than the limit less what the other live
-/// holders hold and what the RLS callers used of the window open; and reserves what all holders
-/// hold in that window (counted into it, up to its limit; no window is opened). What the holder
+/// holders hold, what the RLS callers used of the window open and what the last window's changes
+/// of share rebuilt; a change of the holder's share is made only when it fits with what it
+/// rebuilds (`rebuild_most`, `rebuild_held`), charged for a window; and reserves what all holders
+/// hold and those charges in that window (counted into it, up to its limit; no window is opened). What the holder
 /// holds is recorded until `ttl` from now on `time`'s clock; holders past theirs are removed.
 ///
 /// ```no_run
@@ -58,7 +67,8 @@ pub struct Share {
 /// let counter = Keyspace::new("rl:").key("api", "all", &[] as &[&str]);
 /// let ttl = Duration::from_secs(15);
 /// let window = Duration::from_secs(60);
-/// let ask = ShareAsk { holders: &holders, counter: &counter, holder: "a", limit: 100, window, want: 1_000, ttl };
+/// let (rebuild_most, rebuild_held) = (0, 0);
+/// let ask = ShareAsk { holders: &holders, counter: &counter, holder: "a", limit: 100, window, want: 1_000, rebuild_most, rebuild_held, ttl };
 /// let a = take_share(&redis, &ask, &RedisTime::redis()).await?;
 /// assert_eq!(a.share, 100, "alone: all of it");
 /// let b = take_share(&redis, &ShareAsk { holder: "b", ..ask }, &RedisTime::redis()).await?;
@@ -77,6 +87,8 @@ pub async fn take_share(redis: &Redis, ask: &ShareAsk<'_>, time: &RedisTime) -> 
         ttl_us.to_string(),
         window_ms.to_string(),
         script_time.shift_ms.to_string(),
+        ask.rebuild_most.to_string(),
+        ask.rebuild_held.to_string(),
     ];
     let keys = [ask.holders.to_string(), ask.counter.to_string()];
     let reply: Vec<u64> = redis.invoke(&scripts::FAIR_SHARE, &keys, &args).await?;

@@ -6,9 +6,12 @@
 //! now, as Envoy enforces it, not what they will be assigned at their next report. A share that
 //! moves from one instance to another is therefore handed out only once its old holder has been
 //! told to give it up (at that holder's next report), so the sum of what the assignments in force
-//! may admit per window stays within the limit while demand shifts. A want a step less than the
-//! one the holder last had is not taken (see [`steady`]): a share that changes rebuilds an
-//! Envoy's token bucket, full.
+//! may admit per window stays within the limit while demand shifts. A share that changes rebuilds
+//! an Envoy's token buckets, each starting full on top of what the old one admitted: a change is
+//! made only if it fits with those bursts, which are charged for a window (see [`paid`]), so the
+//! fleet stays within the limit in any stretch of a window, rebuilds included, however often
+//! the shares move; and a want a step less than the one the holder last had is not taken (see
+//! [`steady`]), so a wavering want does not move them at every report.
 //!
 //! RLS callers on the same counter (one call per request, decided against its windows) are one
 //! more holder: the ledger reserves in the counter's open window what the assignments in force
@@ -155,6 +158,27 @@ fn steady(had: Option<u64>, want: u64, limit: u64) -> u64 {
     }
 }
 
+/// The share a holder that holds `mine` gets when `target` is its fair share within `room` (the
+/// limit less what the others hold, the RLS callers' part and the last window's rebuilds
+/// charged), and changing its share rebuilds `rebuild`. A changed share rebuilds the Envoy's
+/// token buckets, each starting full on top of what the old one admitted in the window, so a
+/// change is made only when the new share and that burst fit in the room together, the burst
+/// charged for a window (then the sum of what all Envoys may admit in any stretch of a window,
+/// bursts of rebuilt buckets included, stays within what the window has left). A change that
+/// does not fit: as much of an increase as fits; else the share is kept (a cut smaller than its
+/// charge frees nothing), unless the room no longer holds it (the RLS callers' part grew). The
+/// charges never cut a share: the room holds what the holder has (the others' changes and
+/// charges fitted beside it), so they only hold increases back, for a window at most, and the
+/// shares do not move again because of them. (A share growing into a full room so stays a
+/// burst short of its fair share: room for its next rebuild.)
+fn paid(target: u64, mine: u64, room: u64, rebuild: Rebuild) -> u64 {
+    if target == mine || target.saturating_add(rebuild.charge(target)) <= room {
+        return target;
+    }
+    let fits = target.min(rebuild.fitting(room));
+    if fits > mine || mine > room { fits } else { mine }
+}
+
 /// What a holder was given by [`Ledger::share`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Taken {
@@ -172,6 +196,45 @@ pub(crate) struct Taken {
 struct Counter {
     holds: HashMap<Holder, Hold>,
     rls: Rls,
+    /// The rebuilds' bursts charged within the last window: (until when, on the server clock's
+    /// ns; how many hits), by `until`, one entry per eighth of a window (see [`charge`]).
+    rebuilt: Vec<(u64, u64)>,
+}
+
+/// What changing a holder's share rebuilds: its token buckets on the counter, each starting full
+/// in Envoy on top of what the old one admitted. Worked out by the caller from the buckets'
+/// bursts (`strategy.rs` has the one formula); the ledger and `fair_share.lua` only take it in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Rebuild {
+    /// The most a change of share may add to a window: bucket by bucket, the larger of the burst
+    /// its token bucket has and the most a new one may start with.
+    pub(crate) most: u64,
+    /// The bursts its token buckets have now.
+    pub(crate) held: u64,
+}
+
+impl Rebuild {
+    /// What a change to a share of `share` adds to a window at most: no bucket starts with more
+    /// than its part of the share, so the old buckets' bursts and the new share bound it too.
+    fn charge(self, share: u64) -> u64 {
+        self.most.min(self.held.saturating_add(share))
+    }
+
+    /// The largest share whose change, with its charge, fits in `room` (0 when none does).
+    fn fitting(self, room: u64) -> u64 {
+        room.saturating_sub(self.most).max(room.saturating_sub(self.held) / 2)
+    }
+}
+
+/// Charges `hits` to `rebuilt` until `until` (ns), rounded up to an eighth of `window`: a charge
+/// lasts a window and at most an eighth more, and a window's charges are at most nine entries.
+fn charge(rebuilt: &mut Vec<(u64, u64)>, hits: u64, until: u64, window: u64) {
+    let slot = (window / 8).max(1);
+    let until = until.div_ceil(slot).saturating_mul(slot);
+    match rebuilt.last_mut() {
+        Some((last, charged)) if *last == until => *charged += hits,
+        _ => rebuilt.push((until, hits)),
+    }
 }
 
 /// The shares of every counter the RLQS streams report on.
@@ -186,7 +249,9 @@ impl Ledger {
     /// being `seen` (`None`: none is open; a want a step less than its last is not taken, see
     /// [`steady`]): its max-min fair share among the counter's live
     /// holders and the RLS callers (as one more holder, wanting what [`rls_want`] says), capped
-    /// by what the others' assignments in force and the RLS callers' use of the window leave.
+    /// by what the others' assignments in force, the RLS callers' fair share or use of the
+    /// window (whichever is more) and the rebuilds of the last window leave. A change of share pays for what it rebuilds
+    /// (`rebuild`, see [`paid`]) or is not made.
     /// Records it as what the holder holds until `expires_ns`, and the reservation it asks for
     /// as charged. (`fair_share.lua` applies the same rule to holders on several servers.)
     #[allow(clippy::too_many_arguments)]
@@ -196,6 +261,7 @@ impl Ledger {
         limit: u64,
         holder: Holder,
         want: u64,
+        rebuild: Rebuild,
         seen: Option<Seen>,
         window: u64,
         now_ns: u64,
@@ -203,26 +269,37 @@ impl Ledger {
     ) -> Taken {
         let entry = self.counter(counter);
         entry.holds.retain(|h, hold| hold.expires_ns > now_ns || *h == holder);
+        entry.rebuilt.retain(|&(until, _)| until > now_ns);
+        let rebuilt: u64 = entry.rebuilt.iter().map(|&(_, hits)| hits).sum();
         let live = entry.holds.get(&holder).filter(|hold| hold.expires_ns > now_ns);
         let mine = live.map_or(0, |hold| hold.held);
         let want = steady(live.map(|hold| hold.want), want, limit);
         let others: u64 = entry.holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.held).sum();
-        let opened = entry.rls.see(seen, limit, window, now_ns, others + mine);
+        let opened = entry.rls.see(seen, limit, window, now_ns, others + mine + rebuilt);
         let used = entry.rls.used;
         let mut wants = vec![want];
         wants.extend(entry.holds.iter().filter(|(h, _)| **h != holder).map(|(_, hold)| hold.want));
         wants.push(entry.rls.want);
-        let fair = fair_shares(limit, &wants)[0];
-        let share = fair.min(limit.saturating_sub(others).saturating_sub(used));
+        let shares = fair_shares(limit, &wants);
+        let (fair, rls_fair) = (shares[0], shares[shares.len() - 1]);
+        // The rebuilds' charges are the Envoys' to pay: the room leaves the RLS callers their
+        // fair part of the window (or what they used, if more).
+        let room = limit.saturating_sub(others).saturating_sub(used.max(rls_fair)).saturating_sub(rebuilt);
+        let share = paid(fair.min(room), mine, room, rebuild);
         entry.holds.insert(holder, Hold { want, held: share, expires_ns });
+        let charged = if share == mine { 0 } else { rebuild.charge(share) };
+        if charged > 0 {
+            charge(&mut entry.rebuilt, charged, now_ns.saturating_add(window), window);
+        }
+        let rebuilt = rebuilt + charged;
         // A window seen for the first time holds what the assignments in force when it opened
         // (and when the last one ended) may admit, this holder's old one included: Envoy
         // admitted by them until now, and a stretch of a window's length that spans the last
         // window's end and this one's start holds both (RLS callers take their part at a
-        // window's start).
+        // window's start). The rebuilds' bursts of the last window are admitted in it too.
         let target = match opened {
-            Some(floor) => (others + share.max(mine)).max(floor),
-            None => others + share,
+            Some(floor) => (others + share.max(mine) + rebuilt).max(floor),
+            None => others + share + rebuilt,
         };
         let reserve =
             seen.map_or(0, |seen| target.saturating_sub(entry.rls.reserved).min(limit.saturating_sub(seen.count)));
@@ -258,7 +335,7 @@ impl Ledger {
     pub(crate) fn release(&mut self, instance: u64) {
         self.counters.retain(|_, counter| {
             counter.holds.retain(|h, _| *h != instance);
-            !counter.holds.is_empty()
+            !counter.holds.is_empty() || !counter.rebuilt.is_empty()
         });
     }
 
@@ -266,7 +343,8 @@ impl Ledger {
     pub(crate) fn expire(&mut self, now_ns: u64) {
         self.counters.retain(|_, counter| {
             counter.holds.retain(|_, h| h.expires_ns > now_ns);
-            !counter.holds.is_empty()
+            counter.rebuilt.retain(|&(until, _)| until > now_ns);
+            !counter.holds.is_empty() || !counter.rebuilt.is_empty()
         });
     }
 
@@ -306,7 +384,8 @@ mod tests {
     fn a_newcomer_gets_only_what_the_others_do_not_hold_until_they_give_it_up() {
         let mut ledger = Ledger::default();
         let c = counter();
-        let mut share = |h, want, now| ledger.share(&c, 90, holder(h), want, None, 100, now, 1_000).share;
+        let mut share =
+            |h, want, now| ledger.share(&c, 90, holder(h), want, Rebuild::default(), None, 100, now, 1_000).share;
         assert_eq!(share(1, 200, 0), 90, "alone: all of it");
         assert_eq!(share(2, 200, 0), 0, "1 holds all until it reports");
         assert_eq!(share(1, 200, 10), 45, "1 is cut to its fair share");
@@ -320,7 +399,8 @@ mod tests {
         let mut ledger = Ledger::default();
         let c = counter();
         // A limit of 1,000: a step of the wants' grid is 20.
-        let mut share = |h, want, now| ledger.share(&c, 1_000, holder(h), want, None, 100, now, 10_000).share;
+        let mut share =
+            |h, want, now| ledger.share(&c, 1_000, holder(h), want, Rebuild::default(), None, 100, now, 10_000).share;
         assert_eq!(share(1, 240, 0), 240);
         assert_eq!(share(2, 1_000, 0), 760);
         assert_eq!(share(1, 220, 10), 240, "a step less: 240 still");
@@ -335,6 +415,30 @@ mod tests {
     }
 
     #[test]
+    fn a_change_of_share_fits_with_the_bursts_it_rebuilds_charged_for_a_window_or_is_not_made() {
+        let mut ledger = Ledger::default();
+        let c = counter();
+        // A limit of 1,000 per window of 1,000 ns; each holder's one token bucket has a burst of
+        // 8 (none before its first share).
+        let first = Rebuild { most: 8, held: 0 };
+        let again = Rebuild { most: 8, held: 8 };
+        let mut share =
+            |h, want, rebuild, now| ledger.share(&c, 1_000, holder(h), want, rebuild, None, 1_000, now, 100_000).share;
+        assert_eq!(share(1, 1_000, first, 0), 992, "alone: all of it but the burst its new bucket starts with");
+        assert_eq!(share(2, 1_000, first, 0), 0, "1 holds the rest");
+        assert_eq!(share(1, 1_000, again, 10), 500, "1 is cut to its fair share, its rebuild charged");
+        assert_eq!(share(2, 1_000, first, 20), 476, "2 gets what 1 gave up less the two charges and its own");
+        assert_eq!(share(2, 1_000, again, 30), 476, "nothing more fits with another rebuild: kept");
+        assert_eq!(share(1, 980, again, 40), 500, "a want of a step less is not taken");
+        assert_eq!(share(1, 960, again, 50), 500, "its fair share is unchanged: kept, nothing charged");
+        // A charge lasts a window, rounded up to an eighth of one: those of 10 and 20 until
+        // 1,125, when 2 grows into what they held, less its own rebuild's.
+        assert_eq!(share(2, 1_000, again, 1_124), 476);
+        assert_eq!(share(2, 1_000, again, 1_125), 492, "1 holds 500, 2 keeps room for its burst");
+        assert_eq!(ledger.counters[&c].rebuilt, [(2_125, 8)], "2's rebuild at 1,125, for a window");
+    }
+
+    #[test]
     fn a_released_or_expired_share_goes_back_to_the_others() {
         let mut ledger = Ledger::default();
         let c = counter();
@@ -342,14 +446,18 @@ mod tests {
             ledger.record(&c, holder(i), 200, 30, 0, if i == 3 { 500 } else { 1_000 });
         }
         assert_eq!(ledger.limit_totals(LimitId(7)), (3, 90));
-        assert_eq!(ledger.share(&c, 90, holder(1), 200, None, 100, 100, 1_000).share, 30);
+        assert_eq!(ledger.share(&c, 90, holder(1), 200, Rebuild::default(), None, 100, 100, 1_000).share, 30);
         ledger.release(2);
         assert_eq!(
-            ledger.share(&c, 90, holder(1), 200, None, 100, 100, 1_000).share,
+            ledger.share(&c, 90, holder(1), 200, Rebuild::default(), None, 100, 100, 1_000).share,
             45,
             "2 ended its stream: half of what 3 leaves"
         );
-        assert_eq!(ledger.share(&c, 90, holder(1), 200, None, 100, 600, 1_000).share, 90, "3's assignment expired");
+        assert_eq!(
+            ledger.share(&c, 90, holder(1), 200, Rebuild::default(), None, 100, 600, 1_000).share,
+            90,
+            "3's assignment expired"
+        );
         ledger.expire(2_000);
         assert_eq!(ledger.limit_totals(LimitId(7)), (0, 0));
     }
@@ -360,7 +468,9 @@ mod tests {
         let c = counter();
         let window = 1_000;
         let seen = |count, end| Some(Seen { count, end });
-        let mut share = |h, count: Option<Seen>, now| ledger.share(&c, 90, holder(h), 200, count, window, now, 10_000);
+        let mut share = |h, count: Option<Seen>, now| {
+            ledger.share(&c, 90, holder(h), 200, Rebuild::default(), count, window, now, 10_000)
+        };
         // No window open: nothing to reserve, all to 1.
         assert_eq!(share(1, None, 0), Taken { share: 90, reserve: 0, exhausted: false });
         // RLS callers opened a window and took 6: 1 still holds 90, which the window cannot hold
@@ -373,11 +483,12 @@ mod tests {
         // reports (the odd unit goes to the one asking). The new window holds 1's old 84 still:
         // Envoy admitted by it until now, in a stretch that reaches into this window.
         assert_eq!(share(1, seen(0, 2_000), 1_000), Taken { share: 39, reserve: 84, exhausted: false });
-        // The RLS callers took 3 more: 2 gets 39 too, within what is reserved already.
-        assert_eq!(share(2, seen(87, 2_000), 1_010), Taken { share: 39, reserve: 0, exhausted: false });
+        // The RLS callers took 3 more: 2 gets 38, within what is reserved already (its fair 39
+        // with the odd unit, but 1 holds that unit, and the RLS callers' 13 are theirs).
+        assert_eq!(share(2, seen(87, 2_000), 1_010), Taken { share: 38, reserve: 0, exhausted: false });
         assert_eq!(ledger.counters[&counter()].rls.reserved, 84);
         // The RLS callers use up a window on their own: nothing is left until it ends.
-        let t = ledger.share(&c, 90, holder(1), 200, seen(90, 3_100), window, 3_000, 10_000);
+        let t = ledger.share(&c, 90, holder(1), 200, Rebuild::default(), seen(90, 3_100), window, 3_000, 10_000);
         assert_eq!(t, Taken { share: 0, reserve: 0, exhausted: true });
     }
 
@@ -386,24 +497,28 @@ mod tests {
         let mut ledger = Ledger::default();
         let c = counter();
         let seen = |count, end| Some(Seen { count, end });
-        let mut share = |h, seen: Option<Seen>, now| ledger.share(&c, 90, holder(h), 200, seen, 1_000, now, 10_000);
+        let mut share = |h, seen: Option<Seen>, now| {
+            ledger.share(&c, 90, holder(h), 200, Rebuild::default(), seen, 1_000, now, 10_000)
+        };
         for (h, now) in [(1, 0), (2, 10), (1, 20), (2, 30)] {
             share(h, None, now);
         }
         // RLS callers open a window and take 5: 1 is cut to 40, and the window holds 1's old 45
         // and 2's 45 (all that is left).
         assert_eq!(share(1, seen(5, 1_040), 40), Taken { share: 40, reserve: 85, exhausted: false });
-        // The window ends; 2 reports before the next opens, and is cut to 40 (the RLS callers,
-        // held back, now want 11).
-        assert_eq!(share(2, None, 1_040), Taken { share: 40, reserve: 0, exhausted: false });
+        // The window ends; 2 reports before the next opens, and is cut to 39 (the RLS callers,
+        // held back, now want 11, and 1 holds the odd unit of the 79 left).
+        assert_eq!(share(2, None, 1_040), Taken { share: 39, reserve: 0, exhausted: false });
         // The next window holds 2's old 45 too: 2's Envoy admitted by it until it reported.
         assert_eq!(share(1, seen(3, 2_050), 1_050), Taken { share: 40, reserve: 85, exhausted: false });
     }
 
     /// `fair_share.lua` decides as the ledger does: the same shares, reservations and
     /// exhausted windows for the same steps, with holders coming, wanting more or less, and
-    /// going quiet (their assignments expiring), and RLS callers taking from the counter's
-    /// windows (opened by their first hit, as the RLS decisions open them).
+    /// going quiet (their assignments expiring), changes of share charged for what they rebuild
+    /// (or not made), and RLS callers taking from the counter's windows (opened by their first
+    /// hit, as the RLS decisions open them). Without RLS callers, what the holders hold and the
+    /// last window's rebuilds never exceed the limit.
     #[test]
     fn the_script_on_redis_gives_the_ledgers_shares() {
         use proptest::prelude::*;
@@ -420,7 +535,13 @@ mod tests {
         // Where a window's key expires past its end on a manual clock (`RedisTime`'s shift for a
         // clock at 1970), as the RLS decisions write it.
         let shift_ms = 1u64 << 44;
-        let step = (0u64..4, 0u64..300, 0u64..1_500, prop_oneof![Just(0u64), 1u64..120]);
+        let step = (
+            0u64..4,
+            0u64..300,
+            0u64..1_500,
+            prop_oneof![Just(0u64), 1u64..120],
+            prop_oneof![Just((0u64, 0u64)), (0u64..20, 0u64..20)],
+        );
         let cases = std::sync::atomic::AtomicU64::new(0);
         proptest!(ProptestConfig::with_cases(64), |(limit in 1u64..200, steps in proptest::collection::vec(step, 1..30))| {
             let key = format!("case{}", cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
@@ -431,7 +552,8 @@ mod tests {
             // The counter's open window, (count, end ns): the same on both sides while the
             // ledger and the script reserve the same.
             let mut open: Option<(u64, u64)> = None;
-            for (h, want, advance_ms, rls) in steps {
+            for (h, want, advance_ms, rls, (held, more)) in steps {
+                let rebuild = Rebuild { most: held + more, held };
                 clock.advance(std::time::Duration::from_millis(advance_ms));
                 let now = clock.now();
                 if open.is_some_and(|(_, end)| end <= now) {
@@ -453,15 +575,32 @@ mod tests {
                 }
                 let seen = open.map(|(count, end)| Seen { count, end });
                 let expires = now + ttl.as_nanos() as u64;
-                let ours = ledger.share(&counter(), limit, holder(h), want, seen, window_ns, now, expires);
+                let ours = ledger.share(&counter(), limit, holder(h), want, rebuild, seen, window_ns, now, expires);
                 let holder_name = format!("h{h}");
-                let ask = ShareAsk { holders: &key, counter: &window_key, holder: &holder_name, limit, window, want, ttl };
+                let (rebuild_most, rebuild_held) = (rebuild.most, rebuild.held);
+                let ask = ShareAsk {
+                    holders: &key,
+                    counter: &window_key,
+                    holder: &holder_name,
+                    limit,
+                    window,
+                    want,
+                    rebuild_most,
+                    rebuild_held,
+                    ttl,
+                };
                 let theirs = runtime.block_on(take_share(&redis, &ask, &time)).unwrap();
                 let what = format!("holder {h} wanting {want} of {limit}, window {open:?}");
                 prop_assert_eq!(ours.share, theirs.share, "share: {}", what);
                 prop_assert_eq!(ours.reserve, theirs.reserved, "reserved: {}", what);
                 prop_assert_eq!(ours.exhausted, theirs.exhausted, "exhausted: {}", what);
                 prop_assert!(theirs.held <= limit.max(theirs.share), "{:?}", theirs);
+                let entry = &ledger.counters[&counter()];
+                if entry.rls.used == 0 {
+                    let held: u64 = entry.holds.values().filter(|hold| hold.expires_ns > now).map(|hold| hold.held).sum();
+                    let rebuilt: u64 = entry.rebuilt.iter().map(|&(_, hits)| hits).sum();
+                    prop_assert!(held + rebuilt <= limit, "held {} and rebuilt {} past the limit: {}", held, rebuilt, what);
+                }
                 if let Some((count, _)) = open.as_mut() {
                     *count += ours.reserve;
                     let stored: u64 = runtime.block_on(redis.query(tollgate_redis::redis::cmd("GET").arg(&window_key))).unwrap();

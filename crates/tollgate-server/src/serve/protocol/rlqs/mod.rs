@@ -14,7 +14,10 @@
 //!   buckets: an instance's buckets on a counter split its one share the same way), and no
 //!   instance gets more than the others' assignments in force leave (see `ledger`). Every
 //!   assignment's token bucket admits in any stretch of the window at most its share, bursts
-//!   included, so the fleet admits at most the limit in any window of it.
+//!   included, and a changed share (a new token bucket, which Envoy starts full) is made only
+//!   when the bursts it rebuilds fit too, charged for a window (worked out here from
+//!   `strategy`'s burst, taken in by the ledger and `fair_share.lua`), so the fleet admits at
+//!   most the limit in any window of it.
 //! - A stream that ends cleanly gives its shares back at once; one that breaks keeps them until
 //!   its assignments expire, as Envoy keeps enforcing them until then.
 //!
@@ -50,7 +53,7 @@ use tollgate_redis::{Keyspace, Redis, RedisTime};
 use tonic::Status as GrpcStatus;
 use tracing::Instrument;
 
-use self::ledger::{CounterKey, Ledger, Seen, Taken};
+use self::ledger::{CounterKey, Ledger, Rebuild, Seen, Taken};
 use self::strategy::{Assignment, Bucket};
 use crate::serve::engine::Engine;
 use crate::serve::model::{Action as CallAction, CallError, fair_shares};
@@ -130,6 +133,7 @@ impl<C: Clock + Clone> Rlqs<C> {
     /// reserves what the holders hold in the counter's window (`entries`: the id of a bucket
     /// that counts on it, to charge it in memory); `None` when Redis cannot answer (the bucket
     /// is then left without an assignment: Envoy keeps the one it has until it expires).
+    #[allow(clippy::too_many_arguments)]
     async fn share(
         &self,
         namespace: &str,
@@ -137,13 +141,15 @@ impl<C: Clock + Clone> Rlqs<C> {
         entries: &[(String, String)],
         holder: u64,
         want: u64,
+        rebuild: Rebuild,
         now: u64,
     ) -> Option<Taken> {
         let ttl = self.config.assignment_ttl;
         let expires = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
         let Some(shared) = &self.redis else {
             let window = u64::try_from(part.window.as_nanos()).unwrap_or(u64::MAX);
-            let taken = self.ledger().share(&part.key, part.limit, holder, want, part.seen, window, now, expires);
+            let taken =
+                self.ledger().share(&part.key, part.limit, holder, want, rebuild, part.seen, window, now, expires);
             if taken.reserve > 0 {
                 let descriptor = Descriptor { entries: entries.to_vec(), hits: None, limit: None };
                 let (limit, values) = (part.key.limit, &part.key.values);
@@ -162,6 +168,8 @@ impl<C: Clock + Clone> Rlqs<C> {
             limit: part.limit,
             window: part.window,
             want,
+            rebuild_most: rebuild.most,
+            rebuild_held: rebuild.held,
             ttl,
         };
         match take_share(&shared.redis, &ask, &shared.time).await {
@@ -454,10 +462,14 @@ impl<C: Clock + Clone> Instance<C> {
         read: &[Read],
         now: u64,
     ) -> (HashMap<(CounterKey, u64), u64>, hashbrown::HashSet<CounterKey>) {
-        // Each counter, with the first bucket on it (whose id charges it in memory) and all of them.
+        // Each counter, with the first bucket on it (whose id charges it in memory) and all of them;
+        // each bucket's burst in Envoy now (0 without a token bucket).
         let mut on: HashMap<CounterKey, (&Part, &Read, Vec<u64>)> = HashMap::new();
+        let mut held: HashMap<u64, u64> = HashMap::new();
         for bucket in read {
             if let Verdict::Shared(counters) = &bucket.verdict {
+                let last = self.buckets.get(&bucket.entries).and_then(|state| state.last);
+                held.insert(bucket.number, last.map_or(0, |b| u64::from(b.max_tokens)));
                 for part in counters {
                     on.entry(part.key.clone()).or_insert((part, bucket, Vec::new())).2.push(bucket.number);
                 }
@@ -469,7 +481,14 @@ impl<C: Clock + Clone> Instance<C> {
             let limit = part.limit;
             let holding = self.holdings.entry(key.clone()).or_default();
             let want = holding.want(limit);
-            let Some(taken) = self.rlqs.share(domain, part, &first.entries, self.id, want, now).await else { continue };
+            // A changed share rebuilds these buckets: each new one starts full, on top of what the
+            // old one admitted in the window; the new one's burst is within the new share, so
+            // what a change adds is the old ones' bursts (`strategy::burst` of their parts).
+            let held_now: u64 = numbers.iter().map(|n| held.get(n).copied().unwrap_or(0)).sum();
+            let rebuild = Rebuild { most: held_now, held: held_now };
+            let Some(taken) = self.rlqs.share(domain, part, &first.entries, self.id, want, rebuild, now).await else {
+                continue;
+            };
             if taken.exhausted {
                 exhausted.insert(key);
                 continue;

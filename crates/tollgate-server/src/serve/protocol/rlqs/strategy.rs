@@ -56,7 +56,8 @@ pub(crate) struct Bucket {
 /// top of what the old one admitted in the window (measured: a fiftieth let a fleet admit 1.03x
 /// a limit of 6,000 a minute while demand shifted); not one token, because a bucket that holds
 /// one wastes the refill that comes between two requests (a third of a share at 2x demand in
-/// 10 ms steps).
+/// 10 ms steps). The one formula: what a rebuilt bucket adds to a window is the `max_tokens` it
+/// gave (`ledger::Rebuild`).
 fn burst(share: u64) -> u64 {
     (share / 200).max((share / 4).min(8)).max(1)
 }
