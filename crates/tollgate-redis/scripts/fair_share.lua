@@ -25,7 +25,9 @@
 --   made only when the new share and that charge fit in the room together, and the charge is
 --   kept for a window (rounded up to an eighth of one); else as much of an increase as fits, or
 --   the share is kept (unless the room no longer holds it). The charges never cut a share (the
---   room always holds what the holder has), so they do not move the shares again.
+--   room always holds what the holder has), so they do not move the shares again. A holder that
+--   rebuilds its buckets at an unchanged share (ARGV[10]) is charged the same, and pays out of
+--   its share when the room lacks the charge.
 -- - What all live holders hold and the charges are reserved in the counter's open window
 --   (counted into it, up to its limit), so RLS callers get only what the assignments leave; a
 --   window seen for the first time also what the holders held when it opened, and when the last
@@ -56,16 +58,21 @@
 -- ARGV[8]  the most a change of the holder's share adds to a window (its buckets' bursts, old or
 --          new, whichever is more, bucket by bucket).
 -- ARGV[9]  the bursts of the holder's buckets now (a change to a share s adds at most this + s).
+-- ARGV[10] '1' when the holder would rebuild its buckets even at an unchanged share (their split
+--          of it moved): charged as a change is, and paid out of the share when the room lacks
+--          it; not made (the buckets are kept) when even a share of 0 leaves no room for it.
 --
--- Returns {share, holders, held, reserved, exhausted}: what the holder now holds, recorded until
--- now + ARGV[5]; how many live holders the counter has, this one included; what they hold in
--- all; what was counted into the window now; 1 when the RLS callers alone used the window up
--- (nothing is left until it ends), else 0. Holders whose assignment expired are removed.
+-- Returns {share, holders, held, reserved, exhausted, rebuilt}: what the holder now holds,
+-- recorded until now + ARGV[5]; how many live holders the counter has, this one included; what
+-- they hold in all; what was counted into the window now; 1 when the RLS callers alone used the
+-- window up (nothing is left until it ends), else 0; 1 when the holder's buckets are rebuilt
+-- (its share changed, or ARGV[10] asked and the room held the charge), else 0. Holders whose
+-- assignment expired are removed.
 
 local key, counter, holder = KEYS[1], KEYS[2], ARGV[2]
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local limit, want, ttl, window, shift = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0
-local rebuild_most, rebuild_held = ARGV[8] + 0, ARGV[9] + 0
+local rebuild_most, rebuild_held, resplit = ARGV[8] + 0, ARGV[9] + 0, ARGV[10] == '1'
 
 -- The counter's open window, as fixed_lib.lua reads it (prepended): its count and its end (µs
 -- on the decision clock; nil when none is open; a key of another type is none).
@@ -176,8 +183,8 @@ local function charge_for(s)
 end
 local target = fair
 if room < target then target = room end
-local share = target
-if target ~= mine and target + charge_for(target) > room then
+local share, rebuilding = target, target ~= mine or resplit
+if rebuilding and target + charge_for(target) > room then
   -- The largest share that fits with its charge.
   local fits = room - rebuild_most
   local half = room - rebuild_held
@@ -186,10 +193,14 @@ if target ~= mine and target + charge_for(target) > room then
   if half > fits then fits = half end
   if fits < 0 then fits = 0 end
   if target < fits then fits = target end
-  if fits > mine or mine > room then share = fits else share = mine end
+  if fits > mine or mine > room or (resplit and fits + charge_for(fits) <= room) then
+    share = fits
+  else
+    share, rebuilding = mine, false
+  end
 end
 local charged = 0
-if share ~= mine then charged = charge_for(share) end
+if rebuilding then charged = charge_for(share) end
 if charged > 0 then
   local slot = window * 125  -- an eighth of a window, µs
   local last = now + window * 1000
@@ -238,4 +249,6 @@ local ttl_ms = (lives - lives % 1000) / 1000 + 1
 if redis.call('PTTL', key) < ttl_ms then redis.call('PEXPIRE', key, ttl_ms) end
 local exhausted = 0
 if used >= limit then exhausted = 1 end
-return {share, holders, others + share, reserve, exhausted}
+local rebuilds = 0
+if rebuilding then rebuilds = 1 end
+return {share, holders, others + share, reserve, exhausted, rebuilds}

@@ -28,6 +28,11 @@ pub struct ShareAsk<'a> {
     /// The bursts the holder's token buckets have now: a change to a share of `s` adds at most
     /// this and `s` (no new bucket starts with more than its share).
     pub rebuild_held: u64,
+    /// The holder would rebuild its token buckets even if its share stays as it is (their split
+    /// of it moved): the rebuild is charged all the same, and paid out of the share when what is
+    /// left lacks room for it (not made when even a share of 0 leaves no room: see
+    /// [`Share::rebuilt`]).
+    pub resplit: bool,
     /// How long what it is given lasts unless asked again.
     pub ttl: Duration,
 }
@@ -46,6 +51,9 @@ pub struct Share {
     pub reserved: u64,
     /// The RLS callers alone used the counter's window up: nothing is left until it ends.
     pub exhausted: bool,
+    /// The holder rebuilds its token buckets: its share changed, or it asked to
+    /// ([`ShareAsk::resplit`]) and the rebuild was charged.
+    pub rebuilt: bool,
 }
 
 /// Gives a holder its share of a counter, in one EVALSHA: its max-min fair share of the limit
@@ -53,7 +61,8 @@ pub struct Share {
 /// the count less what was reserved here), never more than the limit less what the other live
 /// holders hold, what the RLS callers used of the window open and what the last window's changes
 /// of share rebuilt; a change of the holder's share is made only when it fits with what it
-/// rebuilds (`rebuild_most`, `rebuild_held`), charged for a window; and reserves what all holders
+/// rebuilds (`rebuild_most`, `rebuild_held`; with `resplit`, a rebuild at an unchanged share
+/// too, paid out of the share if need be), charged for a window; and reserves what all holders
 /// hold and those charges in that window (counted into it, up to its limit; no window is opened). What the holder
 /// holds is recorded until `ttl` from now on `time`'s clock; holders past theirs are removed.
 ///
@@ -68,7 +77,7 @@ pub struct Share {
 /// let ttl = Duration::from_secs(15);
 /// let window = Duration::from_secs(60);
 /// let (rebuild_most, rebuild_held) = (0, 0);
-/// let ask = ShareAsk { holders: &holders, counter: &counter, holder: "a", limit: 100, window, want: 1_000, rebuild_most, rebuild_held, ttl };
+/// let ask = ShareAsk { holders: &holders, counter: &counter, holder: "a", limit: 100, window, want: 1_000, rebuild_most, rebuild_held, resplit: false, ttl };
 /// let a = take_share(&redis, &ask, &RedisTime::redis()).await?;
 /// assert_eq!(a.share, 100, "alone: all of it");
 /// let b = take_share(&redis, &ShareAsk { holder: "b", ..ask }, &RedisTime::redis()).await?;
@@ -89,11 +98,19 @@ pub async fn take_share(redis: &Redis, ask: &ShareAsk<'_>, time: &RedisTime) -> 
         script_time.shift_ms.to_string(),
         ask.rebuild_most.to_string(),
         ask.rebuild_held.to_string(),
+        u8::from(ask.resplit).to_string(),
     ];
     let keys = [ask.holders.to_string(), ask.counter.to_string()];
     let reply: Vec<u64> = redis.invoke(&scripts::FAIR_SHARE, &keys, &args).await?;
     let get = |i: usize| reply.get(i).copied().unwrap_or(0);
-    Ok(Share { share: get(0), holders: get(1), held: get(2), reserved: get(3), exhausted: get(4) == 1 })
+    Ok(Share {
+        share: get(0),
+        holders: get(1),
+        held: get(2),
+        reserved: get(3),
+        exhausted: get(4) == 1,
+        rebuilt: get(5) == 1,
+    })
 }
 
 /// Removes `holder` from the counter whose holders are at `key`: what it held goes back to the

@@ -363,25 +363,30 @@ pub async fn run(
     demand: Demand<'_>,
     timeline: &mut Timeline,
 ) {
-    run_with(fleet, None, clock, id, step, length, demand, timeline).await;
+    run_with(fleet, None, clock, &[id], step, length, &|i, _, t| demand(i, t), timeline).await;
 }
 
-/// [`run`], with RLS callers sending their requests after the fleet's in each step: their
-/// admissions are the timeline's last column (after the instances').
+/// How many requests per second instance `i` sends to its bucket `b` at `t` (from the run's start).
+pub type BucketDemand<'a> = &'a dyn Fn(usize, usize, Duration) -> f64;
+
+/// [`run`] with several buckets per instance (`ids`, each instance's demand on bucket `b` going
+/// to `ids[b]`; the timeline counts an instance's buckets together), and RLS callers sending
+/// their requests to `ids[0]` after the fleet's in each step: their admissions are the
+/// timeline's last column (after the instances').
 #[allow(clippy::too_many_arguments)]
 pub async fn run_with(
     fleet: &mut [Envoy],
     mut callers: Option<&mut RlsCallers<'_>>,
     clock: &ManualClock,
-    id: &[(&str, &str)],
+    ids: &[&[(&str, &str)]],
     step: Duration,
     length: Duration,
-    demand: Demand<'_>,
+    demand: BucketDemand<'_>,
     timeline: &mut Timeline,
 ) {
     timeline.step = step;
     let start = timeline.admitted.len() as u32;
-    let mut carry = vec![0.0f64; fleet.len()];
+    let mut carry = vec![vec![0.0f64; ids.len()]; fleet.len()];
     let columns = fleet.len() + usize::from(callers.is_some());
     for s in 0..(length.as_nanos() / step.as_nanos()) as u32 {
         let t = step * (start + s);
@@ -389,17 +394,19 @@ pub async fn run_with(
         let mut asked = vec![0; columns];
         for (i, envoy) in fleet.iter_mut().enumerate() {
             envoy.tick().await;
-            carry[i] += demand(i, t) * step.as_secs_f64();
-            while carry[i] >= 1.0 {
-                carry[i] -= 1.0;
-                asked[i] += 1;
-                if envoy.request(id).await {
-                    admitted[i] += 1;
+            for (b, id) in ids.iter().enumerate() {
+                carry[i][b] += demand(i, b, t) * step.as_secs_f64();
+                while carry[i][b] >= 1.0 {
+                    carry[i][b] -= 1.0;
+                    asked[i] += 1;
+                    if envoy.request(id).await {
+                        admitted[i] += 1;
+                    }
                 }
             }
         }
         if let Some(callers) = callers.as_deref_mut() {
-            (asked[fleet.len()], admitted[fleet.len()]) = callers.step(id, t, step).await;
+            (asked[fleet.len()], admitted[fleet.len()]) = callers.step(ids[0], t, step).await;
         }
         timeline.admitted.push(admitted);
         timeline.asked.push(asked);

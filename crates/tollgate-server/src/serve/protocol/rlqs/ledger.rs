@@ -170,13 +170,20 @@ fn steady(had: Option<u64>, want: u64, limit: u64) -> u64 {
 /// charges never cut a share: the room holds what the holder has (the others' changes and
 /// charges fitted beside it), so they only hold increases back, for a window at most, and the
 /// shares do not move again because of them. (A share growing into a full room so stays a
-/// burst short of its fair share: room for its next rebuild.)
-fn paid(target: u64, mine: u64, room: u64, rebuild: Rebuild) -> u64 {
-    if target == mine || target.saturating_add(rebuild.charge(target)) <= room {
-        return target;
+/// burst short of its fair share: room for its next rebuild.) A holder that rebuilds its
+/// buckets whatever its share ([`Rebuild::resplit`]) pays the same charge, out of its own share
+/// when the room lacks it (the rebuild is not made when even a share of 0 leaves no room).
+/// Returns the share, and whether the buckets are rebuilt (and the charge paid).
+fn paid(target: u64, mine: u64, room: u64, rebuild: Rebuild) -> (u64, bool) {
+    let fits_with_charge = |share: u64| share.saturating_add(rebuild.charge(share)) <= room;
+    if target == mine && !rebuild.resplit {
+        return (target, false);
+    }
+    if fits_with_charge(target) {
+        return (target, true);
     }
     let fits = target.min(rebuild.fitting(room));
-    if fits > mine || mine > room { fits } else { mine }
+    if fits > mine || mine > room || (rebuild.resplit && fits_with_charge(fits)) { (fits, true) } else { (mine, false) }
 }
 
 /// What a holder was given by [`Ledger::share`].
@@ -189,6 +196,9 @@ pub(crate) struct Taken {
     pub(crate) reserve: u64,
     /// The RLS callers alone used the window up: nothing is left until it ends.
     pub(crate) exhausted: bool,
+    /// The holder's buckets are rebuilt: its share changed, or it asked to
+    /// ([`Rebuild::resplit`]) and the rebuild was charged.
+    pub(crate) rebuilt: bool,
 }
 
 /// The holders of one counter, and the RLS callers' part of it.
@@ -211,6 +221,9 @@ pub(crate) struct Rebuild {
     pub(crate) most: u64,
     /// The bursts its token buckets have now.
     pub(crate) held: u64,
+    /// The holder rebuilds its buckets even if its share stays as it is (their split of it
+    /// moved): charged all the same.
+    pub(crate) resplit: bool,
 }
 
 impl Rebuild {
@@ -285,9 +298,9 @@ impl Ledger {
         // The rebuilds' charges are the Envoys' to pay: the room leaves the RLS callers their
         // fair part of the window (or what they used, if more).
         let room = limit.saturating_sub(others).saturating_sub(used.max(rls_fair)).saturating_sub(rebuilt);
-        let share = paid(fair.min(room), mine, room, rebuild);
+        let (share, rebuilds) = paid(fair.min(room), mine, room, rebuild);
         entry.holds.insert(holder, Hold { want, held: share, expires_ns });
-        let charged = if share == mine { 0 } else { rebuild.charge(share) };
+        let charged = if rebuilds { rebuild.charge(share) } else { 0 };
         if charged > 0 {
             charge(&mut entry.rebuilt, charged, now_ns.saturating_add(window), window);
         }
@@ -304,7 +317,7 @@ impl Ledger {
         let reserve =
             seen.map_or(0, |seen| target.saturating_sub(entry.rls.reserved).min(limit.saturating_sub(seen.count)));
         entry.rls.reserved += reserve;
-        Taken { share, reserve, exhausted: used >= limit }
+        Taken { share, reserve, exhausted: used >= limit, rebuilt: rebuilds }
     }
 
     /// Records that `holder` holds `share` of `counter` until `expires_ns` (a share
@@ -420,8 +433,8 @@ mod tests {
         let c = counter();
         // A limit of 1,000 per window of 1,000 ns; each holder's one token bucket has a burst of
         // 8 (none before its first share).
-        let first = Rebuild { most: 8, held: 0 };
-        let again = Rebuild { most: 8, held: 8 };
+        let first = Rebuild { most: 8, held: 0, resplit: false };
+        let again = Rebuild { most: 8, held: 8, resplit: false };
         let mut share =
             |h, want, rebuild, now| ledger.share(&c, 1_000, holder(h), want, rebuild, None, 1_000, now, 100_000).share;
         assert_eq!(share(1, 1_000, first, 0), 992, "alone: all of it but the burst its new bucket starts with");
@@ -436,6 +449,23 @@ mod tests {
         assert_eq!(share(2, 1_000, again, 1_124), 476);
         assert_eq!(share(2, 1_000, again, 1_125), 492, "1 holds 500, 2 keeps room for its burst");
         assert_eq!(ledger.counters[&c].rebuilt, [(2_125, 8)], "2's rebuild at 1,125, for a window");
+    }
+
+    #[test]
+    fn a_split_moved_at_an_unchanged_share_is_charged_and_paid_out_of_the_share_when_the_room_lacks_it() {
+        let mut ledger = Ledger::default();
+        let c = counter();
+        // A limit of 1,000 per window of 1,000 ns; holder 1's two token buckets have bursts of 8.
+        let keep = Rebuild { most: 16, held: 16, resplit: false };
+        let resplit = Rebuild { resplit: true, ..keep };
+        let mut share =
+            |h, want, rebuild, now| ledger.share(&c, 1_000, holder(h), want, rebuild, None, 1_000, now, 100_000).share;
+        assert_eq!(share(1, 400, keep, 0), 400, "a share of 400 in a room of 1,000: its rebuild fits");
+        assert_eq!(share(1, 400, keep, 10), 400, "unchanged, split unchanged: nothing charged");
+        assert_eq!(share(1, 400, resplit, 20), 400, "unchanged, split moved: the charge fits beside it");
+        assert_eq!(share(2, 1_000, keep, 30), 600 - 16 - 16 - 16, "2 gets the rest less the three charges and its own");
+        assert_eq!(share(1, 400, resplit, 40), 400 - 16, "no room for the charge: paid out of 1's share");
+        assert_eq!(ledger.counters[&c].rebuilt, [(1_000, 16), (1_125, 16 * 3)], "four rebuilds, for a window each");
     }
 
     #[test]
@@ -469,27 +499,29 @@ mod tests {
         let window = 1_000;
         let seen = |count, end| Some(Seen { count, end });
         let mut share = |h, count: Option<Seen>, now| {
-            ledger.share(&c, 90, holder(h), 200, Rebuild::default(), count, window, now, 10_000)
+            let taken = ledger.share(&c, 90, holder(h), 200, Rebuild::default(), count, window, now, 10_000);
+            // Whether the buckets are rebuilt is another test's.
+            Taken { rebuilt: false, ..taken }
         };
         // No window open: nothing to reserve, all to 1.
-        assert_eq!(share(1, None, 0), Taken { share: 90, reserve: 0, exhausted: false });
+        assert_eq!(share(1, None, 0), Taken { share: 90, reserve: 0, exhausted: false, rebuilt: false });
         // RLS callers opened a window and took 6: 1 still holds 90, which the window cannot hold
         // past its limit, so the reservation fills it.
-        assert_eq!(share(1, seen(6, 1_000), 10), Taken { share: 84, reserve: 84, exhausted: false });
+        assert_eq!(share(1, seen(6, 1_000), 10), Taken { share: 84, reserve: 84, exhausted: false, rebuilt: false });
         // 2 comes: 1 holds 84, nothing is left.
-        assert_eq!(share(2, seen(90, 1_000), 20), Taken { share: 0, reserve: 0, exhausted: false });
+        assert_eq!(share(2, seen(90, 1_000), 20), Taken { share: 0, reserve: 0, exhausted: false, rebuilt: false });
         // A new window: the RLS callers were held back after 6 (6 + 84 is the limit), so they
         // want 2 x 6 + 1 = 13; the 77 left is split between 1 and 2, each getting 39 as it
         // reports (the odd unit goes to the one asking). The new window holds 1's old 84 still:
         // Envoy admitted by it until now, in a stretch that reaches into this window.
-        assert_eq!(share(1, seen(0, 2_000), 1_000), Taken { share: 39, reserve: 84, exhausted: false });
+        assert_eq!(share(1, seen(0, 2_000), 1_000), Taken { share: 39, reserve: 84, exhausted: false, rebuilt: false });
         // The RLS callers took 3 more: 2 gets 38, within what is reserved already (its fair 39
         // with the odd unit, but 1 holds that unit, and the RLS callers' 13 are theirs).
-        assert_eq!(share(2, seen(87, 2_000), 1_010), Taken { share: 38, reserve: 0, exhausted: false });
+        assert_eq!(share(2, seen(87, 2_000), 1_010), Taken { share: 38, reserve: 0, exhausted: false, rebuilt: false });
         assert_eq!(ledger.counters[&counter()].rls.reserved, 84);
         // The RLS callers use up a window on their own: nothing is left until it ends.
         let t = ledger.share(&c, 90, holder(1), 200, Rebuild::default(), seen(90, 3_100), window, 3_000, 10_000);
-        assert_eq!(t, Taken { share: 0, reserve: 0, exhausted: true });
+        assert_eq!(t, Taken { share: 0, reserve: 0, exhausted: true, rebuilt: true });
     }
 
     #[test]
@@ -498,19 +530,21 @@ mod tests {
         let c = counter();
         let seen = |count, end| Some(Seen { count, end });
         let mut share = |h, seen: Option<Seen>, now| {
-            ledger.share(&c, 90, holder(h), 200, Rebuild::default(), seen, 1_000, now, 10_000)
+            let taken = ledger.share(&c, 90, holder(h), 200, Rebuild::default(), seen, 1_000, now, 10_000);
+            // Whether the buckets are rebuilt is another test's.
+            Taken { rebuilt: false, ..taken }
         };
         for (h, now) in [(1, 0), (2, 10), (1, 20), (2, 30)] {
             share(h, None, now);
         }
         // RLS callers open a window and take 5: 1 is cut to 40, and the window holds 1's old 45
         // and 2's 45 (all that is left).
-        assert_eq!(share(1, seen(5, 1_040), 40), Taken { share: 40, reserve: 85, exhausted: false });
+        assert_eq!(share(1, seen(5, 1_040), 40), Taken { share: 40, reserve: 85, exhausted: false, rebuilt: false });
         // The window ends; 2 reports before the next opens, and is cut to 39 (the RLS callers,
         // held back, now want 11, and 1 holds the odd unit of the 79 left).
-        assert_eq!(share(2, None, 1_040), Taken { share: 39, reserve: 0, exhausted: false });
+        assert_eq!(share(2, None, 1_040), Taken { share: 39, reserve: 0, exhausted: false, rebuilt: false });
         // The next window holds 2's old 45 too: 2's Envoy admitted by it until it reported.
-        assert_eq!(share(1, seen(3, 2_050), 1_050), Taken { share: 40, reserve: 85, exhausted: false });
+        assert_eq!(share(1, seen(3, 2_050), 1_050), Taken { share: 40, reserve: 85, exhausted: false, rebuilt: false });
     }
 
     /// `fair_share.lua` decides as the ledger does: the same shares, reservations and
@@ -540,7 +574,7 @@ mod tests {
             0u64..300,
             0u64..1_500,
             prop_oneof![Just(0u64), 1u64..120],
-            prop_oneof![Just((0u64, 0u64)), (0u64..20, 0u64..20)],
+            prop_oneof![Just((0u64, 0u64, false)), (0u64..20, 0u64..20, any::<bool>())],
         );
         let cases = std::sync::atomic::AtomicU64::new(0);
         proptest!(ProptestConfig::with_cases(64), |(limit in 1u64..200, steps in proptest::collection::vec(step, 1..30))| {
@@ -552,8 +586,8 @@ mod tests {
             // The counter's open window, (count, end ns): the same on both sides while the
             // ledger and the script reserve the same.
             let mut open: Option<(u64, u64)> = None;
-            for (h, want, advance_ms, rls, (held, more)) in steps {
-                let rebuild = Rebuild { most: held + more, held };
+            for (h, want, advance_ms, rls, (held, more, resplit)) in steps {
+                let rebuild = Rebuild { most: held + more, held, resplit };
                 clock.advance(std::time::Duration::from_millis(advance_ms));
                 let now = clock.now();
                 if open.is_some_and(|(_, end)| end <= now) {
@@ -587,6 +621,7 @@ mod tests {
                     want,
                     rebuild_most,
                     rebuild_held,
+                    resplit,
                     ttl,
                 };
                 let theirs = runtime.block_on(take_share(&redis, &ask, &time)).unwrap();
@@ -594,6 +629,7 @@ mod tests {
                 prop_assert_eq!(ours.share, theirs.share, "share: {}", what);
                 prop_assert_eq!(ours.reserve, theirs.reserved, "reserved: {}", what);
                 prop_assert_eq!(ours.exhausted, theirs.exhausted, "exhausted: {}", what);
+                prop_assert_eq!(ours.rebuilt, theirs.rebuilt, "rebuilt: {}", what);
                 prop_assert!(theirs.held <= limit.max(theirs.share), "{:?}", theirs);
                 let entry = &ledger.counters[&counter()];
                 if entry.rls.used == 0 {

@@ -170,13 +170,19 @@ impl<C: Clock + Clone> Rlqs<C> {
             want,
             rebuild_most: rebuild.most,
             rebuild_held: rebuild.held,
+            resplit: rebuild.resplit,
             ttl,
         };
         match take_share(&shared.redis, &ask, &shared.time).await {
             Ok(taken) => {
                 // This server's view, for its metrics.
                 self.ledger().record(&part.key, holder, want, taken.share, now, expires);
-                Some(Taken { share: taken.share, reserve: taken.reserved, exhausted: taken.exhausted })
+                Some(Taken {
+                    share: taken.share,
+                    reserve: taken.reserved,
+                    exhausted: taken.exhausted,
+                    rebuilt: taken.rebuilt,
+                })
             }
             Err(e) => {
                 tracing::warn!("RLQS: cannot reach the shares in Redis, the bucket keeps its assignment: {e}");
@@ -477,15 +483,35 @@ impl<C: Clock + Clone> Instance<C> {
         }
         let mut parts = HashMap::new();
         let mut exhausted = hashbrown::HashSet::new();
-        for (key, (part, first, numbers)) in on {
+        for (key, (part, first, mut numbers)) in on {
+            // In one order, so that an unchanged share and wants split the same way.
+            numbers.sort_unstable();
             let limit = part.limit;
             let holding = self.holdings.entry(key.clone()).or_default();
             let want = holding.want(limit);
-            // A changed share rebuilds these buckets: each new one starts full, on top of what the
-            // old one admitted in the window; the new one's burst is within the new share, so
-            // what a change adds is the old ones' bursts (`strategy::burst` of their parts).
+            // What the buckets not in this report hold stays theirs; what the reported ones hold
+            // now, and what they want.
+            let elsewhere: u64 =
+                holding.buckets.iter().filter(|(b, _)| !numbers.contains(*b)).map(|(_, (_, held))| *held).sum();
+            let now_held: Vec<u64> =
+                numbers.iter().map(|b| holding.buckets.get(b).map_or(0, |(_, held)| *held)).collect();
+            let wants: Vec<u64> =
+                numbers.iter().map(|b| bucket_want(limit, holding.buckets.get(b).and_then(|(d, _)| *d))).collect();
+            let had = elsewhere + now_held.iter().sum::<u64>();
+            // The split moves at an unchanged share only when a bucket is well short of its part
+            // (by a quarter of it and a step of the wants' grid): a split moved by every waver of
+            // the demands would rebuild the buckets at every report.
+            let step = (limit / 50).max(1);
+            let resplit = split_among(had - elsewhere, &wants)
+                .iter()
+                .zip(&now_held)
+                .any(|(&part, &has)| (has == 0 && part > 0) || has.saturating_add(step.max(part / 4)) < part);
+            // A changed share, or split, rebuilds these buckets: each new one starts full, on top
+            // of what the old one admitted in the window; the new one's burst is within the new
+            // share, so what a change adds is the old ones' bursts (`strategy::burst` of their
+            // parts), charged by the ledger.
             let held_now: u64 = numbers.iter().map(|n| held.get(n).copied().unwrap_or(0)).sum();
-            let rebuild = Rebuild { most: held_now, held: held_now };
+            let rebuild = Rebuild { most: held_now, held: held_now, resplit };
             let Some(taken) = self.rlqs.share(domain, part, &first.entries, self.id, want, rebuild, now).await else {
                 continue;
             };
@@ -493,21 +519,12 @@ impl<C: Clock + Clone> Instance<C> {
                 exhausted.insert(key);
                 continue;
             }
-            let share = taken.share;
-            let holding = &self.holdings[&key];
-            let reported: hashbrown::HashSet<u64> = numbers.iter().copied().collect();
-            let elsewhere: u64 =
-                holding.buckets.iter().filter(|(b, _)| !reported.contains(*b)).map(|(_, (_, held))| *held).sum();
-            let available = share.saturating_sub(elsewhere);
-            let wants: Vec<u64> =
-                numbers.iter().map(|b| bucket_want(limit, holding.buckets.get(b).and_then(|(d, _)| *d))).collect();
-            let mut split = fair_shares(available, &wants);
-            // What is left past their wants (the instance's margin) goes to them evenly.
-            let left = available - split.iter().sum::<u64>();
-            let count = split.len() as u64;
-            for (i, part) in split.iter_mut().enumerate() {
-                *part += left / count + u64::from((i as u64) < left % count);
-            }
+            // Kept as it is unless the ledger rebuilt (and charged) the buckets.
+            let split = if taken.rebuilt || taken.share != had {
+                split_among(taken.share.saturating_sub(elsewhere), &wants)
+            } else {
+                now_held
+            };
             for (number, part) in numbers.into_iter().zip(split) {
                 parts.insert((key.clone(), number), part);
             }
@@ -691,6 +708,18 @@ fn want(limit: u64, demand: Option<f64>) -> u64 {
     let grid = (limit / 50).max(1) as f64;
     let rounded = (demand * 1.1 / grid).ceil() * grid;
     if rounded >= limit as f64 { limit } else { (rounded as u64).max(1) }
+}
+
+/// `available` split among buckets wanting `wants`: max-min fairly, and what is left past their
+/// wants (the instance's margin) evenly.
+fn split_among(available: u64, wants: &[u64]) -> Vec<u64> {
+    let mut split = fair_shares(available, wants);
+    let left = available - split.iter().sum::<u64>();
+    let count = split.len().max(1) as u64;
+    for (i, part) in split.iter_mut().enumerate() {
+        *part += left / count + u64::from((i as u64) < left % count);
+    }
+    split
 }
 
 /// What one bucket wants of an instance's share, to split it: its demand with a tenth more, at
