@@ -431,6 +431,32 @@ async fn fleet_targets_when_a_buckets_demand_wavers_at_every_report() {
     }
 }
 
+/// One Envoy, two buckets on one counter, 2x the limit in all: 1.8 of it on bucket a and 0.2 on b,
+/// then the other way round. The split is kept while demands only waver, but follows demand that
+/// moves: two reports after the move, the Envoy uses the limit again (on memory and Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envoys_split_follows_demand_that_moves_between_its_buckets() {
+    let redis = RedisServer::start();
+    let s = &SHORT;
+    let ids: &[&[(&str, &str)]] = &[&[("api", "search"), ("user", "a")], &[("api", "search"), ("user", "b")]];
+    for storage in [Storage::Memory, Storage::Redis { url: redis.url(), prefix: "moves:".into() }] {
+        let server = s.server(storage).await;
+        let mut envoy = s.fleet(&server, 1);
+        let moved = 4 * s.window;
+        let demand: BucketDemand = &|_, b, t| s.per_second(if (b == 0) == (t < moved) { 1.8 } else { 0.2 });
+        let mut timeline = Timeline::default();
+        run_with(&mut envoy, None, &server.clock, ids, s.step, moved + 2 * s.report + s.window, demand, &mut timeline)
+            .await;
+        let before = timeline.admitted(None, moved - s.window, moved) as f64 / s.limit;
+        let after = timeline.admitted(None, moved + 2 * s.report, moved + 2 * s.report + s.window) as f64 / s.limit;
+        println!(
+            "one Envoy, demand moving between its buckets: a window before {before:.3}, from 2 reports after {after:.3}"
+        );
+        assert!(before >= 0.95 && before <= 1.0, "before the move: {before}");
+        assert!(after >= 0.9 && after <= 1.0, "the split did not follow the demand: {after}");
+    }
+}
+
 /// RLS callers wanting `rls` of the limit (1.0: all of it) and two Envoys wanting all of it each,
 /// on one limit: the RLS callers over gRPC (`ShouldRateLimit`, one hit a call), the Envoys by the
 /// fleet simulator. What the two paths admit together in each of the counter's windows stays
