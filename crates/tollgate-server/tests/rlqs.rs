@@ -332,11 +332,18 @@ async fn rebuild_burst(s: &'static Scale, storage: Storage, swing: (f64, f64)) -
     };
     let mut timeline = Timeline::default();
     run(&mut envoys, &server.clock, SEARCH, s.step, 8 * s.window, demand, &mut timeline).await;
+    rebuilt_figures(s, &timeline, "shares moved at every report")
+}
+
+/// A run whose buckets are rebuilt again and again: the most the fleet admitted in any stretch
+/// of a window's length (within the limit), and what it admitted in its fourth window (at least
+/// 0.9 of it).
+fn rebuilt_figures(s: &Scale, timeline: &Timeline, what: &str) -> Vec<(String, f64, String)> {
     let most = timeline.most_in_any(s.window, Duration::ZERO) as f64 / s.limit;
     let warm = 3 * s.window;
     let used = timeline.admitted(None, warm, warm + s.window) as f64 / s.limit;
     vec![
-        ("shares moved at every report: most admitted in any window".into(), most, "<= 1.02".into()),
+        (format!("{what}: most admitted in any window"), most, "<= 1.02".into()),
         ("the same: admitted in a window".into(), used, ">= 0.9".into()),
     ]
 }
@@ -405,13 +412,7 @@ async fn buckets_wavering(s: &'static Scale, storage: Storage) -> Vec<(String, f
     let mut timeline = Timeline::default();
     let ids: &[&[(&str, &str)]] = &[&[("api", "search"), ("user", "a")], &[("api", "search"), ("user", "b")]];
     run_with(&mut envoys, None, &server.clock, ids, s.step, 8 * s.window, demand, &mut timeline).await;
-    let most = timeline.most_in_any(s.window, Duration::ZERO) as f64 / s.limit;
-    let warm = 3 * s.window;
-    let used = timeline.admitted(None, warm, warm + s.window) as f64 / s.limit;
-    vec![
-        ("a bucket's want wavering at every report: most admitted in any window".into(), most, "<= 1.02".into()),
-        ("the same: admitted in a window".into(), used, ">= 0.9".into()),
-    ]
+    rebuilt_figures(s, &timeline, "a bucket's want wavering at every report")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
