@@ -370,6 +370,11 @@ async fn fleet_targets_when_a_demand_swings_by_two_steps_at_every_report() {
         ("memory", Storage::Memory),
         ("redis", Storage::Redis { url: redis.url(), prefix: "swing:".into() }),
         ("redis-leased", Storage::RedisLeased { url: redis.url(), prefix: "swing-leased:".into() }),
+        // Its counts flushed only when asked: the fleet alone opens no window to flush into.
+        (
+            "redis-cached",
+            Storage::RedisCached { url: redis.url(), prefix: "swing-cached:".into(), flush: Duration::from_secs(3600) },
+        ),
     ];
     let mut measured = Vec::new();
     for (name, storage) in storages {
