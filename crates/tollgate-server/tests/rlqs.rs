@@ -458,8 +458,8 @@ async fn an_envoys_split_follows_demand_that_moves_between_its_buckets() {
         println!(
             "one Envoy, demand moving between its buckets: a window before {before:.3}, from 2 reports after {after:.3}"
         );
-        assert!(before >= 0.95 && before <= 1.0, "before the move: {before}");
-        assert!(after >= 0.9 && after <= 1.0, "the split did not follow the demand: {after}");
+        assert!((0.95..=1.0).contains(&before), "before the move: {before}");
+        assert!((0.9..=1.0).contains(&after), "the split did not follow the demand: {after}");
     }
 }
 
