@@ -1,7 +1,7 @@
 //! What a caller asks about: a namespace and the descriptors of one request.
 
 use std::cell::OnceCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// One descriptor: ordered key/value entries (an Envoy `RateLimitDescriptor`, or the `values` map
@@ -105,6 +105,14 @@ impl From<HashMap<String, String>> for Descriptor {
         // A map has no order; sorting makes evaluation (and which entry wins) deterministic.
         entries.sort();
         Descriptor { entries, hits: None, limit: None }
+    }
+}
+
+impl From<BTreeMap<String, String>> for Descriptor {
+    /// The entries in the map's order (by key), the order the `HashMap` conversion sorts them
+    /// into: a request body read into a `BTreeMap` is neither hashed nor sorted again.
+    fn from(map: BTreeMap<String, String>) -> Descriptor {
+        Descriptor { entries: map.into_iter().collect(), hits: None, limit: None }
     }
 }
 

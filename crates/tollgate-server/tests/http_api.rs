@@ -79,6 +79,16 @@ async fn bad_bodies_are_400_with_the_reason() {
             assert!(text.contains(reason), "{path} {body}: {text}");
         }
     }
+    // A body that is not UTF-8 (a Latin-1 "é" in a value), refused before it is read as JSON.
+    let latin1 = b"{\"namespace\":\"ns\",\"values\":{\"user\":\"\xe9\"},\"delta\":1}";
+    for path in ["/check", "/report", "/check_and_report"] {
+        let (status, _, text) = server.post(path, latin1).await;
+        assert_eq!(status, 400, "{path}");
+        assert!(
+            text.contains("invalid request body: invalid utf-8 sequence of 1 bytes from index 36"),
+            "{path}: {text}"
+        );
+    }
     assert_eq!(server.get("/counters/ns").await.1, "[]", "nothing counted");
 }
 

@@ -116,10 +116,10 @@ impl Server {
     }
 
     /// POST `body` to `path`: status, headers, body text.
-    pub async fn post(&self, path: &str, body: &str) -> (u16, hyper::HeaderMap, String) {
+    pub async fn post(&self, path: &str, body: impl AsRef<[u8]>) -> (u16, hyper::HeaderMap, String) {
         let request = hyper::Request::post(format!("http://{}{path}", self.running.http))
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())))
+            .body(Full::new(Bytes::copy_from_slice(body.as_ref())))
             .unwrap();
         let response = self.http.request(request).await.unwrap();
         let status = response.status().as_u16();
