@@ -337,6 +337,12 @@ impl Ledger {
         holds.insert(holder, Hold { want, held: share, expires_ns });
     }
 
+    /// The rebuilds' bursts charged to `counter` and still in force.
+    #[cfg(test)]
+    pub(crate) fn charged(&self, counter: &CounterKey) -> u64 {
+        self.counters.get(counter).map_or(0, |c| c.rebuilt.iter().map(|&(_, hits)| hits).sum())
+    }
+
     /// The holders of `counter`, none yet when it is new.
     fn counter(&mut self, counter: &CounterKey) -> &mut Counter {
         self.counters.entry_ref(counter).or_default()

@@ -483,53 +483,110 @@ impl<C: Clock + Clone> Instance<C> {
         }
         let mut parts = HashMap::new();
         let mut exhausted = hashbrown::HashSet::new();
-        for (key, (part, first, mut numbers)) in on {
+        let mut rebuilt = hashbrown::HashSet::new();
+        for (key, (part, first, numbers)) in &mut on {
             // In one order, so that an unchanged share and wants split the same way.
             numbers.sort_unstable();
-            let limit = part.limit;
-            let holding = self.holdings.entry(key.clone()).or_default();
-            let want = holding.want(limit);
-            // What the buckets not in this report hold stays theirs; what the reported ones hold
-            // now, and what they want.
-            let elsewhere: u64 =
-                holding.buckets.iter().filter(|(b, _)| !numbers.contains(*b)).map(|(_, (_, held))| *held).sum();
-            let now_held: Vec<u64> =
-                numbers.iter().map(|b| holding.buckets.get(b).map_or(0, |(_, held)| *held)).collect();
-            let wants: Vec<u64> =
-                numbers.iter().map(|b| bucket_want(limit, holding.buckets.get(b).and_then(|(d, _)| *d))).collect();
-            let had = elsewhere + now_held.iter().sum::<u64>();
-            // The split moves at an unchanged share only when a bucket is well short of its part
-            // (by a quarter of it and a step of the wants' grid): a split moved by every waver of
-            // the demands would rebuild the buckets at every report.
-            let step = (limit / 50).max(1);
-            let resplit = split_among(had - elsewhere, &wants)
-                .iter()
-                .zip(&now_held)
-                .any(|(&part, &has)| (has == 0 && part > 0) || has.saturating_add(step.max(part / 4)) < part);
-            // A changed share, or split, rebuilds these buckets: each new one starts full, on top
-            // of what the old one admitted in the window; the new one's burst is within the new
-            // share, so what a change adds is the old ones' bursts (`strategy::burst` of their
-            // parts), charged by the ledger.
-            let held_now: u64 = numbers.iter().map(|n| held.get(n).copied().unwrap_or(0)).sum();
-            let rebuild = Rebuild { most: held_now, held: held_now, resplit };
-            let Some(taken) = self.rlqs.share(domain, part, &first.entries, self.id, want, rebuild, now).await else {
+            let Some(counted) = self.count_on(domain, key, part, first, numbers, &held, false, now).await else {
                 continue;
             };
-            if taken.exhausted {
-                exhausted.insert(key);
+            match counted {
+                None => {
+                    exhausted.insert(key.clone());
+                }
+                Some((split, rebuilds)) => {
+                    if rebuilds {
+                        rebuilt.insert(key.clone());
+                    }
+                    parts.extend(numbers.iter().zip(split).map(|(number, part)| ((key.clone(), *number), part)));
+                }
+            }
+        }
+        // A bucket on several counters is one token bucket: rebuilt for one counter's sake, its
+        // old burst lands in the others' windows too, so those are charged for it (their split
+        // moved, `Rebuild::resplit`) before the bucket is.
+        let mut again = hashbrown::HashSet::new();
+        for bucket in read {
+            let Verdict::Shared(counters) = &bucket.verdict else { continue };
+            let last = self.buckets.get(&bucket.entries).and_then(|state| state.last);
+            if counters.len() < 2 || last.is_none() {
                 continue;
             }
-            // Kept as it is unless the ledger rebuilt (and charged) the buckets.
-            let split = if taken.rebuilt || taken.share != had {
-                split_among(taken.share.saturating_sub(elsewhere), &wants)
-            } else {
-                now_held
-            };
-            for (number, part) in numbers.into_iter().zip(split) {
-                parts.insert((key.clone(), number), part);
+            let shares: Option<Vec<_>> =
+                counters.iter().map(|p| Some((*parts.get(&(p.key.clone(), bucket.number))?, p.window))).collect();
+            let new = shares.and_then(|shares| Bucket::within(&shares)).map(|b| b.replacing(last));
+            if new.is_some() && new != last {
+                again.extend(counters.iter().map(|p| &p.key).filter(|key| !rebuilt.contains(*key)).cloned());
+            }
+        }
+        for key in again {
+            let (part, first, numbers) = &on[&key];
+            match self.count_on(domain, &key, part, first, numbers, &held, true, now).await {
+                Some(Some((split, _))) => {
+                    parts.extend(numbers.iter().zip(split).map(|(number, part)| ((key.clone(), *number), part)));
+                }
+                Some(None) => {
+                    exhausted.insert(key);
+                }
+                // Redis could not answer: the buckets keep what they have.
+                None => parts.retain(|(counter, _), _| *counter != key),
             }
         }
         (parts, exhausted)
+    }
+
+    /// The instance's share of one counter, taken now that its buckets `numbers` (whose token
+    /// buckets have the bursts in `bursts`) report on it, split among them: their parts, and
+    /// whether they are rebuilt (charged by the ledger); `Some(None)` when the RLS callers used
+    /// the counter's window up; `None` when Redis could not answer. `resplit`: rebuild them even
+    /// if the share and their split would stay (a bucket among them is rebuilt for another
+    /// counter's sake).
+    #[allow(clippy::too_many_arguments)]
+    async fn count_on(
+        &mut self,
+        domain: &str,
+        key: &CounterKey,
+        part: &Part,
+        first: &Read,
+        numbers: &[u64],
+        bursts: &HashMap<u64, u64>,
+        resplit: bool,
+        now: u64,
+    ) -> Option<Option<(Vec<u64>, bool)>> {
+        let limit = part.limit;
+        let holding = self.holdings.entry_ref(key).or_default();
+        let want = holding.want(limit);
+        // What the buckets not in this report hold stays theirs; what the reported ones hold
+        // now, and what they want.
+        let elsewhere: u64 =
+            holding.buckets.iter().filter(|(b, _)| !numbers.contains(*b)).map(|(_, (_, held))| *held).sum();
+        let now_held: Vec<u64> = numbers.iter().map(|b| holding.buckets.get(b).map_or(0, |(_, held)| *held)).collect();
+        let wants: Vec<u64> =
+            numbers.iter().map(|b| bucket_want(limit, holding.buckets.get(b).and_then(|(d, _)| *d))).collect();
+        let had = elsewhere + now_held.iter().sum::<u64>();
+        // The split moves at an unchanged share only when a bucket is well short of its part
+        // (by a quarter of it and a step of the wants' grid): a split moved by every waver of
+        // the demands would rebuild the buckets at every report.
+        let step = (limit / 50).max(1);
+        let resplit = resplit
+            || split_among(had - elsewhere, &wants)
+                .iter()
+                .zip(&now_held)
+                .any(|(&part, &has)| (has == 0 && part > 0) || has.saturating_add(step.max(part / 4)) < part);
+        // A changed share, or split, rebuilds these buckets: each new one starts full, on top
+        // of what the old one admitted in the window; the new one's burst is within the new
+        // share, so what a change adds is the old ones' bursts (`strategy::burst` of their
+        // parts), charged by the ledger.
+        let held_now: u64 = numbers.iter().map(|n| bursts.get(n).copied().unwrap_or(0)).sum();
+        let rebuild = Rebuild { most: held_now, held: held_now, resplit };
+        let taken = self.rlqs.share(domain, part, &first.entries, self.id, want, rebuild, now).await?;
+        if taken.exhausted {
+            return Some(None);
+        }
+        // Kept as it is unless the ledger rebuilt (and charged) the buckets.
+        let rebuilds = taken.rebuilt || taken.share != had;
+        let split = if rebuilds { split_among(taken.share.saturating_sub(elsewhere), &wants) } else { now_held };
+        Some(Some((split, rebuilds)))
     }
 
     /// What bucket `number` wants and holds of `counter`.
@@ -731,6 +788,48 @@ fn bucket_want(limit: u64, demand: Option<f64>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use futures::executor::block_on;
+    use tollgate::ManualClock;
+    use tollgate_policy::Policy;
+
+    use crate::serve::{Metrics, Mode};
+
+    /// A report of one bucket `id`: `allowed` requests over `seconds`.
+    fn report(id: &[(&str, &str)], allowed: u64, seconds: i64) -> RateLimitQuotaUsageReports {
+        let bucket = BucketId { bucket: id.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() };
+        let usage = BucketQuotaUsage {
+            bucket_id: Some(bucket),
+            num_requests_allowed: allowed,
+            time_elapsed: Some(ProtoDuration { seconds, nanos: 0 }),
+            ..Default::default()
+        };
+        RateLimitQuotaUsageReports { domain: "ns".into(), bucket_quota_usages: vec![usage] }
+    }
+
+    #[test]
+    fn a_bucket_rebuilt_for_one_of_its_limits_is_charged_to_the_others_too() {
+        // Envoy a's bucket counts on limits x and y; Envoy b's on x alone.
+        let limits = r#"
+- {namespace: ns, name: x, max_value: 1000, seconds: 10, conditions: ["descriptors[0].api == 'search'"]}
+- {namespace: ns, name: y, max_value: 1000, seconds: 10, conditions: ["descriptors[0].tier == 'gold'"]}
+"#;
+        let policy = Policy::parse(limits, "limits.yaml").unwrap();
+        let clock = ManualClock::new();
+        let engine = Arc::new(Engine::new(policy, Mode::Accuracy, false, clock.clone()));
+        let y = engine.loaded().policy.limits().iter().find(|l| l.name() == Some("y")).unwrap().id();
+        let rlqs = Arc::new(Rlqs::new(engine, Arc::new(Metrics::new()), clock.clone(), RlqsConfig::default()));
+        let (mut a, mut b) = (rlqs.open(), rlqs.open());
+        let gold: &[(&str, &str)] = &[("api", "search"), ("tier", "gold")];
+        block_on(a.report(report(gold, 1, 0))).unwrap();
+        block_on(b.report(report(&[("api", "search"), ("tier", "silver")], 1, 0))).unwrap();
+        clock.advance(Duration::from_secs(2));
+        // a wants all of both; b's share of x cuts a's, which rebuilds a's bucket: its old burst
+        // lands in y's window too, though a's share of y stays all of it.
+        block_on(a.report(report(gold, 1_000, 2))).unwrap();
+        let charged = rlqs.ledger().charged(&CounterKey { limit: y, values: Vec::new() });
+        assert_eq!(charged, 8, "a's old bucket's burst, charged to y");
+    }
 
     #[test]
     fn a_want_is_the_demand_per_window_with_a_margin_on_a_coarse_grid() {
