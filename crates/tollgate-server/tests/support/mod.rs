@@ -20,38 +20,31 @@ use tollgate::ManualClock;
 use tollgate_server::serve::{Mode, Running, ServeConfig, Storage, start};
 use tonic::transport::Channel;
 
-/// A fresh directory for one test's files, `tollgate-<name>-<pid>-<n>` in the system's temporary
-/// directory. It outlives the test (a server under test may read it to its end), so the first
-/// call in each test process removes those that processes no longer running left behind.
+/// A fresh directory for one test's files, `tollgate-tests/<pid>-<n>-<name>` in the system's
+/// temporary directory. It outlives the test (a server under test may read it to its end), so the
+/// first call in each test process removes those that processes no longer running left behind.
 pub fn temp_dir(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     static SWEPT: std::sync::Once = std::sync::Once::new();
-    SWEPT.call_once(remove_dead_processes_dirs);
-    let dir = std::env::temp_dir().join(format!(
-        "tollgate-{name}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    let tests = std::env::temp_dir().join("tollgate-tests");
+    SWEPT.call_once(|| remove_dead_processes_dirs(&tests));
+    let dir = tests.join(format!("{}-{}-{name}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
-/// Removes the [`temp_dir`]s of test processes that are no longer running (on Linux, where
-/// `/proc` says which are).
-fn remove_dead_processes_dirs() {
+/// Removes the [`temp_dir`]s in `tests` of test processes that are no longer running (on Linux,
+/// where `/proc` says which are).
+fn remove_dead_processes_dirs(tests: &std::path::Path) {
     if !cfg!(target_os = "linux") {
         return;
     }
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    let Ok(entries) = std::fs::read_dir(tests) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|name| name.strip_prefix("tollgate-")) else { continue };
-        let mut parts = rest.rsplitn(3, '-');
-        let (Some(n), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        let (Ok(_), Ok(pid)) = (n.parse::<u32>(), pid.parse::<u32>()) else { continue };
-        let dead = !std::path::Path::new(&format!("/proc/{pid}")).exists();
-        if dead && entry.file_type().is_ok_and(|t| t.is_dir()) {
+        let Some(pid) = name.to_str().and_then(|name| name.split('-').next()?.parse::<u32>().ok()) else { continue };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
