@@ -459,7 +459,8 @@ impl<C: Clock + Clone> Instance<C> {
     }
 
     /// The instance's share of each counter the report's buckets count on, taken once per
-    /// counter, and split among those buckets: what each may hold, by (counter, bucket), and the
+    /// counter (again for one whose bucket is rebuilt for another counter's sake), and split
+    /// among those buckets: what each may hold, by (counter, bucket), and the
     /// counters whose window the RLS callers used up. What the instance's other buckets on a
     /// counter hold stays theirs. A counter Redis could not answer for has no parts.
     async fn split(
