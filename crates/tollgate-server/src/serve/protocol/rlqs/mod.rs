@@ -426,10 +426,7 @@ impl<C: Clock + Clone> Instance<C> {
                         continue;
                     };
                     let last = self.buckets.get(&bucket.entries).and_then(|state| state.last);
-                    let assignment = match Bucket::within(&shares) {
-                        Some(b) => Assignment::Bucket(b.replacing(last)),
-                        None => Assignment::DenyAll,
-                    };
+                    let assignment = Bucket::next(&shares, last).map_or(Assignment::DenyAll, Assignment::Bucket);
                     for (part, (share, _)) in counters.iter().zip(&shares) {
                         let held = if matches!(assignment, Assignment::Bucket(_)) { *share } else { 0 };
                         self.on(&part.key, bucket.number).1 = held;
@@ -515,7 +512,7 @@ impl<C: Clock + Clone> Instance<C> {
             }
             let shares: Option<Vec<_>> =
                 counters.iter().map(|p| Some((*parts.get(&(p.key.clone(), bucket.number))?, p.window))).collect();
-            let new = shares.and_then(|shares| Bucket::within(&shares)).map(|b| b.replacing(last));
+            let new = shares.and_then(|shares| Bucket::next(&shares, last));
             if new.is_some() && new != last {
                 again.extend(counters.iter().map(|p| &p.key).filter(|key| !rebuilt.contains(*key)).cloned());
             }
@@ -564,13 +561,14 @@ impl<C: Clock + Clone> Instance<C> {
         let now_held: Vec<u64> = numbers.iter().map(|b| holding.buckets.get(b).map_or(0, |(_, held)| *held)).collect();
         let wants: Vec<u64> =
             numbers.iter().map(|b| bucket_want(limit, holding.buckets.get(b).and_then(|(d, _)| *d))).collect();
-        let had = elsewhere + now_held.iter().sum::<u64>();
+        let reported: u64 = now_held.iter().sum();
+        let had = elsewhere + reported;
         // The split moves at an unchanged share only when a bucket is well short of its part
         // (by a quarter of it and a step of the wants' grid): a split moved by every waver of
         // the demands would rebuild the buckets at every report.
         let step = (limit / 50).max(1);
         let resplit = resplit
-            || split_among(had - elsewhere, &wants)
+            || split_among(reported, &wants)
                 .iter()
                 .zip(&now_held)
                 .any(|(&part, &has)| (has == 0 && part > 0) || has.saturating_add(step.max(part / 4)) < part);

@@ -105,6 +105,13 @@ impl Bucket {
         })
     }
 
+    /// The token bucket to send for `parts` to a bucket that has `before`: [`Bucket::within`]
+    /// them, changed if need be so that Envoy tells it apart ([`Bucket::replacing`]); `None`
+    /// when nothing may pass.
+    pub(crate) fn next(parts: &[(u64, Duration)], before: Option<Bucket>) -> Option<Bucket> {
+        Bucket::within(parts).map(|b| b.replacing(before))
+    }
+
     /// The most this bucket admits in any stretch of `window`: a full bucket, then whole tokens
     /// of its refill.
     #[cfg(test)]
