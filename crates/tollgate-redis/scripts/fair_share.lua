@@ -21,7 +21,8 @@
 --   given less.
 -- - A change of the holder's share rebuilds its Envoy's token buckets, each starting full on top
 --   of what the old one admitted: it adds at most min(ARGV[8], ARGV[9] + the new share) to a
---   window (the caller works the bursts out; this script holds no formula for them). A change is
+--   window, and nothing for a share of 0 (no bucket starts: Envoy denies all) (the caller
+--   works the bursts out; this script holds no formula for them). A change is
 --   made only when the new share and that charge fit in the room together, and the charge is
 --   kept for a window (rounded up to an eighth of one); else as much of an increase as fits, or
 --   the share is kept (unless the room no longer holds it). The charges never cut a share (the
@@ -178,6 +179,7 @@ if rls_fair > rls_part then rls_part = rls_fair end
 local room = limit - others - rls_part - rebuilt
 if room < 0 then room = 0 end
 local function charge_for(s)
+  if s == 0 then return 0 end  -- a share of 0 starts no bucket (Envoy denies all)
   if rebuild_held + s < rebuild_most then return rebuild_held + s end
   return rebuild_most
 end

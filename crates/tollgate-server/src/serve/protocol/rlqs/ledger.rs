@@ -228,9 +228,11 @@ pub(crate) struct Rebuild {
 
 impl Rebuild {
     /// What a change to a share of `share` adds to a window at most: no bucket starts with more
-    /// than its part of the share, so the old buckets' bursts and the new share bound it too.
+    /// than its part of the share, so the old buckets' bursts and the new share bound it too; a
+    /// share of 0 starts no bucket (Envoy is told to deny all), so it adds nothing. (Charged for
+    /// it, a cut to 0 forced by a room smaller than the old bursts charged more than the room.)
     fn charge(self, share: u64) -> u64 {
-        self.most.min(self.held.saturating_add(share))
+        if share == 0 { 0 } else { self.most.min(self.held.saturating_add(share)) }
     }
 
     /// The largest share whose change, with its charge, fits in `room` (0 when none does).
