@@ -61,7 +61,7 @@
 -- ARGV[9]  the bursts of the holder's buckets now (a change to a share s adds at most this + s).
 -- ARGV[10] '1' when the holder would rebuild its buckets even at an unchanged share (their split
 --          of it moved): charged as a change is, and paid out of the share when the room lacks
---          it; not made (the buckets are kept) when even a share of 0 leaves no room for it.
+--          it (down to 0 at most, which is charged nothing).
 --
 -- Returns {share, holders, held, reserved, exhausted, rebuilt}: what the holder now holds,
 -- recorded until now + ARGV[5]; how many live holders the counter has, this one included; what
@@ -195,7 +195,7 @@ if rebuilding and target + charge_for(target) > room then
   if half > fits then fits = half end
   if fits < 0 then fits = 0 end
   if target < fits then fits = target end
-  if fits > mine or mine > room or (resplit and fits + charge_for(fits) <= room) then
+  if fits > mine or mine > room or resplit then
     share = fits
   else
     share, rebuilding = mine, false

@@ -30,8 +30,7 @@ pub struct ShareAsk<'a> {
     pub rebuild_held: u64,
     /// The holder would rebuild its token buckets even if its share stays as it is (their split
     /// of it moved): the rebuild is charged all the same, and paid out of the share when what is
-    /// left lacks room for it (not made when even a share of 0 leaves no room: see
-    /// [`Share::rebuilt`]).
+    /// left lacks room for it ([`Share::rebuilt`] then says so).
     pub resplit: bool,
     /// How long what it is given lasts unless asked again.
     pub ttl: Duration,

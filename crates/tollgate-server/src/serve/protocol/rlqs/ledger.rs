@@ -172,18 +172,17 @@ fn steady(had: Option<u64>, want: u64, limit: u64) -> u64 {
 /// shares do not move again because of them. (A share growing into a full room so stays a
 /// burst short of its fair share: room for its next rebuild.) A holder that rebuilds its
 /// buckets whatever its share ([`Rebuild::resplit`]) pays the same charge, out of its own share
-/// when the room lacks it (the rebuild is not made when even a share of 0 leaves no room).
+/// when the room lacks it (down to 0 at most, which costs nothing: see [`Rebuild::charge`]).
 /// Returns the share, and whether the buckets are rebuilt (and the charge paid).
 fn paid(target: u64, mine: u64, room: u64, rebuild: Rebuild) -> (u64, bool) {
-    let fits_with_charge = |share: u64| share.saturating_add(rebuild.charge(share)) <= room;
     if target == mine && !rebuild.resplit {
         return (target, false);
     }
-    if fits_with_charge(target) {
+    if target.saturating_add(rebuild.charge(target)) <= room {
         return (target, true);
     }
     let fits = target.min(rebuild.fitting(room));
-    if fits > mine || mine > room || (rebuild.resplit && fits_with_charge(fits)) { (fits, true) } else { (mine, false) }
+    if fits > mine || mine > room || rebuild.resplit { (fits, true) } else { (mine, false) }
 }
 
 /// What a holder was given by [`Ledger::share`].
