@@ -3,10 +3,12 @@
 //! Data flows one way: the policy says which counters a request touches ([`Policy::hits`]), the
 //! engine decides on them, the protocol layers (`rls`, `http`) turn the [`Outcome`] into a response.
 
-use std::sync::{Arc, RwLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock, RwLock, Weak};
 
 use tollgate::{Clock, Meta, SystemClock};
-use tollgate_policy::{Descriptor, Limit, LimitId, Policy};
+use tollgate_policy::{Descriptor, Hit, Limit, LimitId, Policy};
 use tollgate_redis::BackendError;
 
 use super::model::{
@@ -40,6 +42,25 @@ pub struct Engine<C: Clock = SystemClock> {
     store: Box<dyn Store<C>>,
     cap: CounterCap,
     bounds: RequestBounds,
+    /// Told of each window a call opens or finds full ([`Engine::watch_windows`]).
+    windows: OnceLock<Weak<dyn WindowWatch>>,
+}
+
+/// What is told of a counter's window when a call opens it or finds it full: how RLQS reserves
+/// in a window, as soon as an RLS decision opens it, what the Envoys' assignments may admit in it,
+/// and learns that the RLS callers used a window up (windows shorter than Envoy's report
+/// interval would otherwise open and end between two reports, nothing reserved in them and
+/// their use unseen).
+pub(crate) trait WindowWatch: Send + Sync {
+    /// `hit`'s counter (in `namespace`, attributed to `descriptor`) had no hits in its window
+    /// before this call's, which took them, or had no room for them: `meta` is its state after.
+    fn seen<'a>(
+        &'a self,
+        namespace: &'a str,
+        descriptor: &'a Descriptor,
+        hit: &'a Hit<'a>,
+        meta: Meta,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 }
 
 impl<C: Clock + Clone> Engine<C> {
@@ -52,6 +73,7 @@ impl<C: Clock + Clone> Engine<C> {
             store: Box::new(Memory::new(mode)),
             cap: CounterCap::default(),
             bounds: RequestBounds::default(),
+            windows: OnceLock::new(),
         };
         engine.renew_counters();
         engine
@@ -256,6 +278,16 @@ impl<C: Clock + Clone> Engine<C> {
             let action = if fixed_denies && action == Action::CheckAndReport { Action::Check } else { action };
             let call = Call { hits: &hits, action, ..call };
             let mut statuses = if hits.is_empty() { Vec::new() } else { self.store.decide(call).await? };
+            if let Some(watch) = self.windows.get().and_then(Weak::upgrade) {
+                for status in &statuses {
+                    let hit = hits.iter().find(|h| h.index == status.limit && h.descriptor == status.descriptor);
+                    if let (Some(hit), Some(descriptor)) = (hit, descriptors.get(status.descriptor))
+                        && worth_watching(status, hit, action)
+                    {
+                        watch.seen(namespace, descriptor, hit, status.meta).await;
+                    }
+                }
+            }
             if counts_past {
                 let past = statuses.iter_mut().filter(|s| limits[s.limit].counts_past());
                 count_past(limits, past, action);
@@ -265,6 +297,13 @@ impl<C: Clock + Clone> Engine<C> {
             statuses
         };
         Ok(Outcome::new(loaded, statuses, self.shadow).with_stats_keys(stats_keys))
+    }
+
+    /// Tells `watch` of each window a call opens (the call's hits are all its count) or finds
+    /// full (the call is limited by it) from now on, once the call is decided. Set once: a
+    /// second watch is ignored.
+    pub(crate) fn watch_windows(&self, watch: Weak<dyn WindowWatch>) {
+        let _ = self.windows.set(watch);
     }
 
     /// Charges `n` hits to one counter of `descriptor` in `namespace` (the one of the limit `limit`
@@ -527,6 +566,17 @@ fn count_past<'s>(limits: &[Limit], statuses: impl Iterator<Item = &'s mut Statu
         let asked = if charged { 0 } else { status.hits };
         status.limited = action != Action::Report && limit.over(status.meta, asked);
     }
+}
+
+/// True when a [`WindowWatch`] is told of `status`, `hit`'s counter as `action` left it: the call
+/// opened its window (its hits, taken, are all the window holds), had no room in it, or came in
+/// the window's last eighth (what was used of a window is seen near its end, without a call per
+/// request).
+fn worth_watching(status: &Status, hit: &Hit<'_>, action: Action) -> bool {
+    let count = status.meta.limit.saturating_sub(status.meta.remaining);
+    let opened = action != Action::Check && !status.limited && status.hits > 0 && count == status.hits;
+    let window = u64::try_from(hit.limit.window().as_nanos()).unwrap_or(u64::MAX);
+    status.limited || opened || status.meta.reset_ns <= window / 8
 }
 
 /// True for a limit whose answer needs no counter: one that denies all, or an unlimited one.

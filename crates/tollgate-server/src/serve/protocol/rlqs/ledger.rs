@@ -59,6 +59,9 @@ struct Hold {
     /// When that assignment expires in Envoy (the server clock's ns), after which it holds
     /// nothing.
     expires_ns: u64,
+    /// Its share is less than its fair share at its last report, for lack of room: a claim on
+    /// the next windows (see [`Ledger::window_seen`]).
+    short: bool,
 }
 
 /// A counter's window as the storage shows it when a holder reports: what it counts, and when it
@@ -120,6 +123,22 @@ impl Rls {
             self.seen_ns = now_ns;
         }
         (!same && seen.is_some()).then_some(if recent { self.floor } else { 0 })
+    }
+}
+
+impl Rls {
+    /// What to count into the window `seen` (none: nothing) so that it holds `held`, what the
+    /// assignments in force may admit in it, or, for a window seen for the first time
+    /// (`opened`: [`Rls::see`]'s floor), `held_before` (the old share of a holder whose share
+    /// was cut now, for the Envoy admitted by it until now) and that floor if more: a stretch of
+    /// a window's length that spans the last window's end and this one's start holds both (RLS
+    /// callers take their part at a window's start). The rebuilds' bursts of the last window are
+    /// admitted in it too. Up to what the window has left; recorded as reserved.
+    fn reserve(&mut self, seen: Option<Seen>, opened: Option<u64>, held: u64, held_before: u64, limit: u64) -> u64 {
+        let target = opened.map_or(held, |floor| held_before.max(floor));
+        let reserve = seen.map_or(0, |seen| target.saturating_sub(self.reserved).min(limit.saturating_sub(seen.count)));
+        self.reserved += reserve;
+        reserve
     }
 }
 
@@ -300,25 +319,55 @@ impl Ledger {
         // fair part of the window (or what they used, if more).
         let room = limit.saturating_sub(others).saturating_sub(used.max(rls_fair)).saturating_sub(rebuilt);
         let (share, rebuilds) = paid(fair.min(room), mine, room, rebuild);
-        entry.holds.insert(holder, Hold { want, held: share, expires_ns });
+        entry.holds.insert(holder, Hold { want, held: share, expires_ns, short: share < fair });
         let charged = if rebuilds { rebuild.charge(share) } else { 0 };
         if charged > 0 {
             charge(&mut entry.rebuilt, charged, now_ns.saturating_add(window), window);
         }
         let rebuilt = rebuilt + charged;
-        // A window seen for the first time holds what the assignments in force when it opened
-        // (and when the last one ended) may admit, this holder's old one included: Envoy
-        // admitted by them until now, and a stretch of a window's length that spans the last
-        // window's end and this one's start holds both (RLS callers take their part at a
-        // window's start). The rebuilds' bursts of the last window are admitted in it too.
-        let target = match opened {
-            Some(floor) => (others + share.max(mine) + rebuilt).max(floor),
-            None => others + share + rebuilt,
-        };
         let reserve =
-            seen.map_or(0, |seen| target.saturating_sub(entry.rls.reserved).min(limit.saturating_sub(seen.count)));
-        entry.rls.reserved += reserve;
+            entry.rls.reserve(seen, opened, others + share + rebuilt, others + share.max(mine) + rebuilt, limit);
         Taken { share, reserve, exhausted: used >= limit, rebuilt: rebuilds }
+    }
+
+    /// Sees `counter`'s window as an RLS decision left it (`seen`), when it opened it or found it
+    /// full, as a report would. Returns what to reserve in it: for a window seen for the first
+    /// time, what the assignments in force may admit in it
+    /// (and, as a window seen for the first time, what they held when the last one ended), and
+    /// for a holder given less than its fair share at its last report for lack of room, its
+    /// fair share now: its claim. Why the claims:
+    /// a holder's share can grow only by what the RLS callers leave of the window open at its
+    /// report (see [`Ledger::share`]); in windows shorter than the report interval, RLS callers
+    /// wanting more than their fair part take all that the holders do not hold early in each
+    /// window, so a report lands in a window used up at the same point every time and a holder
+    /// that holds nothing never gets anything (measured: an Envoy held 0 of a limit per 1 s
+    /// beside RLS callers and another Envoy, reporting every 5 s). Claimed, it is held back from
+    /// the RLS callers until that report, which gives it. 0 for a counter no holder holds, or a
+    /// window already seen (whose use by the RLS callers is now seen: all they were left, for
+    /// one found full).
+    pub(crate) fn window_seen(
+        &mut self,
+        counter: &CounterKey,
+        limit: u64,
+        seen: Seen,
+        window: u64,
+        now_ns: u64,
+    ) -> u64 {
+        let Some(entry) = self.counters.get_mut(counter) else { return 0 };
+        entry.holds.retain(|_, hold| hold.expires_ns > now_ns);
+        entry.rebuilt.retain(|&(until, _)| until > now_ns);
+        let rebuilt: u64 = entry.rebuilt.iter().map(|&(_, hits)| hits).sum();
+        let held = entry.holds.values().map(|hold| hold.held).sum::<u64>() + rebuilt;
+        let opened = entry.rls.see(Some(seen), limit, window, now_ns, held);
+        let mut wants: Vec<u64> = entry.holds.values().map(|hold| hold.want).collect();
+        wants.push(entry.rls.want);
+        let fair = fair_shares(limit, &wants);
+        let short = |(hold, &fair): (&Hold, &u64)| if hold.short { fair.saturating_sub(hold.held) } else { 0 };
+        let shortfall: u64 = entry.holds.values().zip(&fair).map(short).sum();
+        // The claims leave the RLS callers their fair part: they come out of the rest only.
+        let rls_fair = fair.last().copied().unwrap_or(0);
+        let claimed = held + shortfall.min(limit.saturating_sub(rls_fair).saturating_sub(held));
+        entry.rls.reserve(Some(seen), opened, claimed, claimed, limit)
     }
 
     /// Records that `holder` holds `share` of `counter` until `expires_ns` (a share
@@ -335,7 +384,7 @@ impl Ledger {
     ) {
         let holds = &mut self.counter(counter).holds;
         holds.retain(|_, hold| hold.expires_ns > now_ns);
-        holds.insert(holder, Hold { want, held: share, expires_ns });
+        holds.insert(holder, Hold { want, held: share, expires_ns, short: false });
     }
 
     /// The rebuilds' bursts charged to `counter` and still in force.
@@ -529,6 +578,32 @@ mod tests {
         // The RLS callers use up a window on their own: nothing is left until it ends.
         let t = ledger.share(&c, 90, holder(1), 200, Rebuild::default(), seen(90, 3_100), window, 3_000, 10_000);
         assert_eq!(t, Taken { share: 0, reserve: 0, exhausted: true, rebuilt: true });
+    }
+
+    #[test]
+    fn a_window_an_rls_decision_opens_holds_the_shares_and_the_claims_of_holders_the_rls_callers_kept_short() {
+        let mut ledger = Ledger::default();
+        let c = counter();
+        let window = 1_000;
+        let seen = |count, end| Seen { count, end };
+        // No one holds the counter: nothing to reserve in the window an RLS call opens.
+        assert_eq!(ledger.window_seen(&c, 90, seen(1, 1_000), window, 0), 0);
+        // The RLS callers used 80 of it: 1, wanting it all, gets the 10 left, short of its fair
+        // share for lack of room.
+        let t = ledger.share(&c, 90, holder(1), 200, Rebuild::default(), Some(seen(80, 1_000)), window, 100, 100_000);
+        assert_eq!((t.share, t.reserve), (10, 10));
+        // The window is found full: nothing more to reserve.
+        assert_eq!(ledger.window_seen(&c, 90, seen(90, 1_000), window, 500), 0);
+        // The next window, opened by an RLS call: the RLS callers were held back after 80, so
+        // they want it all (2 x 80 + 1, at most 90); fair is 45 each. Reserved at once: 1's 10
+        // and its claim up to its fair 45 (the RLS callers keep their 45). Without the claim
+        // the RLS callers would take 80 again before 1's report, and 1 would stay at 10.
+        assert_eq!(ledger.window_seen(&c, 90, seen(1, 2_000), window, 1_000), 45);
+        // 1 reports in that window, which the RLS callers filled: it gets its 45, reserved already.
+        let t = ledger.share(&c, 90, holder(1), 200, Rebuild::default(), Some(seen(90, 2_000)), window, 1_100, 100_000);
+        assert_eq!((t.share, t.reserve), (45, 0));
+        // A window after it holds 1's 45, no claim.
+        assert_eq!(ledger.window_seen(&c, 90, seen(1, 3_000), window, 2_000), 45);
     }
 
     #[test]

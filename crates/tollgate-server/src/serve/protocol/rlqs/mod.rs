@@ -32,6 +32,8 @@
 mod ledger;
 mod strategy;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,8 +48,8 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use hashbrown::HashMap;
-use tollgate::{Clock, SystemClock};
-use tollgate_policy::Descriptor;
+use tollgate::{Clock, Meta, SystemClock};
+use tollgate_policy::{Descriptor, Hit};
 use tollgate_redis::counters::{ShareAsk, drop_share, take_share};
 use tollgate_redis::{Keyspace, Redis, RedisTime};
 use tonic::Status as GrpcStatus;
@@ -55,7 +57,7 @@ use tracing::Instrument;
 
 use self::ledger::{CounterKey, Ledger, Rebuild, Seen, Taken};
 use self::strategy::{Assignment, Bucket};
-use crate::serve::engine::Engine;
+use crate::serve::engine::{Engine, WindowWatch};
 use crate::serve::model::{Action as CallAction, CallError, fair_shares};
 use crate::serve::ops::metrics::Metrics;
 use crate::serve::ops::trace::TARGET;
@@ -192,7 +194,14 @@ impl<C: Clock + Clone> Rlqs<C> {
     }
 
     /// A new stream: one Envoy instance.
-    pub fn open(self: &Arc<Self>) -> Instance<C> {
+    pub fn open(self: &Arc<Self>) -> Instance<C>
+    where
+        C: Send + Sync + 'static,
+    {
+        // From the first stream on, a window an RLS decision opens is reserved in at once, and
+        // one it finds full is seen used up.
+        let watch: std::sync::Weak<dyn WindowWatch> = Arc::downgrade(self) as _;
+        self.engine.watch_windows(watch);
         let id = self.instances.fetch_add(1, Ordering::Relaxed) + 1;
         self.metrics.rlqs_streams(1);
         Instance {
@@ -207,6 +216,45 @@ impl<C: Clock + Clone> Rlqs<C> {
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<C: Clock + Clone + Send + Sync + 'static> WindowWatch for Rlqs<C> {
+    /// Sees a counter's window as an RLS decision left it (see `Ledger::window_seen`), as a
+    /// report would, when the decision opened it or found it full: in the first case it reserves
+    /// at once what the assignments in force may admit in it (and the claims of holders that
+    /// hold less than their fair share), in the second the RLS callers' use of it is seen to
+    /// be all they were left. Windows shorter than Envoy's report interval would otherwise open
+    /// and end between two reports, nothing reserved in them (measured: 1.80x the limit in a
+    /// window of 1 s, RLS callers beside two Envoys reporting every 5 s) and their use unseen.
+    /// Only the decisions that opened a window go before its reservation.
+    fn seen<'a>(
+        &'a self,
+        namespace: &'a str,
+        descriptor: &'a Descriptor,
+        hit: &'a Hit<'a>,
+        meta: Meta,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            let count = meta.limit.saturating_sub(meta.remaining);
+            // No window is open at a count of 0 (a check before any hit).
+            if self.redis.is_some() || count == 0 {
+                return;
+            }
+            let key = CounterKey { limit: hit.counter.id(), values: hit.values.clone() };
+            let now = self.clock.now();
+            let window = u64::try_from(hit.limit.window().as_nanos()).unwrap_or(u64::MAX);
+            let seen = Seen { count, end: now.saturating_add(meta.reset_ns) };
+            let reserve = self.ledger().window_seen(&key, hit.max_value, seen, window, now);
+            if reserve > 0 {
+                let descriptor = Descriptor { entries: descriptor.entries.clone(), hits: None, limit: None };
+                if let Err(e) =
+                    self.engine.charge_counter(namespace, &descriptor, key.limit, &key.values, reserve).await
+                {
+                    tracing::warn!("RLQS: cannot reserve the assignments in the counter's new window: {e}");
+                }
+            }
+        })
     }
 }
 
