@@ -35,10 +35,20 @@
 --   one was left behind (if within a window's time), as Envoys admitted by those until then. A
 --   window is not opened here: until an RLS caller opens one, nothing needs reserving (RLS
 --   decisions open it, and the next report reserves in it).
+-- - Seeing a window (ARGV[2] ''): an RLS decision opened the counter's window, found it full or
+--   came near its end. Nothing is assigned: the window is seen as a report would see it (what
+--   the RLS callers used of it, a new window's floor) and what the holders hold is reserved in
+--   it, with the claims of holders given less than their fair share at their last report for
+--   lack of room (each up to its want or the level of the fair division now), out of what the
+--   RLS callers' fair part leaves: in windows shorter than the reports' interval, RLS callers
+--   wanting much would take all the holders do not hold early in each window, and a report
+--   would always find the window used up. Nothing happens for a counter no one holds.
 -- Why one script: the holders, the RLS callers' use and the reservation are read and written
 -- together, so two servers deciding at once neither over-assign nor reserve twice.
 --
--- KEYS[1]  the counter's holders: a hash, field = holder, value = "<want> <held> <expires_us>";
+-- KEYS[1]  the counter's holders: a hash, field = holder, value = "<want> <held> <expires_us>
+--          <short>" (short: 1 when the holder was given less than its fair share for lack of
+--          room; absent in what an earlier version wrote);
 --          and field "rls" = "<window end, µs> <reserved> <used> <want> <seen_us> <floor>" (the
 --          window last seen, 0 for none; what was reserved in it; what the RLS callers used of
 --          it; what they want; when a window was last seen open or found left behind; what the
@@ -49,7 +59,7 @@
 --          the count, expiring at the window's end, read by fixed_read); same hash tag (the
 --          namespace) as KEYS[1].
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME (clock.lua).
--- ARGV[2]  the holder.
+-- ARGV[2]  the holder; '' to see the window only (above), with ARGV[4] 0, ARGV[8..10] 0 0 0.
 -- ARGV[3]  the limit: hits per window.
 -- ARGV[4]  what the holder wants: hits per window.
 -- ARGV[5]  how long the holder's assignment lives, in microseconds.
@@ -68,9 +78,10 @@
 -- they hold in all; what was counted into the window now; 1 when the RLS callers alone used the
 -- window up (nothing is left until it ends), else 0; 1 when the holder's buckets are rebuilt
 -- (its share changed, or ARGV[10] asked and the room held the charge), else 0. Holders whose
--- assignment expired are removed.
+-- assignment expired are removed. Seeing a window returns a share of 0 and no rebuild.
 
 local key, counter, holder = KEYS[1], KEYS[2], ARGV[2]
+local seeing = holder == ''
 local now = now_us(ARGV[1])  -- from clock.lua, prepended
 local limit, want, ttl, window, shift = ARGV[3] + 0, ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0
 local rebuild_most, rebuild_held, resplit = ARGV[8] + 0, ARGV[9] + 0, ARGV[10] == '1'
@@ -82,18 +93,20 @@ local count, ends = fixed_read(counter, now, window * 1000)
 if count == nil then count, ends = 0, nil end
 
 local fields = redis.call('HGETALL', key)
--- The live holders: their wants, what the others hold, and what this one held.
-local wants, others, mine, had = {0}, 0, 0, nil
+-- The live holders: their wants, what the others hold, and what this one held; the others'
+-- holds given short of their fair share at their last report ({want, held}: their claims).
+local wants, others, mine, had, shorts = {0}, 0, 0, nil, {}
 for i = 1, #fields, 2 do
   local field = fields[i]
   if field == holder then
     local w, held, expires = string.match(fields[i + 1], '(%d+) (%d+) (%d+)')
     if expires and expires + 0 > now then mine, had = held + 0, w + 0 end
   elseif field ~= 'rls' and field ~= 'rebuilt' then
-    local w, held, expires = string.match(fields[i + 1], '(%d+) (%d+) (%d+)')
+    local w, held, expires, short = string.match(fields[i + 1], '(%d+) (%d+) (%d+) ?(%d*)')
     if expires and expires + 0 > now then
       wants[#wants + 1] = w + 0
       others = others + held
+      if short == '1' then shorts[#shorts + 1] = {w + 0, held + 0} end
     else
       redis.call('HDEL', key, field)
     end
@@ -124,6 +137,7 @@ for i = 1, #fields, 2 do
     end
   end
 end
+if seeing and holders == 1 and rebuilt == 0 then return {0, 0, 0, 0, 0, 0} end  -- no one holds it
 local same = ends ~= nil and rls_end > 0 and math.abs(ends - rls_end) < window * 500  -- half a window, µs
 if not same then
   if rls_end > 0 then  -- left behind by now: the holds in force count as the window's last
@@ -158,11 +172,12 @@ wants[#wants + 1] = rls_want
 -- what is left; past that, everyone left gets the level (and one of the units it leaves over).
 table.sort(wants)
 -- The RLS callers are last in the ledger's order, so never get one of those units.
-local left, fair, rls_fair = limit, want, rls_want
+local left, fair, rls_fair, cap = limit, want, rls_want, nil
 for k = 1, #wants do
   local waiting = #wants - k + 1
   local level = (left - left % waiting) / waiting
   if wants[k] > level then
+    cap = level
     if want > level then
       fair = level
       if left - level * waiting > 0 then fair = level + 1 end
@@ -223,6 +238,20 @@ end
 local reserve = 0
 if ends ~= nil then
   local target = others + share + rebuilt
+  if seeing then
+    -- The claims of holders given short of their fair share (the level, no odd unit), out of
+    -- what the RLS callers' fair part leaves.
+    local shortfall = 0
+    for _, c in ipairs(shorts) do
+      local f = c[1]
+      if cap and f > cap then f = cap end
+      if f > c[2] then shortfall = shortfall + f - c[2] end
+    end
+    local spare = limit - rls_fair - target
+    if spare < 0 then spare = 0 end
+    if shortfall > spare then shortfall = spare end
+    target = target + shortfall
+  end
   if opened then
     if mine > share then target = others + mine + rebuilt end
     local least = floor
@@ -236,8 +265,14 @@ if ends ~= nil then
   reserved = reserved + reserve
 end
 
-redis.call('HSET', key, holder, string.format('%.0f %.0f %.0f', want, share, now + ttl),
-  'rls', string.format('%.0f %.0f %.0f %.0f %.0f %.0f', rls_end, reserved, used, rls_want, seen_at, floor))
+local rls = string.format('%.0f %.0f %.0f %.0f %.0f %.0f', rls_end, reserved, used, rls_want, seen_at, floor)
+if seeing then
+  redis.call('HSET', key, 'rls', rls)
+else
+  local short = 0
+  if share < fair then short = 1 end
+  redis.call('HSET', key, holder, string.format('%.0f %.0f %.0f %d', want, share, now + ttl, short), 'rls', rls)
+end
 local lives = ttl
 if #charges > 0 then
   local parts = {}

@@ -563,6 +563,18 @@ async fn rls_and_rlqs_on_a_limit_per_second_in_memory() {
     }
 }
 
+/// The same on `redis` (1.80x too before: `fair_share.lua` reserved only at reports) and
+/// `redis-leased`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_and_rlqs_on_a_limit_per_second_on_redis() {
+    let redis = RedisServer::start();
+    for (rls, prefix) in [(1.0, "all:"), (0.1, "tenth:")] {
+        mixed_targets(&PER_SECOND, Storage::Redis { url: redis.url(), prefix: prefix.into() }, rls).await;
+        let prefix = format!("leased-{prefix}");
+        mixed_targets(&PER_SECOND, Storage::RedisLeased { url: redis.url(), prefix }, rls).await;
+    }
+}
+
 /// Once a fleet holds a whole limit, RLS callers are denied from the fleet's next report on:
 /// the first RLS call opens a window (until then there is none to reserve in), the next report
 /// reserves in it what the Envoys' assignments may admit.

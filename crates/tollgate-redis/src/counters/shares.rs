@@ -112,6 +112,51 @@ pub async fn take_share(redis: &Redis, ask: &ShareAsk<'_>, time: &RedisTime) -> 
     })
 }
 
+/// Sees a counter's window as an RLS decision left it (it opened the window, found it full or came
+/// near its end), as [`take_share`] sees it for a holder, with no holder to assign: what the RLS
+/// callers used of it is taken in, and what the live holders hold is reserved in it (counted
+/// into it, up to its limit), with the claims of holders that were given less than their fair
+/// share for lack of room (out of what the RLS callers' fair part leaves). `holders`, `counter`,
+/// `limit` and `window` as in [`ShareAsk`]. Returns what was counted into the window; nothing
+/// is written for a counter no one holds.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+/// use std::time::Duration;
+/// use tollgate_redis::counters::see_window;
+/// use tollgate_redis::{Keyspace, Redis, RedisTime};
+/// let redis = Redis::connect("redis://127.0.0.1:6379").await?;
+/// let holders = Keyspace::new("rl:rlqs:").key("api", "all", &[] as &[&str]);
+/// let counter = Keyspace::new("rl:").key("api", "all", &[] as &[&str]);
+/// let window = Duration::from_secs(1);
+/// let reserved = see_window(&redis, &holders, &counter, 100, window, &RedisTime::redis()).await?;
+/// assert_eq!(reserved, 0, "no one holds it");
+/// # Ok(()) }
+/// ```
+pub async fn see_window(
+    redis: &Redis,
+    holders: &str,
+    counter: &str,
+    limit: u64,
+    window: Duration,
+    time: &RedisTime,
+) -> Result<u64, BackendError> {
+    // The script's holder '' sees the window only (fair_share.lua's header).
+    let ask = ShareAsk {
+        holders,
+        counter,
+        holder: "",
+        limit,
+        window,
+        want: 0,
+        rebuild_most: 0,
+        rebuild_held: 0,
+        resplit: false,
+        ttl: Duration::from_micros(1),
+    };
+    take_share(redis, &ask, time).await.map(|share| share.reserved)
+}
+
 /// Removes `holder` from the counter whose holders are at `key`: what it held goes back to the
 /// others at once.
 pub async fn drop_share(redis: &Redis, key: &str, holder: &str) -> Result<(), BackendError> {

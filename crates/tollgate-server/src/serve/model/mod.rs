@@ -17,5 +17,6 @@ pub use counters::{CounterCap, CounterTable};
 pub use listing::{CounterFilter, CounterList, CounterView};
 pub(crate) use listing::{Pick, limits_by_id};
 pub use loaded::Loaded;
+pub(crate) use share::fair_level;
 pub use share::fair_shares;
 pub use storage::{REDIS_MAX_VALUE, Refused, StorageError, StorageKind};

@@ -18,33 +18,37 @@
 /// assert_eq!(fair_shares(10, &[9, 9, 9]), [4, 3, 3]);
 /// ```
 pub fn fair_shares(capacity: u64, demands: &[u64]) -> Vec<u64> {
-    let mut shares = vec![0; demands.len()];
-    // The smallest demands are settled first: each is met in full until one is above the level
-    // an equal split of what is left gives; from there on everyone wants more than the level.
-    let mut order: Vec<usize> = (0..demands.len()).collect();
-    order.sort_by_key(|&i| demands[i]);
-    let mut left = capacity;
-    for (k, &i) in order.iter().enumerate() {
-        let waiting = (order.len() - k) as u64;
-        let level = left / waiting;
-        if demands[i] <= level {
-            shares[i] = demands[i];
-            left -= demands[i];
-            continue;
+    let Some(level) = fair_level(capacity, demands) else { return demands.to_vec() };
+    let mut shares: Vec<u64> = demands.iter().map(|&d| d.min(level)).collect();
+    // What the split leaves over, one unit each to those wanting more than the level, in the
+    // callers' order.
+    let mut over = capacity - shares.iter().sum::<u64>();
+    for (share, _) in shares.iter_mut().zip(demands).filter(|(_, d)| **d > level) {
+        if over == 0 {
+            break;
         }
-        let mut unmet = order[k..].to_vec();
-        for &j in &unmet {
-            shares[j] = level;
-        }
-        // What the split leaves over, one unit each (each wants more than the level), in the
-        // callers' order.
-        unmet.sort_unstable();
-        for &j in unmet.iter().take((left - level * waiting) as usize) {
-            shares[j] += 1;
-        }
-        break;
+        *share += 1;
+        over -= 1;
     }
     shares
+}
+
+/// The level of [`fair_shares`]' division: those wanting more than it get it (and some one unit
+/// more), the others what they want; `None` when every demand is met in full.
+pub(crate) fn fair_level(capacity: u64, demands: &[u64]) -> Option<u64> {
+    // The smallest demands are settled first: each is met in full until one is above the level
+    // an equal split of what is left gives; from there on everyone wants more than the level.
+    let mut sorted = demands.to_vec();
+    sorted.sort_unstable();
+    let mut left = capacity;
+    for (k, &demand) in sorted.iter().enumerate() {
+        let level = left / (sorted.len() - k) as u64;
+        if demand > level {
+            return Some(level);
+        }
+        left -= demand;
+    }
+    None
 }
 
 #[cfg(test)]

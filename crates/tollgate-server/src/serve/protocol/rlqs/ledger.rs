@@ -29,7 +29,7 @@
 use hashbrown::HashMap;
 use tollgate_policy::LimitId;
 
-use crate::serve::model::fair_shares;
+use crate::serve::model::{fair_level, fair_shares};
 
 /// One Envoy instance (a stream), by its number: what holds a share of a counter (its buckets on
 /// the counter split it).
@@ -227,6 +227,8 @@ struct Counter {
     /// The rebuilds' bursts charged within the last window: (until when, on the server clock's
     /// ns; how many hits), by `until`, one entry per eighth of a window (see [`charge`]).
     rebuilt: Vec<(u64, u64)>,
+    /// The window an RLS decision last showed ([`Ledger::worth_seeing`]): its end, and when.
+    looked: Option<(u64, u64)>,
 }
 
 /// What changing a holder's share rebuilds: its token buckets on the counter, each starting full
@@ -330,6 +332,22 @@ impl Ledger {
         Taken { share, reserve, exhausted: used >= limit, rebuilt: rebuilds }
     }
 
+    /// Whether `counter`'s window, which an RLS decision at `now_ns` shows ending at `end` (on
+    /// [`Seen::end`]'s scale), is to be seen ([`Ledger::window_seen`]): the counter is held, and
+    /// the window is new or was last shown an eighth of a window (`window`) ago or more, so a
+    /// window is seen a few times, not at every call.
+    pub(crate) fn worth_seeing(&mut self, counter: &CounterKey, end: u64, window: u64, now_ns: u64) -> bool {
+        let Some(entry) = self.counters.get_mut(counter) else { return false };
+        if let Some((last, at)) = entry.looked
+            && last.abs_diff(end) < window / 2
+            && now_ns.saturating_sub(at) < window / 8
+        {
+            return false;
+        }
+        entry.looked = Some((end, now_ns));
+        true
+    }
+
     /// Sees `counter`'s window as an RLS decision left it (`seen`), when it opened it or found it
     /// full, as a report would. Returns what to reserve in it: for a window seen for the first
     /// time, what the assignments in force may admit in it
@@ -357,15 +375,20 @@ impl Ledger {
         entry.holds.retain(|_, hold| hold.expires_ns > now_ns);
         entry.rebuilt.retain(|&(until, _)| until > now_ns);
         let rebuilt: u64 = entry.rebuilt.iter().map(|&(_, hits)| hits).sum();
+        if entry.holds.is_empty() && rebuilt == 0 {
+            return 0;
+        }
         let held = entry.holds.values().map(|hold| hold.held).sum::<u64>() + rebuilt;
         let opened = entry.rls.see(Some(seen), limit, window, now_ns, held);
         let mut wants: Vec<u64> = entry.holds.values().map(|hold| hold.want).collect();
         wants.push(entry.rls.want);
-        let fair = fair_shares(limit, &wants);
-        let short = |(hold, &fair): (&Hold, &u64)| if hold.short { fair.saturating_sub(hold.held) } else { 0 };
-        let shortfall: u64 = entry.holds.values().zip(&fair).map(short).sum();
+        // Each one's fair share as the level of the division says (no odd unit: as
+        // `fair_share.lua` works it out).
+        let level = fair_level(limit, &wants).unwrap_or(u64::MAX);
+        let short = |hold: &Hold| if hold.short { hold.want.min(level).saturating_sub(hold.held) } else { 0 };
+        let shortfall: u64 = entry.holds.values().map(short).sum();
         // The claims leave the RLS callers their fair part: they come out of the rest only.
-        let rls_fair = fair.last().copied().unwrap_or(0);
+        let rls_fair = entry.rls.want.min(level);
         let claimed = held + shortfall.min(limit.saturating_sub(rls_fair).saturating_sub(held));
         entry.rls.reserve(Some(seen), opened, claimed, claimed, limit)
     }
@@ -639,7 +662,7 @@ mod tests {
     fn the_script_on_redis_gives_the_ledgers_shares() {
         use proptest::prelude::*;
         use tollgate::{Clock, ManualClock};
-        use tollgate_redis::counters::{ShareAsk, take_share};
+        use tollgate_redis::counters::{ShareAsk, see_window, take_share};
         use tollgate_redis::{Redis, RedisTime};
 
         let server = tollgate_testkit::RedisServer::start();
@@ -657,6 +680,7 @@ mod tests {
             0u64..1_500,
             prop_oneof![Just(0u64), 1u64..120],
             prop_oneof![Just((0u64, 0u64, false)), (0u64..20, 0u64..20, any::<bool>())],
+            any::<bool>(),
         );
         let cases = std::sync::atomic::AtomicU64::new(0);
         proptest!(ProptestConfig::with_cases(64), |(limit in 1u64..200, steps in proptest::collection::vec(step, 1..30))| {
@@ -668,7 +692,7 @@ mod tests {
             // The counter's open window, (count, end ns): the same on both sides while the
             // ledger and the script reserve the same.
             let mut open: Option<(u64, u64)> = None;
-            for (h, want, advance_ms, rls, (held, more, resplit)) in steps {
+            for (h, want, advance_ms, rls, (held, more, resplit), looks) in steps {
                 let rebuild = Rebuild { most: held + more, held, resplit };
                 clock.advance(std::time::Duration::from_millis(advance_ms));
                 let now = clock.now();
@@ -688,6 +712,14 @@ mod tests {
                             .clone();
                         runtime.block_on(redis.query::<String>(&set)).unwrap();
                     }
+                }
+                // The RLS decision that took those hits sees the window (it opened it, found it
+                // full or came near its end), before the holder reports.
+                if let Some((count, end)) = open.as_mut().filter(|_| looks) {
+                    let ours = ledger.window_seen(&counter(), limit, Seen { count: *count, end: *end }, window_ns, now);
+                    let theirs = runtime.block_on(see_window(&redis, &key, &window_key, limit, window, &time)).unwrap();
+                    prop_assert_eq!(ours, theirs, "reserved when seen: limit {}, window {:?}", limit, (*count, *end));
+                    *count += ours;
                 }
                 let seen = open.map(|(count, end)| Seen { count, end });
                 let expires = now + ttl.as_nanos() as u64;

@@ -50,7 +50,7 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use hashbrown::HashMap;
 use tollgate::{Clock, Meta, SystemClock};
 use tollgate_policy::{Descriptor, Hit};
-use tollgate_redis::counters::{ShareAsk, drop_share, take_share};
+use tollgate_redis::counters::{ShareAsk, drop_share, see_window, take_share};
 use tollgate_redis::{Keyspace, Redis, RedisTime};
 use tonic::Status as GrpcStatus;
 use tracing::Instrument;
@@ -238,20 +238,33 @@ impl<C: Clock + Clone + Send + Sync + 'static> WindowWatch for Rlqs<C> {
         Box::pin(async move {
             let count = meta.limit.saturating_sub(meta.remaining);
             // No window is open at a count of 0 (a check before any hit).
-            if self.redis.is_some() || count == 0 {
+            if count == 0 {
                 return;
             }
             let key = CounterKey { limit: hit.counter.id(), values: hit.values.clone() };
             let now = self.clock.now();
             let window = u64::try_from(hit.limit.window().as_nanos()).unwrap_or(u64::MAX);
             let seen = Seen { count, end: now.saturating_add(meta.reset_ns) };
-            let reserve = self.ledger().window_seen(&key, hit.max_value, seen, window, now);
-            if reserve > 0 {
+            let reserve = {
+                let mut ledger = self.ledger();
+                if !ledger.worth_seeing(&key, seen.end, window, now) {
+                    return;
+                }
+                if self.redis.is_some() { 0 } else { ledger.window_seen(&key, hit.max_value, seen, window, now) }
+            };
+            if let Some(shared) = &self.redis {
+                let (holders, counter) = (shared.key(namespace, &key), shared.counter(namespace, &key));
+                let seen =
+                    see_window(&shared.redis, &holders, &counter, hit.max_value, hit.limit.window(), &shared.time);
+                if let Err(e) = seen.await {
+                    tracing::warn!("RLQS: cannot reserve the assignments in the counter's window: {e}");
+                }
+            } else if reserve > 0 {
                 let descriptor = Descriptor { entries: descriptor.entries.clone(), hits: None, limit: None };
                 if let Err(e) =
                     self.engine.charge_counter(namespace, &descriptor, key.limit, &key.values, reserve).await
                 {
-                    tracing::warn!("RLQS: cannot reserve the assignments in the counter's new window: {e}");
+                    tracing::warn!("RLQS: cannot reserve the assignments in the counter's window: {e}");
                 }
             }
         })
