@@ -42,18 +42,20 @@ pub struct Engine<C: Clock = SystemClock> {
     store: Box<dyn Store<C>>,
     cap: CounterCap,
     bounds: RequestBounds,
-    /// Told of each window a call opens or finds full ([`Engine::watch_windows`]).
+    /// Told of each window a call opens, finds full or meets near its end
+    /// ([`Engine::watch_windows`]).
     windows: OnceLock<Weak<dyn WindowWatch>>,
 }
 
-/// What is told of a counter's window when a call opens it or finds it full: how RLQS reserves
-/// in a window, as soon as an RLS decision opens it, what the Envoys' assignments may admit in it,
-/// and learns that the RLS callers used a window up (windows shorter than Envoy's report
-/// interval would otherwise open and end between two reports, nothing reserved in them and
-/// their use unseen).
+/// What is told of a counter's window when a call opens it, finds it full or meets it in its last
+/// eighth: how RLQS reserves in a window, as soon as an RLS decision opens it, what the Envoys'
+/// assignments may admit in it, and sees what the RLS callers used of it (windows shorter than
+/// Envoy's report interval would otherwise open and end between two reports, nothing reserved in
+/// them and their use unseen).
 pub(crate) trait WindowWatch: Send + Sync {
     /// `hit`'s counter (in `namespace`, attributed to `descriptor`) had no hits in its window
-    /// before this call's, which took them, or had no room for them: `meta` is its state after.
+    /// before this call's, which took them, or had no room for them, or its window ends within
+    /// an eighth of its length: `meta` is its state after the call. Awaited by the call.
     fn seen<'a>(
         &'a self,
         namespace: &'a str,
@@ -299,9 +301,9 @@ impl<C: Clock + Clone> Engine<C> {
         Ok(Outcome::new(loaded, statuses, self.shadow).with_stats_keys(stats_keys))
     }
 
-    /// Tells `watch` of each window a call opens (the call's hits are all its count) or finds
-    /// full (the call is limited by it) from now on, once the call is decided. Set once: a
-    /// second watch is ignored.
+    /// Tells `watch` of each window a call opens (the call's hits are all its count), finds full
+    /// (the call is limited by it) or meets in its last eighth, from now on, once the call is
+    /// decided and before it is answered. Set once: a second watch is ignored.
     pub(crate) fn watch_windows(&self, watch: Weak<dyn WindowWatch>) {
         let _ = self.windows.set(watch);
     }

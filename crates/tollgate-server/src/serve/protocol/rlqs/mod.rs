@@ -22,8 +22,9 @@
 //!   its assignments expire, as Envoy keeps enforcing them until then.
 //!
 //! RLS and RLQS on one limit: the counters RLS calls take from hold what the assignments in
-//! force may admit in their window (reserved in it at each share, up to the limit, once a window
-//! is open: the fleet's admissions are bounded by the assignments, not counted one by one), so
+//! force may admit in their window (reserved in it at each share, up to the limit, and as soon as
+//! an RLS decision opens a window: the fleet's admissions are bounded by the assignments, not
+//! counted one by one), so
 //! RLS callers get what the fleet leaves; and the RLS callers are one more holder in the fair
 //! division, wanting what they used of the last window (the count less the reservation; twice
 //! that when the window was full). A report's own counts are not charged: they hold admissions
@@ -220,14 +221,16 @@ impl<C: Clock + Clone> Rlqs<C> {
 }
 
 impl<C: Clock + Clone + Send + Sync + 'static> WindowWatch for Rlqs<C> {
-    /// Sees a counter's window as an RLS decision left it (see `Ledger::window_seen`), as a
-    /// report would, when the decision opened it or found it full: in the first case it reserves
-    /// at once what the assignments in force may admit in it (and the claims of holders that
-    /// hold less than their fair share), in the second the RLS callers' use of it is seen to
-    /// be all they were left. Windows shorter than Envoy's report interval would otherwise open
-    /// and end between two reports, nothing reserved in them (measured: 1.80x the limit in a
-    /// window of 1 s, RLS callers beside two Envoys reporting every 5 s) and their use unseen.
-    /// Only the decisions that opened a window go before its reservation.
+    /// Sees a counter that this server's Envoys hold as an RLS decision left its window (see
+    /// `Ledger::window_seen`; on Redis `see_window`), as a report would, when the decision
+    /// opened the window, found it full or came in its last eighth (at most once an eighth of a
+    /// window, but for a new window): a new window is reserved in at once (what the assignments
+    /// in force may admit in it, and the claims of holders the RLS callers kept short of their
+    /// fair share), and what the RLS callers used of it is seen. Windows shorter than Envoy's
+    /// report interval would otherwise open and end between two reports, nothing reserved in
+    /// them (measured: 1.80x the limit in a window of 1 s, RLS callers beside two Envoys
+    /// reporting every 5 s) and their use unseen. Only the decisions that opened a window go
+    /// before its reservation. On Redis the call waits for one more round trip.
     fn seen<'a>(
         &'a self,
         namespace: &'a str,
