@@ -53,6 +53,10 @@ pub struct Engine<C: Clock = SystemClock> {
 /// Envoy's report interval would otherwise open and end between two reports, nothing reserved in
 /// them and their use unseen).
 pub(crate) trait WindowWatch: Send + Sync {
+    /// Whether the counters of the limit `limit` may be watched (false: [`WindowWatch::seen`]
+    /// would do nothing for them); asked first, as cheap as a load.
+    fn watches(&self, limit: LimitId) -> bool;
+
     /// `hit`'s counter (in `namespace`, attributed to `descriptor`) had no hits in its window
     /// before this call's, which took them, or had no room for them, or its window ends within
     /// an eighth of its length: `meta` is its state after the call. Awaited by the call.
@@ -284,6 +288,7 @@ impl<C: Clock + Clone> Engine<C> {
                 for status in &statuses {
                     let hit = hits.iter().find(|h| h.index == status.limit && h.descriptor == status.descriptor);
                     if let (Some(hit), Some(descriptor)) = (hit, descriptors.get(status.descriptor))
+                        && watch.watches(hit.counter.id())
                         && worth_watching(status, hit, action)
                     {
                         watch.seen(namespace, descriptor, hit, status.meta).await;

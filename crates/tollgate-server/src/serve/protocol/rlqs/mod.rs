@@ -50,7 +50,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use hashbrown::HashMap;
 use tollgate::{Clock, Meta, SystemClock};
-use tollgate_policy::{Descriptor, Hit};
+use tollgate_policy::{Descriptor, Hit, LimitId};
 use tollgate_redis::counters::{ShareAsk, drop_share, see_window, take_share};
 use tollgate_redis::{Keyspace, Redis, RedisTime};
 use tonic::Status as GrpcStatus;
@@ -96,6 +96,31 @@ pub struct Rlqs<C: Clock = SystemClock> {
     instances: AtomicU64,
     bucket_numbers: AtomicU64,
     buckets: AtomicUsize,
+    /// The limits a share was ever given of, as bits by id ([`HeldLimits`]): the counters of the
+    /// others are not watched.
+    held_limits: HeldLimits,
+}
+
+/// A set of limits, as one bit each of 256 by their id: one load to ask (a limit sharing a bit
+/// with one in the set is in it too, which costs only a look that finds nothing).
+#[derive(Debug, Default)]
+struct HeldLimits([AtomicU64; 4]);
+
+impl HeldLimits {
+    fn bit(limit: LimitId) -> (usize, u64) {
+        let bit = limit.0 % 256;
+        ((bit / 64) as usize, 1 << (bit % 64))
+    }
+
+    fn insert(&self, limit: LimitId) {
+        let (word, bit) = Self::bit(limit);
+        self.0[word].fetch_or(bit, Ordering::Relaxed);
+    }
+
+    fn contains(&self, limit: LimitId) -> bool {
+        let (word, bit) = Self::bit(limit);
+        self.0[word].load(Ordering::Relaxed) & bit != 0
+    }
 }
 
 impl<C: Clock + Clone> Rlqs<C> {
@@ -113,6 +138,7 @@ impl<C: Clock + Clone> Rlqs<C> {
             instances: AtomicU64::new(0),
             bucket_numbers: AtomicU64::new(0),
             buckets: AtomicUsize::new(0),
+            held_limits: HeldLimits::default(),
         }
     }
 
@@ -149,6 +175,7 @@ impl<C: Clock + Clone> Rlqs<C> {
     ) -> Option<Taken> {
         let ttl = self.config.assignment_ttl;
         let expires = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
+        self.held_limits.insert(part.key.limit);
         let Some(shared) = &self.redis else {
             let window = u64::try_from(part.window.as_nanos()).unwrap_or(u64::MAX);
             let taken =
@@ -221,6 +248,10 @@ impl<C: Clock + Clone> Rlqs<C> {
 }
 
 impl<C: Clock + Clone + Send + Sync + 'static> WindowWatch for Rlqs<C> {
+    fn watches(&self, limit: LimitId) -> bool {
+        self.held_limits.contains(limit)
+    }
+
     /// Sees a counter that this server's Envoys hold as an RLS decision left its window (see
     /// `Ledger::window_seen`; on Redis `see_window`), as a report would, when the decision
     /// opened the window, found it full or came in its last eighth (at most once an eighth of a
@@ -868,6 +899,17 @@ mod tests {
             ..Default::default()
         };
         RateLimitQuotaUsageReports { domain: "ns".into(), bucket_quota_usages: vec![usage] }
+    }
+
+    #[test]
+    fn held_limits_hold_what_was_inserted_and_what_shares_its_bit() {
+        let held = HeldLimits::default();
+        assert!(!held.contains(LimitId(3)), "empty");
+        held.insert(LimitId(3));
+        held.insert(LimitId(200));
+        assert!(held.contains(LimitId(3)) && held.contains(LimitId(200)));
+        assert!(!held.contains(LimitId(4)) && !held.contains(LimitId(199)));
+        assert!(held.contains(LimitId(3 + 256)), "one bit for ids 256 apart");
     }
 
     #[test]
