@@ -60,14 +60,11 @@ pub(crate) trait WindowWatch: Send + Sync {
     /// `hit`'s counter (in `namespace`, attributed to `descriptor`) had no hits in its window
     /// before this call's, which took them, or had no room for them, or its window ends within
     /// an eighth of its length: `meta` is its state after the call. Awaited by the call.
-    fn seen<'a>(
-        &'a self,
-        namespace: &'a str,
-        descriptor: &'a Descriptor,
-        hit: &'a Hit<'a>,
-        meta: Meta,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+    fn seen<'a>(&'a self, namespace: &'a str, descriptor: &'a Descriptor, hit: &'a Hit<'a>, meta: Meta) -> Seeing<'a>;
 }
+
+/// What [`WindowWatch::seen`] does, awaited by the call.
+pub(crate) type Seeing<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 impl<C: Clock + Clone> Engine<C> {
     /// An engine deciding on `policy` (generation 1) with counters on `clock`.

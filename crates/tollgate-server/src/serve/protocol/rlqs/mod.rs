@@ -33,8 +33,6 @@
 mod ledger;
 mod strategy;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,7 +56,7 @@ use tracing::Instrument;
 
 use self::ledger::{CounterKey, Ledger, Rebuild, Seen, Taken};
 use self::strategy::{Assignment, Bucket};
-use crate::serve::engine::{Engine, WindowWatch};
+use crate::serve::engine::{Engine, Seeing, WindowWatch};
 use crate::serve::model::{Action as CallAction, CallError, fair_shares};
 use crate::serve::ops::metrics::Metrics;
 use crate::serve::ops::trace::TARGET;
@@ -262,13 +260,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> WindowWatch for Rlqs<C> {
     /// them (measured: 1.80x the limit in a window of 1 s, RLS callers beside two Envoys
     /// reporting every 5 s) and their use unseen. Only the decisions that opened a window go
     /// before its reservation. On Redis the call waits for one more round trip.
-    fn seen<'a>(
-        &'a self,
-        namespace: &'a str,
-        descriptor: &'a Descriptor,
-        hit: &'a Hit<'a>,
-        meta: Meta,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+    fn seen<'a>(&'a self, namespace: &'a str, descriptor: &'a Descriptor, hit: &'a Hit<'a>, meta: Meta) -> Seeing<'a> {
         Box::pin(async move {
             let count = meta.limit.saturating_sub(meta.remaining);
             // No window is open at a count of 0 (a check before any hit).
