@@ -124,9 +124,7 @@ impl Rls {
         }
         (!same && seen.is_some()).then_some(if recent { self.floor } else { 0 })
     }
-}
 
-impl Rls {
     /// What to count into the window `seen` (none: nothing) so that it holds `held`, what the
     /// assignments in force may admit in it, or, for a window seen for the first time
     /// (`opened`: [`Rls::see`]'s floor), `held_before` (the old share of a holder whose share
@@ -348,13 +346,12 @@ impl Ledger {
         true
     }
 
-    /// Sees `counter`'s window as an RLS decision left it (`seen`), when it opened it or found it
-    /// full, as a report would. Returns what to reserve in it: for a window seen for the first
-    /// time, what the assignments in force may admit in it
-    /// (and, as a window seen for the first time, what they held when the last one ended), and
-    /// for a holder given less than its fair share at its last report for lack of room, its
-    /// fair share now: its claim. Why the claims:
-    /// a holder's share can grow only by what the RLS callers leave of the window open at its
+    /// Sees `counter`'s window as an RLS decision left it (`seen`), when it opened it, found it
+    /// full or came in its last eighth, as a report would. Returns what to reserve in it so that
+    /// it holds what the assignments in force may admit in it (and, for a window seen for the
+    /// first time, what they held when the last one ended), and, for each holder given less than
+    /// its fair share at its last report for lack of room, its fair share now: its claim. Why
+    /// the claims: a holder's share can grow only by what the RLS callers leave of the window open at its
     /// report (see [`Ledger::share`]); in windows shorter than the report interval, RLS callers
     /// wanting more than their fair part take all that the holders do not hold early in each
     /// window, so a report lands in a window used up at the same point every time and a holder
