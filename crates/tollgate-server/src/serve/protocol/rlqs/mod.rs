@@ -178,13 +178,7 @@ impl<C: Clock + Clone> Rlqs<C> {
             let window = u64::try_from(part.window.as_nanos()).unwrap_or(u64::MAX);
             let taken =
                 self.ledger().share(&part.key, part.limit, holder, want, rebuild, part.seen, window, now, expires);
-            if taken.reserve > 0 {
-                let descriptor = Descriptor { entries: entries.to_vec(), hits: None, limit: None };
-                let (limit, values) = (part.key.limit, &part.key.values);
-                if let Err(e) = self.engine.charge_counter(namespace, &descriptor, limit, values, taken.reserve).await {
-                    tracing::warn!("RLQS: cannot reserve the assignments in the counter's window: {e}");
-                }
-            }
+            self.reserve_in_memory(namespace, entries, &part.key, taken.reserve).await;
             return Some(taken);
         };
         let (holders, counter, name) =
@@ -216,6 +210,19 @@ impl<C: Clock + Clone> Rlqs<C> {
                 tracing::warn!("RLQS: cannot reach the shares in Redis, the bucket keeps its assignment: {e}");
                 None
             }
+        }
+    }
+
+    /// Counts `n` hits into `counter`'s open window in memory (a reservation: see `Ledger`),
+    /// through a descriptor of `entries` that counts on it.
+    async fn reserve_in_memory(&self, namespace: &str, entries: &[(String, String)], counter: &CounterKey, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let descriptor = Descriptor { entries: entries.to_vec(), hits: None, limit: None };
+        let (limit, values) = (counter.limit, &counter.values);
+        if let Err(e) = self.engine.charge_counter(namespace, &descriptor, limit, values, n).await {
+            tracing::warn!("RLQS: cannot reserve the assignments in the counter's window: {e}");
         }
     }
 
@@ -285,13 +292,8 @@ impl<C: Clock + Clone + Send + Sync + 'static> WindowWatch for Rlqs<C> {
                 if let Err(e) = seen.await {
                     tracing::warn!("RLQS: cannot reserve the assignments in the counter's window: {e}");
                 }
-            } else if reserve > 0 {
-                let descriptor = Descriptor { entries: descriptor.entries.clone(), hits: None, limit: None };
-                if let Err(e) =
-                    self.engine.charge_counter(namespace, &descriptor, key.limit, &key.values, reserve).await
-                {
-                    tracing::warn!("RLQS: cannot reserve the assignments in the counter's window: {e}");
-                }
+            } else {
+                self.reserve_in_memory(namespace, &descriptor.entries, &key, reserve).await;
             }
         })
     }
