@@ -41,7 +41,7 @@ pub enum AtKeyLimit {
     /// one tick earlier does not) unless the keys of more than [`SWEEP`](crate::SWEEP) of the
     /// shard's groups nearest to idle took permits since the shard last looked at them; it is
     /// then the idle time of a key that was looked at, which is later than the exact time, never
-    /// earlier.
+    /// earlier, and a retry then finds that key idle (the shard looks at it first).
     #[default]
     Reject,
     /// Evict the stored key closest to idle (as [`AtKeyLimit::Reject`] finds it) and store the

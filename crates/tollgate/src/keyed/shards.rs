@@ -75,6 +75,10 @@ pub(super) struct Table<K, S> {
     /// The first keys to go idle of the group last looked at: while the first goes idle at the
     /// shard's earliest bound, that bound is exact.
     queue: Queue,
+    /// The retry time a sweep that ran out of looks told (a key it looked at goes idle then, but
+    /// groups with earlier, stale bounds remain), and that key's group: a retry then looks there
+    /// first, so it finds the room it was told of instead of spending its looks on stale groups.
+    told: Option<(u64, usize)>,
     pub(super) swept: u64,
     pub(super) evicted: u64,
 }
@@ -115,6 +119,7 @@ impl<K, A: Algorithm, C: Clock, L: TableLock<Table<K, A::State>>> Inner<K, A, C,
                     bytes: 0,
                     bounds: IdleBounds::new(0),
                     queue: Queue::default(),
+                    told: None,
                     swept: 0,
                     evicted: 0,
                 }),
@@ -246,18 +251,22 @@ where
     /// cap), at most [`SWEEP`], until the key fits or the earliest bound is checked current (the
     /// queue's first key is then the nearest to idle). Returns the earliest time a stored key
     /// goes idle as far as it found out (exact when it stopped on a current bound; else a key
-    /// looked at goes idle then; see [`AtKeyLimit::Reject`]), `u64::MAX` when no key goes idle
-    /// by time.
+    /// looked at goes idle then, and a sweep for room at or after that time looks at its group
+    /// first; see [`AtKeyLimit::Reject`]), `u64::MAX` when no key goes idle by time.
     fn sweep(&self, t: &mut Table<K, A::State>, now: u64, room_for: Option<usize>) -> u64 {
-        let mut found = u64::MAX;
+        let mut found = (u64::MAX, 0);
         let looks = if room_for.is_some() { SWEEP } else { 2 };
+        let due = |&mut (at, g): &mut (u64, usize)| at <= now && room_for.is_some() && g < t.bounds.groups();
+        if let Some((_, g)) = t.told.take_if(due) {
+            found = (self.look(t, g, now), g);
+        }
         for _ in 0..looks {
             let bound = t.bounds.earliest();
             if bound == u64::MAX || (bound > now && room_for.is_none()) {
                 return bound;
             }
             if room_for.is_some_and(|weight| self.fits(t, weight)) {
-                return found;
+                return found.0;
             }
             if bound > now && self.first_is_current(t, bound, now) {
                 return bound;
@@ -269,18 +278,22 @@ where
             let after = (t.queue.group + 1..t.queue.group + 4).find(|&g| t.bounds.of(g) == bound);
             let g = after.unwrap_or_else(|| t.bounds.nearest().1);
             let at = self.look(t, g, now);
-            found = found.min(at);
+            found = found.min((at, g));
             if at != u64::MAX && at == t.bounds.earliest() && room_for.is_some_and(|weight| !self.fits(t, weight)) {
                 return at;
             }
         }
-        found
+        if room_for.is_some() && found.0 != u64::MAX {
+            t.told = Some(found);
+        }
+        found.0
     }
 
     /// Sets every group's bound from its keys' states now, for a table whose keys moved (it grew,
     /// was rehashed or rebuilt) or whose states changed (a new configuration).
     fn rebound(&self, t: &mut Table<K, A::State>, now: u64) {
         t.queue.clear();
+        t.told = None;
         let buckets = t.map.num_buckets();
         t.bounds.reset(buckets);
         for bucket in 0..buckets {
