@@ -18,7 +18,7 @@ mod scan;
 mod shares;
 
 pub use scan::{StoredWindow, WindowKey, WindowPage, delete_windows, scan_windows};
-pub use shares::{Share, ShareAsk, drop_share, see_window, take_share};
+pub use shares::{Share, ShareAsk, drop_share, held_limits, mark_held, see_window, take_share};
 
 /// One counter of a call.
 #[derive(Clone, Debug)]

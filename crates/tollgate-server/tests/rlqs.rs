@@ -92,6 +92,11 @@ impl Scale {
         share_of_limit * self.limit / self.window.as_secs_f64()
     }
 
+    /// How long RLS callers and Envoys on one limit take to settle their parts.
+    fn mixed_warm(&self) -> Duration {
+        (8 * self.window).max(8 * self.report)
+    }
+
     /// Instance `i` starts a third of a report interval after `i - 1`, so their reports interleave.
     fn staggered(&self, i: usize, t: Duration) -> bool {
         t >= self.report / 3 * i as u32
@@ -229,24 +234,32 @@ async fn fleet_targets(s: &Scale, storage: impl Fn() -> Storage) -> Vec<(String,
 
 /// Two servers on one Redis (`--storage redis-leased`), two instances on each, wanting twice
 /// the limit together: the shares are decided in Redis for all four.
+impl Scale {
+    /// Two servers on one clock, sharing `storage` (a Redis one).
+    async fn replicas(&self, storage: impl Fn() -> Storage) -> Vec<Server> {
+        let dir = support::temp_dir("rlqs-replicas");
+        let limits = dir.join("limits.yaml");
+        std::fs::write(&limits, self.limits()).unwrap();
+        let clock = tollgate::ManualClock::new();
+        let mut servers = Vec::new();
+        for _ in 0..2 {
+            let server = support::server_on_clock(limits.clone(), clock.clone(), |config| {
+                config.storage = storage();
+                config.redis_deadline = PATIENT;
+                config.rlqs = RlqsConfig { assignment_ttl: self.ttl, ..RlqsConfig::default() };
+            })
+            .await
+            .unwrap();
+            servers.push(server);
+        }
+        servers
+    }
+}
+
 async fn replica_targets(s: &Scale) -> Vec<(String, f64, String)> {
     let redis = RedisServer::start();
-    let dir = support::temp_dir("rlqs-replicas");
-    let limits = dir.join("limits.yaml");
-    std::fs::write(&limits, s.limits()).unwrap();
-    let clock = tollgate::ManualClock::new();
-    let mut servers = Vec::new();
-    for _ in 0..2 {
-        let storage = Storage::RedisLeased { url: redis.url(), prefix: "replicas:".into() };
-        let server = support::server_on_clock(limits.clone(), clock.clone(), |config| {
-            config.storage = storage;
-            config.redis_deadline = PATIENT;
-            config.rlqs = RlqsConfig { assignment_ttl: s.ttl, ..RlqsConfig::default() };
-        })
-        .await
-        .unwrap();
-        servers.push(server);
-    }
+    let servers = s.replicas(|| Storage::RedisLeased { url: redis.url(), prefix: "replicas:".into() }).await;
+    let clock = servers[0].clock.clone();
     let mut envoys: Vec<Envoy> =
         (0..4).map(|i| Envoy::new(servers[i % 2].running.grpc, "shop", &clock, s.report)).collect();
     let mut timeline = Timeline::default();
@@ -489,26 +502,40 @@ async fn an_envoys_split_follows_demand_that_moves_between_its_buckets() {
 /// with `rls` at 1.0 a third each, and with less they get what they want, the Envoys the rest.
 async fn mixed_targets(s: &Scale, storage: Storage, rls: f64) -> Vec<(String, f64, String)> {
     let server = s.server(storage).await;
-    let mut envoys: Vec<Envoy> =
-        (0..2).map(|_| Envoy::new(server.running.grpc, "shop", &server.clock, s.report)).collect();
+    mixed_on(s, (&server, &server), rls, Duration::ZERO, "").await
+}
+
+/// [`mixed_targets`] with the Envoys on `on.0` and the RLS callers on `on.1` (replicas on one
+/// Redis, or one server twice), over the windows that start at `from` or later; `label` is
+/// said after each figure's first line.
+async fn mixed_on(
+    s: &Scale,
+    (envoys_on, rls_on): (&Server, &Server),
+    rls: f64,
+    from: Duration,
+    label: &str,
+) -> Vec<(String, f64, String)> {
+    let clock = &envoys_on.clock;
+    let mut envoys: Vec<Envoy> = (0..2).map(|_| Envoy::new(envoys_on.running.grpc, "shop", clock, s.report)).collect();
     let rls_demand = |_| s.per_second(rls);
-    let mut callers = RlsCallers::new(server.rls().await, "shop", &rls_demand);
+    let mut callers = RlsCallers::new(rls_on.rls().await, "shop", &rls_demand);
     let demand: BucketDemand = &|i, _, t| if s.staggered(i, t) { s.per_second(1.0) } else { 0.0 };
     let mut timeline = Timeline::default();
-    let warm = (8 * s.window).max(8 * s.report);
+    let warm = s.mixed_warm();
     let length = warm + 4 * s.window.max(s.report);
-    run_with(&mut envoys, Some(&mut callers), &server.clock, &[SEARCH], s.step, length, demand, &mut timeline).await;
+    run_with(&mut envoys, Some(&mut callers), clock, &[SEARCH], s.step, length, demand, &mut timeline).await;
     let mut figures = Vec::new();
-    let what = format!("RLS {rls}x + 2 Envoys 1x each");
+    let what = format!("RLS {rls}x + 2 Envoys 1x each{label}");
     // The counter's windows open at the first RLS call (at 0) and every window from then on,
     // as the callers call at least every window.
-    let per_window = (0..(length.as_nanos() / s.window.as_nanos()) as u32)
+    let first = from.as_nanos().div_ceil(s.window.as_nanos()) as u32;
+    let per_window = (first..(length.as_nanos() / s.window.as_nanos()) as u32)
         .map(|k| timeline.admitted(None, s.window * k, s.window * (k + 1)))
         .max()
         .unwrap_or(0) as f64
         / s.limit;
     figures.push((format!("{what}: most admitted in a window of the counter"), per_window, "<= 1.02".into()));
-    let most = timeline.most_in_any(s.window, Duration::ZERO) as f64 / s.limit;
+    let most = timeline.most_in_any(s.window, s.window * first) as f64 / s.limit;
     figures.push(("the same: most admitted in any window, as the parts settle too".into(), most, "<= 1.02".into()));
     let windows = ((length - warm).as_secs_f64() / s.window.as_secs_f64()) * s.limit;
     let part = |i| timeline.admitted(Some(i), warm, length) as f64 / windows;
@@ -572,6 +599,27 @@ async fn rls_and_rlqs_on_a_limit_per_second_on_redis() {
         mixed_targets(&PER_SECOND, Storage::Redis { url: redis.url(), prefix: prefix.into() }, rls).await;
         let prefix = format!("leased-{prefix}");
         mixed_targets(&PER_SECOND, Storage::RedisLeased { url: redis.url(), prefix }, rls).await;
+    }
+}
+
+/// RLS callers on one replica, the Envoys on another, on one Redis: the replica the RLS
+/// callers use has no Envoy of its own, and must still reserve what the other's Envoys hold in
+/// each window its RLS decisions open (before it learned which limits the fleet holds: 1.80x
+/// the limit in a window of a limit per second, one Envoy 0.000). It learns at its first read of
+/// the limits the fleet holds after the first share (`Rlqs::learn_held_limits`, each second of
+/// the clock; the read itself takes real time, while the simulated fleet runs faster than real
+/// time, so on a loaded machine a read may land a few simulated windows later): the windows
+/// from the end of the warm-up on are counted, by when it has read the set dozens of times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rls_on_one_replica_and_rlqs_on_another() {
+    let redis = RedisServer::start();
+    for (s, prefix) in [(&PER_SECOND, "second:"), (scale(), "window:")] {
+        let servers = s.replicas(|| Storage::RedisLeased { url: redis.url(), prefix: prefix.into() }).await;
+        let label = " (RLS on the other server)";
+        mixed_on(s, (&servers[0], &servers[1]), 1.0, s.mixed_warm(), label).await;
+        for server in servers {
+            server.running.shutdown().await;
+        }
     }
 }
 

@@ -162,3 +162,30 @@ pub async fn see_window(
 pub async fn drop_share(redis: &Redis, key: &str, holder: &str) -> Result<(), BackendError> {
     redis.query::<u64>(redis::cmd("HDEL").arg(key).arg(holder)).await.map(drop)
 }
+
+/// Marks the limit `limit` (its id) as held by a holder of this server, in the set at `key`,
+/// which lives for `keep` after its last mark: every server on this Redis reads the set
+/// ([`held_limits`]) to see the windows of the limits held on other servers too (an RLS
+/// decision there opens a window that the holders' assignments may admit in).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), tollgate_redis::BackendError> {
+/// use std::time::Duration;
+/// use tollgate_redis::{Redis, counters::{held_limits, mark_held}};
+/// let redis = Redis::connect("redis://127.0.0.1:6379/").await?;
+/// mark_held(&redis, "{held}:limits", 42, Duration::from_secs(60)).await?;
+/// assert!(held_limits(&redis, "{held}:limits").await?.contains(&42));
+/// # Ok(()) }
+/// ```
+pub async fn mark_held(redis: &Redis, key: &str, limit: u64, keep: Duration) -> Result<(), BackendError> {
+    let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX).max(1);
+    let mut pipe = redis::pipe();
+    pipe.cmd("SADD").arg(key).arg(limit).ignore().cmd("PEXPIRE").arg(key).arg(keep_ms).ignore();
+    redis.pipeline::<()>(&pipe).await
+}
+
+/// The limits marked held by [`mark_held`] in the set at `key` (by their ids; none once it
+/// expired).
+pub async fn held_limits(redis: &Redis, key: &str) -> Result<Vec<u64>, BackendError> {
+    redis.query(redis::cmd("SMEMBERS").arg(key)).await
+}

@@ -372,7 +372,17 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
         // Replicas on one Redis share each limit among all their streams.
         rlqs = rlqs.with_redis(store);
     }
-    let rlqs = RateLimitQuotaServiceServer::new(RlqsService(Arc::new(rlqs)));
+    let rlqs = Arc::new(rlqs);
+    // On Redis, the windows of the limits other servers' Envoys hold are watched here too.
+    let mut stop = signal.clone();
+    let learn = Rlqs::learn_held_limits(Arc::downgrade(&rlqs));
+    let learn_task = tokio::spawn(async move {
+        tokio::select! {
+            () = learn => {}
+            () = stopped(&mut stop) => {}
+        }
+    });
+    let rlqs = RateLimitQuotaServiceServer::new(RlqsService(rlqs));
     // The rate-limit calls are answered by `Unary`; tonic's routes serve health and RLQS.
     let routes = tonic::service::Routes::new(health_service).add_service(rlqs).prepare();
     let service = Unary::new(rls, routes);
@@ -432,7 +442,7 @@ pub async fn start<C: Clock + Clone>(config: &ServeConfig, clock: C) -> Result<R
     };
     let serves = http1::Listener { routes: decisions, decides: true, tls: http_tls };
     let http_task = tokio::spawn(http1::serve(http_listener, api, serves, read_timeout, signal.clone()));
-    tasks.extend([grpc_task, http_task, upkeep_task]);
+    tasks.extend([grpc_task, http_task, upkeep_task, learn_task]);
     Ok(Running { grpc, http, admin, engine, reloader, shutdown, tasks, _watchers: watchers })
 }
 

@@ -225,8 +225,6 @@ struct Counter {
     /// The rebuilds' bursts charged within the last window: (until when, on the server clock's
     /// ns; how many hits), by `until`, one entry per eighth of a window (see [`charge`]).
     rebuilt: Vec<(u64, u64)>,
-    /// The window an RLS decision last showed ([`Ledger::worth_seeing`]): its end, and when.
-    looked: Option<(u64, u64)>,
 }
 
 /// What changing a holder's share rebuilds: its token buckets on the counter, each starting full
@@ -274,6 +272,10 @@ fn charge(rebuilt: &mut Vec<(u64, u64)>, hits: u64, until: u64, window: u64) {
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     counters: HashMap<CounterKey, Counter>,
+    /// The window an RLS decision last showed of each counter ([`Ledger::worth_seeing`]): its
+    /// end, and when; those of ended windows are dropped as the map reaches `looked_room`.
+    looked: HashMap<CounterKey, (u64, u64)>,
+    looked_room: usize,
 }
 
 impl Ledger {
@@ -331,18 +333,34 @@ impl Ledger {
     }
 
     /// Whether `counter`'s window, which an RLS decision at `now_ns` shows ending at `end` (on
-    /// [`Seen::end`]'s scale), is to be seen ([`Ledger::window_seen`]): the counter is held, and
-    /// the window is new or was last shown an eighth of a window (`window`) ago or more, so a
-    /// window is seen a few times, not at every call.
-    pub(crate) fn worth_seeing(&mut self, counter: &CounterKey, end: u64, window: u64, now_ns: u64) -> bool {
-        let Some(entry) = self.counters.get_mut(counter) else { return false };
-        if let Some((last, at)) = entry.looked
+    /// [`Seen::end`]'s scale), is to be seen ([`Ledger::window_seen`]): the counter is held (here,
+    /// or, with `elsewhere`, maybe by another server's holders: on Redis), and the window is new
+    /// or was last shown an eighth of a window (`window`) ago or more, so a window is seen a few
+    /// times, not at every call.
+    pub(crate) fn worth_seeing(
+        &mut self,
+        counter: &CounterKey,
+        end: u64,
+        window: u64,
+        now_ns: u64,
+        elsewhere: bool,
+    ) -> bool {
+        if !elsewhere && !self.counters.contains_key(counter) {
+            return false;
+        }
+        if let Some(&(last, at)) = self.looked.get(counter)
             && last.abs_diff(end) < window / 2
             && now_ns.saturating_sub(at) < window / 8
         {
             return false;
         }
-        entry.looked = Some((end, now_ns));
+        if self.looked.len() >= self.looked_room {
+            // Seen windows that ended are done with: the map holds about the counters whose
+            // windows are open, whatever many counters come and go.
+            self.looked.retain(|_, &mut (end, _)| end > now_ns);
+            self.looked_room = (2 * self.looked.len()).max(1_024);
+        }
+        self.looked.insert(counter.clone(), (end, now_ns));
         true
     }
 
@@ -542,6 +560,37 @@ mod tests {
         assert_eq!(share(2, 1_000, keep, 30), 600 - 16 - 16 - 16, "2 gets the rest less the three charges and its own");
         assert_eq!(share(1, 400, resplit, 40), 400 - 16, "no room for the charge: paid out of 1's share");
         assert_eq!(ledger.counters[&c].rebuilt, [(1_000, 16), (1_125, 16 * 3)], "four rebuilds, for a window each");
+    }
+
+    /// A window is seen when it is new or an eighth of a window after it was last seen; in
+    /// memory only for a counter held here, on Redis (`elsewhere`) for any; the windows of
+    /// counters that come and go are forgotten once they ended.
+    #[test]
+    fn a_window_is_seen_a_few_times_and_forgotten_once_it_ended() {
+        let mut ledger = Ledger::default();
+        let c = counter();
+        // A window of 800 ending at 1_000.
+        assert!(!ledger.worth_seeing(&c, 1_000, 800, 200, false), "no holder here");
+        assert!(ledger.worth_seeing(&c, 1_000, 800, 200, true), "maybe one on another server");
+        assert!(!ledger.worth_seeing(&c, 1_000, 800, 250, true), "within an eighth");
+        assert!(ledger.worth_seeing(&c, 1_000, 800, 300, true), "an eighth later");
+        assert!(ledger.worth_seeing(&c, 1_800, 800, 310, true), "a new window");
+        ledger.share(&c, 90, holder(1), 10, Rebuild::default(), None, 800, 320, 10_000);
+        assert!(ledger.worth_seeing(&c, 1_800, 800, 420, false), "held here");
+        // Thousands of counters whose windows end at 2_000: the map keeps only open windows.
+        for i in 0..5_000 {
+            let other = CounterKey { limit: LimitId(8), values: vec![i.to_string()] };
+            assert!(ledger.worth_seeing(&other, 2_000, 800, 1_500 + i / 10, true));
+        }
+        assert!(ledger.looked.len() > 1_024, "{}", ledger.looked.len());
+        let late = CounterKey { limit: LimitId(8), values: vec!["late".into()] };
+        // The map's room doubles from 1,024 as it fills with open windows (8,192 now): the next
+        // time it fills, the ended ones go.
+        for i in 0..4_000 {
+            let other = CounterKey { values: vec![format!("late-{i}")], ..late.clone() };
+            assert!(ledger.worth_seeing(&other, 3_000, 800, 2_500, true));
+        }
+        assert!(ledger.looked.len() <= 4_000, "the ended windows were dropped: {}", ledger.looked.len());
     }
 
     #[test]

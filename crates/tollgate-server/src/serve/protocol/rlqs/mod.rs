@@ -34,7 +34,7 @@ mod ledger;
 mod strategy;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
@@ -49,7 +49,7 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use hashbrown::HashMap;
 use tollgate::{Clock, Meta, SystemClock};
 use tollgate_policy::{Descriptor, Hit, LimitId};
-use tollgate_redis::counters::{ShareAsk, drop_share, see_window, take_share};
+use tollgate_redis::counters::{ShareAsk, drop_share, held_limits, mark_held, see_window, take_share};
 use tollgate_redis::{Keyspace, Redis, RedisTime};
 use tonic::Status as GrpcStatus;
 use tracing::Instrument;
@@ -153,7 +153,38 @@ impl<C: Clock + Clone> Rlqs<C> {
         // Assignment rounds are off the request path: a slow Redis should delay an assignment
         // (Envoy reports every 5 s), not drop it.
         let redis = store.redis.with_deadline(store.redis.deadline().max(Duration::from_secs(1)));
-        Rlqs { redis: Some(SharedShares { redis, keyspace, counters, time: store.time, server }), ..self }
+        let marked = Mutex::new(HashMap::new());
+        Rlqs { redis: Some(SharedShares { redis, keyspace, counters, time: store.time, server, marked }), ..self }
+    }
+
+    /// On the Redis storages, reads every second (on the engine's clock) which limits
+    /// the Envoys of every server on that Redis hold, and watches their windows as those of a
+    /// limit this server's own Envoys hold: an RLS decision here may open a window that another
+    /// server's Envoys admit in, and it is reserved in at once only if this server sees it
+    /// (measured: RLS callers on one server, two Envoys on another, a limit per second: 1.80x
+    /// the limit in a window, as on one server before windows were watched). Returns when the
+    /// service is dropped; at once on memory storage.
+    pub async fn learn_held_limits(rlqs: Weak<Self>)
+    where
+        C: Send + Sync + 'static,
+    {
+        loop {
+            let Some(this) = rlqs.upgrade() else { return };
+            let Some(shared) = &this.redis else { return };
+            match held_limits(&shared.redis, &shared.held_key()).await {
+                Ok(ids) if !ids.is_empty() => {
+                    ids.into_iter().for_each(|id| this.held_limits.insert(LimitId(id)));
+                    this.engine.watch_windows(Arc::downgrade(&this) as Weak<dyn WindowWatch>);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!("RLQS: cannot read the limits the fleet holds: {e}"),
+            }
+            let next = this.clock.now().saturating_add(LEARN_EVERY.as_nanos() as u64);
+            let sleep = this.clock.sleep_until(next);
+            // Not kept alive while asleep.
+            drop(this);
+            sleep.await;
+        }
     }
 
     /// Gives `holder` its share of a counter (see `Ledger::share`), in memory or in Redis, and
@@ -181,6 +212,7 @@ impl<C: Clock + Clone> Rlqs<C> {
             self.reserve_in_memory(namespace, entries, &part.key, taken.reserve).await;
             return Some(taken);
         };
+        shared.mark_held(part.key.limit, now, ttl).await;
         let (holders, counter, name) =
             (shared.key(namespace, &part.key), shared.counter(namespace, &part.key), shared.holder(holder));
         let ask = ShareAsk {
@@ -280,7 +312,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> WindowWatch for Rlqs<C> {
             let seen = Seen { count, end: now.saturating_add(meta.reset_ns) };
             let reserve = {
                 let mut ledger = self.ledger();
-                if !ledger.worth_seeing(&key, seen.end, window, now) {
+                if !ledger.worth_seeing(&key, seen.end, window, now, self.redis.is_some()) {
                     return;
                 }
                 if self.redis.is_some() { 0 } else { ledger.window_seen(&key, hit.max_value, seen, window, now) }
@@ -317,7 +349,13 @@ struct SharedShares {
     time: RedisTime,
     /// This server's name among them, random.
     server: String,
+    /// When this server last marked each limit held in Redis ([`SharedShares::mark_held`]), on
+    /// the engine's clock.
+    marked: Mutex<HashMap<LimitId, u64>>,
 }
+
+/// How often a server on Redis reads the limits the fleet holds ([`Rlqs::learn_held_limits`]).
+const LEARN_EVERY: Duration = Duration::from_secs(1);
 
 impl SharedShares {
     /// A counter's holders: under the namespace as hash tag, named by the limit's id, with the
@@ -329,6 +367,29 @@ impl SharedShares {
     /// The counter's window, as the RLS decisions keep it.
     fn counter(&self, namespace: &str, counter: &CounterKey) -> String {
         counter_key(&self.counters, namespace, counter.limit, &counter.values)
+    }
+
+    /// The set of the limits the holders of every server hold, by id (unique across namespaces).
+    fn held_key(&self) -> String {
+        self.keyspace.key("held", "limits", &[] as &[&str])
+    }
+
+    /// Marks `limit` held in Redis for the other servers ([`Rlqs::learn_held_limits`]): at most
+    /// once per half an assignment's time to live `ttl`, kept for four of them. A failure is
+    /// retried at the next share.
+    async fn mark_held(&self, limit: LimitId, now: u64, ttl: Duration) {
+        let every = u64::try_from(ttl.as_nanos() / 2).unwrap_or(u64::MAX);
+        {
+            let mut marked = self.marked.lock().unwrap_or_else(|e| e.into_inner());
+            if marked.get(&limit).is_some_and(|&at| now.saturating_sub(at) < every) {
+                return;
+            }
+            marked.insert(limit, now);
+        }
+        if let Err(e) = mark_held(&self.redis, &self.held_key(), limit.0, 4 * ttl).await {
+            self.marked.lock().unwrap_or_else(|e| e.into_inner()).remove(&limit);
+            tracing::warn!("RLQS: cannot mark limit {limit} held for the other servers: {e}");
+        }
     }
 
     /// An instance's name as a holder, unique among the servers.
