@@ -174,7 +174,7 @@ impl<C: Clock + Clone> Rlqs<C> {
             match held_limits(&shared.redis, &shared.held_key()).await {
                 Ok(ids) if !ids.is_empty() => {
                     ids.into_iter().for_each(|id| this.held_limits.insert(LimitId(id)));
-                    this.engine.watch_windows(Arc::downgrade(&this) as Weak<dyn WindowWatch>);
+                    this.watch_windows();
                 }
                 Ok(_) => {}
                 Err(e) => tracing::debug!("RLQS: cannot read the limits the fleet holds: {e}"),
@@ -258,15 +258,22 @@ impl<C: Clock + Clone> Rlqs<C> {
         }
     }
 
+    /// From now on (the first stream here, or the first limit another server's Envoys hold), a
+    /// window an RLS decision opens is reserved in at once, and one it finds full is seen used
+    /// up: the engine tells this service (held weakly; set once, later calls do nothing).
+    fn watch_windows(self: &Arc<Self>)
+    where
+        C: Send + Sync + 'static,
+    {
+        self.engine.watch_windows(Arc::downgrade(self) as Weak<dyn WindowWatch>);
+    }
+
     /// A new stream: one Envoy instance.
     pub fn open(self: &Arc<Self>) -> Instance<C>
     where
         C: Send + Sync + 'static,
     {
-        // From the first stream on, a window an RLS decision opens is reserved in at once, and
-        // one it finds full is seen used up.
-        let watch: std::sync::Weak<dyn WindowWatch> = Arc::downgrade(self) as _;
-        self.engine.watch_windows(watch);
+        self.watch_windows();
         let id = self.instances.fetch_add(1, Ordering::Relaxed) + 1;
         self.metrics.rlqs_streams(1);
         Instance {
